@@ -1,0 +1,1 @@
+"""A tiered-storage RemoteStorageManager for Apache Kafka, in Python."""

@@ -1,0 +1,1 @@
+"""The `rsm` command line: one module per subcommand, each exposing ``register(subparsers)``."""

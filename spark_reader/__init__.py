@@ -1,0 +1,1 @@
+"""PySpark data source reading tiered segments straight from object storage (built in a later issue)."""
