@@ -1,0 +1,133 @@
+"""Shared fixtures: the real components the suite runs against (see tests/harness).
+
+Session fixtures start each component once and always stop it; tests that use one are marked
+automatically (kafka, s3, spark, oracle), so ``-m "not kafka"`` skips every broker test whether or not
+the test marked itself.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+# The harness package sits beside this file; make it importable whatever pytest's rootdir/import mode.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness.kafka import KafkaBroker  # noqa: E402
+from harness.maven import JavaBuild, build_test_java  # noqa: E402
+from harness.oracle import JavaOracle  # noqa: E402
+from harness.s3 import S3Server  # noqa: E402
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+# fixture name -> marker added to every test that uses it (directly or through other fixtures)
+FIXTURE_MARKERS: dict[str, str] = {
+    "kafka_broker": "kafka",
+    "kafka_broker_factory": "kafka",
+    "kafka_libs": "kafka",
+    "s3_server": "s3",
+    "spark": "spark",
+    "java_oracle": "oracle",
+    "java_build": "oracle",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        for fixture, marker in FIXTURE_MARKERS.items():
+            if fixture in names and item.get_closest_marker(marker) is None:
+                item.add_marker(getattr(pytest.mark, marker))
+
+
+@pytest.fixture(scope="session")
+def java_build() -> JavaBuild:
+    """tests/java built with Maven (Kafka 4.4.0 jars + oracle jar), reused across runs via .cache/."""
+    return build_test_java()
+
+
+@pytest.fixture(scope="session")
+def kafka_libs(java_build: JavaBuild) -> Path:
+    """The directory holding every jar of a Kafka 4.4.0 broker (use ``<dir>/*`` on a classpath)."""
+    return java_build.kafka_libs
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(java_build: JavaBuild, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """One default broker for the whole session (no tiered storage); never restart or reconfigure it."""
+    broker = KafkaBroker(tmp_path_factory.mktemp("kafka-broker"), java_build=java_build)
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+KafkaBrokerFactory = Callable[..., KafkaBroker]
+
+
+@pytest.fixture
+def kafka_broker_factory(
+    java_build: JavaBuild, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KafkaBrokerFactory]:
+    """Start brokers with extra server properties / classpath; all are stopped when the test ends.
+
+    ``factory(extra_props={...}, extra_classpath=[jar], extra_env={...}, start=True) -> KafkaBroker``
+    """
+    brokers: list[KafkaBroker] = []
+
+    def factory(
+        extra_props: Mapping[str, str] | None = None,
+        extra_classpath: Sequence[Path] = (),
+        *,
+        extra_env: Mapping[str, str] | None = None,
+        start: bool = True,
+    ) -> KafkaBroker:
+        broker = KafkaBroker(
+            tmp_path_factory.mktemp("kafka-broker"),
+            extra_props=extra_props,
+            extra_classpath=extra_classpath,
+            extra_env=extra_env,
+            java_build=java_build,
+        )
+        brokers.append(broker)
+        return broker.start() if start else broker
+
+    try:
+        yield factory
+    finally:
+        for broker in brokers:
+            broker.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """moto's S3 server on a free loopback port (dummy credentials); use make_bucket() per test."""
+    server = S3Server().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """A local[2] Spark session (UI off, 2 shuffle partitions, workers on this interpreter)."""
+    from harness.spark import make_spark_session  # noqa: PLC0415 - pyspark import is slow
+
+    session = make_spark_session()
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+@pytest.fixture(scope="session")
+def java_oracle(java_build: JavaBuild) -> JavaOracle:
+    """Kafka's own classes writing, dumping and checking segment files."""
+    return JavaOracle(java_build)

@@ -1,0 +1,148 @@
+"""Kafka's own classes as the oracle for the project's format code.
+
+:class:`JavaOracle` runs ``io.github.kafkatieredrsm.oracle.Oracle`` (``tests/java``) against the Kafka
+4.4.0 jars: it writes whole segments through Kafka's ``UnifiedLog`` (magic 2: offsets, leader epochs,
+producer state, transaction index, snapshot, indexes, exactly as a broker writes them) or ``LogSegment``
+(legacy magic 0/1), dumps any segment file through Kafka's readers (``FileRecords``, ``OffsetIndex``,
+``TimeIndex``, ``TransactionIndex``, ``ProducerStateManager.readSnapshot``, the leader-epoch
+checkpoint), and checks a ``.log`` with Kafka's validation. One JVM per call (about half a second).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from harness.maven import JavaBuild, build_test_java
+
+log = logging.getLogger(__name__)
+
+MAIN_CLASS = "io.github.kafkatieredrsm.oracle.Oracle"
+JVM_OPTS: tuple[str, ...] = ("-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto")
+CALL_TIMEOUT_S = 300.0
+
+
+class Codec(enum.StrEnum):
+    """Kafka's record compression codecs, by the names Kafka uses."""
+
+    NONE = "none"
+    GZIP = "gzip"
+    SNAPPY = "snappy"
+    LZ4 = "lz4"
+    ZSTD = "zstd"
+
+
+class OracleError(RuntimeError):
+    """Kafka refused the input (its message is kept), or the oracle itself failed."""
+
+
+def segment_name(base_offset: int, suffix: str) -> str:
+    """Kafka's file name for a segment file: 20-digit zero-padded base offset + suffix."""
+    return f"{base_offset:020d}{suffix}"
+
+
+class JavaOracle:
+    """Writes, dumps and checks segment files with Kafka's own Java classes."""
+
+    def __init__(self, build: JavaBuild | None = None, java: str = "java") -> None:
+        self.build = build or build_test_java()
+        self.java = java
+
+    def _run(self, *args: str) -> Any:
+        cmd = [self.java, *JVM_OPTS, "-cp", self.build.classpath, MAIN_CLASS, *args]
+        env = {k: v for k, v in os.environ.items() if k not in ("CLASSPATH", "JAVA_TOOL_OPTIONS")}
+        try:
+            proc = subprocess.run(
+                cmd, capture_output=True, text=True, timeout=CALL_TIMEOUT_S, stdin=subprocess.DEVNULL, env=env
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise OracleError(f"oracle {args[0]} timed out after {CALL_TIMEOUT_S:.0f}s: {' '.join(args)}") from exc
+        if proc.returncode != 0:
+            errors = [line[len("ORACLE-ERROR: ") :] for line in proc.stderr.splitlines() if line.startswith("ORACLE-ERROR: ")]
+            if proc.returncode == 2 and errors:
+                raise OracleError(errors[-1])
+            tail = "\n".join(proc.stderr.splitlines()[-30:])
+            raise OracleError(f"oracle {' '.join(args)} failed with exit code {proc.returncode}:\n{tail}")
+        try:
+            return json.loads(proc.stdout)
+        except json.JSONDecodeError as exc:
+            raise OracleError(f"oracle {args[0]} printed no JSON: {proc.stdout[:500]!r}") from exc
+
+    def write_segment(
+        self,
+        out_dir: Path,
+        codec: str | Codec = Codec.NONE,
+        *,
+        records: int = 500,
+        value_size: int = 100,
+        transactional: bool = False,
+        index_interval_bytes: int = 4096,
+        seed: int = 0,
+        magic: int = 2,
+        base_offset: int = 0,
+    ) -> Path:
+        """Write a closed segment with Kafka's code into ``out_dir``; return the ``.log`` path.
+
+        ``out_dir`` then holds ``<base>.log``, ``.index``, ``.timeindex`` (``.txnindex`` when a
+        transaction was aborted), for magic 2 the producer ``<next offset>.snapshot`` and
+        ``leader-epoch-checkpoint``, and ``expected.json`` (see :meth:`expected`). ``records`` counts
+        data records; with ``transactional`` COMMIT/ABORT control records come on top.
+        """
+        try:
+            codec = Codec(codec)
+        except ValueError as exc:
+            raise ValueError(f"unknown codec {codec!r}: one of {[c.value for c in Codec]}") from exc
+        if magic not in (0, 1, 2):
+            raise ValueError(f"magic must be 0, 1 or 2, not {magic}")
+        result = self._run(
+            "write-segment",
+            "--out", str(Path(out_dir).resolve()),
+            "--codec", codec.value,
+            "--records", str(records),
+            "--value-size", str(value_size),
+            "--transactional", "true" if transactional else "false",
+            "--index-interval-bytes", str(index_interval_bytes),
+            "--seed", str(seed),
+            "--magic", str(magic),
+            "--base-offset", str(base_offset),
+        )  # fmt: skip
+        return Path(result["log"])
+
+    @staticmethod
+    def expected(out_dir: Path) -> dict[str, Any]:
+        """What write_segment handed to Kafka and the offsets Kafka assigned (``expected.json``).
+
+        Keys: ``batches`` (baseOffset, lastOffset, count, magic, compressCodec, producerId,
+        producerEpoch, baseSequence, partitionLeaderEpoch, isTransactional, isControl, maxTimestamp,
+        controlType/coordinatorEpoch for markers) and ``records`` (offset, timestamp, key/value base64
+        or null, headers [{key, value}], producerId, isTransactional, isControl, aborted, controlType).
+        """
+        return json.loads((Path(out_dir) / "expected.json").read_text())
+
+    def dump(self, path: Path) -> list[dict[str, Any]]:
+        """Read a segment file with Kafka's classes.
+
+        ``.log``: one dict per batch (baseOffset, lastOffset, count, position, size, magic,
+        compressCodec, crc, isValid, timestampType, maxTimestamp/createTime, producerId, producerEpoch,
+        baseSequence, lastSequence, partitionLeaderEpoch, isTransactional, isControl, deleteHorizonMs,
+        records [{offset, timestamp, sequence, sizeInBytes, key, value, headers, controlType?,
+        coordinatorEpoch?}]). ``.index``: {offset, relativeOffset, position}; ``.timeindex``:
+        {timestamp, offset, relativeOffset}; ``.txnindex``: {producerId, firstOffset, lastOffset,
+        lastStableOffset}; ``.snapshot``: {producerId, producerEpoch, coordinatorEpoch, lastTimestamp,
+        currentTxnFirstOffset, lastSequence, lastOffset, offsetDelta, batches}; ``leader-epoch-checkpoint``:
+        {epoch, startOffset}.
+        """
+        return list(self._run("dump", str(Path(path).resolve())))
+
+    def check(self, path: Path) -> dict[str, Any]:
+        """Kafka's validation of a ``.log`` (every batch ensureValid(), records iterated, offsets rising).
+
+        Returns {batches, records, firstOffset, lastOffset, sizeInBytes, magics, codecs}; raises
+        :class:`OracleError` with Kafka's message (and the byte position) when the file is invalid.
+        """
+        return dict(self._run("check", str(Path(path).resolve())))
