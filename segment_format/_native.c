@@ -1,7 +1,865 @@
-/* Compiled columnar kernel for segment_format (filled in by the columnar decoder work). */
+/*
+ * Compiled columnar kernel for segment_format.
+ *
+ * decode_v2(data, start, verify_crc, max_rows, skip_records, decompress, data_limit)
+ *   walks magic-2 record batches in `data` from byte `start`, checks each header and CRC-32C, hands
+ *   compressed record sections to the Python callable `decompress(codec, memoryview) -> bytes-like`,
+ *   and parses every record into column buffers (see `Columns`).  It returns a dict of buffers that
+ *   segment_format/columnar.py wraps zero-copy into pyarrow arrays.  It stops at the end of `data`, at a
+ *   legacy (magic 0/1) entry, after `max_rows` rows, or before a column's data would exceed
+ *   `data_limit` bytes (Arrow `binary` uses 32-bit offsets).
+ *
+ * Every varint, length and count is bounds-checked against the bytes actually present; nothing is
+ * allocated from a claimed size before it is checked.  Malformed input raises DecodeError(position,
+ * reason) where position is the byte index in `data` (the batch position for compressed batches).
+ */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
+#include <string.h>
 
-static struct PyModuleDef native_module = {PyModuleDef_HEAD_INIT, "_native", NULL, -1, NULL};
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <nmmintrin.h>
+#define HAVE_SSE42_PATH 1
+#endif
 
-PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&native_module); }
+/* ------------------------------------------------------------------------------------------------ */
+/* CRC-32C (Castagnoli), hardware on x86-64 with SSE4.2, slicing-by-8 table otherwise.                */
+
+static uint32_t crc_table[8][256];
+static int crc_hw = 0;
+
+static void crc_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+        crc_table[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++) {
+        for (int t = 1; t < 8; t++) crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xFF];
+    }
+#ifdef HAVE_SSE42_PATH
+    __builtin_cpu_init();
+    crc_hw = __builtin_cpu_supports("sse4.2");
+#endif
+}
+
+static uint32_t crc_sw(uint32_t crc, const uint8_t *p, size_t n) {
+    while (n && ((uintptr_t)p & 7)) {
+        crc = crc_table[0][(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+        n--;
+    }
+    while (n >= 8) {
+        uint32_t lo, hi;
+        memcpy(&lo, p, 4);
+        memcpy(&hi, p + 4, 4);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        lo = __builtin_bswap32(lo);
+        hi = __builtin_bswap32(hi);
+#endif
+        lo ^= crc;
+        crc = crc_table[7][lo & 0xFF] ^ crc_table[6][(lo >> 8) & 0xFF] ^ crc_table[5][(lo >> 16) & 0xFF] ^
+              crc_table[4][lo >> 24] ^ crc_table[3][hi & 0xFF] ^ crc_table[2][(hi >> 8) & 0xFF] ^
+              crc_table[1][(hi >> 16) & 0xFF] ^ crc_table[0][hi >> 24];
+        p += 8;
+        n -= 8;
+    }
+    while (n--) crc = crc_table[0][(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+    return crc;
+}
+
+#ifdef HAVE_SSE42_PATH
+__attribute__((target("sse4.2"))) static uint32_t crc_hw_run(uint32_t crc, const uint8_t *p, size_t n) {
+    uint64_t c = crc;
+    while (n && ((uintptr_t)p & 7)) {
+        c = _mm_crc32_u8((uint32_t)c, *p++);
+        n--;
+    }
+    while (n >= 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        c = _mm_crc32_u64(c, v);
+        p += 8;
+        n -= 8;
+    }
+    while (n--) c = _mm_crc32_u8((uint32_t)c, *p++);
+    return (uint32_t)c;
+}
+#endif
+
+/* Standard CRC-32C value of a buffer, continuing from a previous value. */
+static uint32_t crc32c_value(uint32_t prev, const uint8_t *p, size_t n) {
+    uint32_t c = ~prev;
+#ifdef HAVE_SSE42_PATH
+    if (crc_hw) return ~crc_hw_run(c, p, n);
+#endif
+    return ~crc_sw(c, p, n);
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* NativeBuffer: a read-only buffer-protocol object owning malloc'ed memory (zero-copy into Arrow).   */
+
+typedef struct {
+    PyObject_HEAD char *data;
+    Py_ssize_t len;
+    Py_ssize_t exports;
+} NativeBuffer;
+
+static void nb_dealloc(NativeBuffer *self) {
+    free(self->data);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int nb_getbuffer(NativeBuffer *self, Py_buffer *view, int flags) {
+    static char empty = 0;
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->data ? self->data : &empty, self->len, 1, flags);
+}
+
+static Py_ssize_t nb_length(NativeBuffer *self) { return self->len; }
+
+static PyBufferProcs nb_as_buffer = {(getbufferproc)nb_getbuffer, NULL};
+static PySequenceMethods nb_as_sequence = {(lenfunc)nb_length};
+
+static PyTypeObject NativeBufferType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "segment_format._native.NativeBuffer",
+    .tp_basicsize = sizeof(NativeBuffer),
+    .tp_dealloc = (destructor)nb_dealloc,
+    .tp_as_buffer = &nb_as_buffer,
+    .tp_as_sequence = &nb_as_sequence,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Read-only bytes owned by the columnar kernel, exported through the buffer protocol.",
+};
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Growable byte buffers.                                                                            */
+
+typedef struct {
+    char *p;
+    size_t len, cap;
+} Buf;
+
+static int buf_grow(Buf *b, size_t need) {
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < need) cap *= 2;
+    char *np = realloc(b->p, cap);
+    if (!np) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->p = np;
+    b->cap = cap;
+    return 0;
+}
+
+static inline int buf_reserve(Buf *b, size_t extra) {
+    if (b->len + extra <= b->cap) return 0;
+    return buf_grow(b, b->len + extra);
+}
+
+/* Bitmaps: zero-filled on growth, `bits` counts bits. */
+typedef struct {
+    uint8_t *p;
+    size_t bits, cap; /* cap in bytes */
+} Bits;
+
+static int bits_reserve(Bits *b, size_t extra_bits) {
+    size_t need = (b->bits + extra_bits + 7) / 8;
+    if (need <= b->cap) return 0;
+    size_t cap = b->cap ? b->cap : 512;
+    while (cap < need) cap *= 2;
+    uint8_t *np = realloc(b->p, cap);
+    if (!np) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memset(np + b->cap, 0, cap - b->cap);
+    b->p = np;
+    b->cap = cap;
+    return 0;
+}
+
+static inline void bits_push(Bits *b, int v) {
+    if (v) b->p[b->bits >> 3] |= (uint8_t)(1u << (b->bits & 7));
+    b->bits++;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Column state.                                                                                     */
+
+typedef struct {
+    Py_ssize_t rows;
+    Buf offset, timestamp, ts_type;      /* int64, int64, int8 */
+    Buf key_off, key_data;               /* int32 offsets (rows+1), bytes */
+    Bits key_valid;
+    Py_ssize_t key_nulls;
+    Buf val_off, val_data;
+    Bits val_valid;
+    Py_ssize_t val_nulls;
+    Buf hdr_off;                         /* int32 offsets into headers (rows+1) */
+    Py_ssize_t headers;                  /* total header count */
+    Buf hk_off, hk_data;                 /* header keys: int32 offsets (headers+1), utf-8 bytes */
+    Buf hv_off, hv_data;
+    Bits hv_valid;
+    Py_ssize_t hv_nulls;
+    Py_ssize_t hk_bad_utf8;              /* header keys that are not valid UTF-8 */
+    Buf leader_epoch, producer_id, producer_epoch, base_sequence, batch_base_offset;
+    Bits is_txn, is_control;
+} Columns;
+
+static void columns_free(Columns *c) {
+    Buf *bufs[] = {&c->offset, &c->timestamp, &c->ts_type, &c->key_off, &c->key_data, &c->val_off,
+                   &c->val_data, &c->hdr_off, &c->hk_off, &c->hk_data, &c->hv_off, &c->hv_data,
+                   &c->leader_epoch, &c->producer_id, &c->producer_epoch, &c->base_sequence,
+                   &c->batch_base_offset};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(bufs[i]->p);
+    Bits *bits[] = {&c->key_valid, &c->val_valid, &c->hv_valid, &c->is_txn, &c->is_control};
+    for (size_t i = 0; i < sizeof(bits) / sizeof(bits[0]); i++) free(bits[i]->p);
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Errors.                                                                                           */
+
+static PyObject *DecodeError;
+
+static void raise_decode(Py_ssize_t position, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    PyObject *args = Py_BuildValue("(ns)", position, msg);
+    if (args) {
+        PyErr_SetObject(DecodeError, args);
+        Py_DECREF(args);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Big-endian reads and varints (Kafka's ByteUtils semantics: zigzag LEB128, at most 5 / 10 bytes).  */
+
+static inline int64_t be64(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return (int64_t)__builtin_bswap64(v);
+}
+static inline int32_t be32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return (int32_t)__builtin_bswap32(v);
+}
+static inline int16_t be16(const uint8_t *p) { return (int16_t)(((uint16_t)p[0] << 8) | p[1]); }
+
+/* Returns 0 on success, -1 if the input ends, -2 if the varint is longer than allowed. */
+static inline int read_varint(const uint8_t **pp, const uint8_t *end, int32_t *out) {
+    const uint8_t *p = *pp;
+    if (p < end && !(*p & 0x80)) {
+        uint32_t v = *p;
+        *out = (int32_t)((v >> 1) ^ (0u - (v & 1)));
+        *pp = p + 1;
+        return 0;
+    }
+    uint32_t value = 0;
+    int shift = 0;
+    for (;;) {
+        if (p >= end) return -1;
+        uint32_t b = *p++;
+        if (!(b & 0x80)) {
+            value |= b << shift;
+            break;
+        }
+        value |= (b & 0x7F) << shift;
+        shift += 7;
+        if (shift > 28) return -2;
+    }
+    *out = (int32_t)((value >> 1) ^ (0u - (value & 1)));
+    *pp = p;
+    return 0;
+}
+
+static inline int read_varlong(const uint8_t **pp, const uint8_t *end, int64_t *out) {
+    const uint8_t *p = *pp;
+    uint64_t value = 0;
+    int shift = 0;
+    for (;;) {
+        if (p >= end) return -1;
+        uint64_t b = *p++;
+        if (!(b & 0x80)) {
+            value |= b << shift;
+            break;
+        }
+        value |= (b & 0x7F) << shift;
+        shift += 7;
+        if (shift > 63) return -2;
+    }
+    *out = (int64_t)((value >> 1) ^ (0ull - (value & 1)));
+    *pp = p;
+    return 0;
+}
+
+/* UTF-8 validity (RFC 3629: no overlongs, no surrogates, <= U+10FFFF). */
+static int utf8_valid(const uint8_t *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        uint8_t c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t k;
+        uint32_t cp;
+        if ((c & 0xE0) == 0xC0) {
+            k = 1;
+            cp = c & 0x1F;
+        } else if ((c & 0xF0) == 0xE0) {
+            k = 2;
+            cp = c & 0x0F;
+        } else if ((c & 0xF8) == 0xF0) {
+            k = 3;
+            cp = c & 0x07;
+        } else {
+            return 0;
+        }
+        if (i + k >= n) return 0;
+        for (size_t j = 1; j <= k; j++) {
+            if ((s[i + j] & 0xC0) != 0x80) return 0;
+            cp = (cp << 6) | (s[i + j] & 0x3F);
+        }
+        if ((k == 1 && cp < 0x80) || (k == 2 && cp < 0x800) || (k == 3 && cp < 0x10000)) return 0;
+        if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+        i += k + 1;
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Record parsing.                                                                                   */
+
+typedef struct {
+    int64_t base_offset, base_timestamp, max_timestamp, producer_id;
+    int32_t leader_epoch, base_sequence;
+    int16_t producer_epoch;
+    int log_append_time, transactional, control;
+} BatchInfo;
+
+enum { PARSE_OK = 0, PARSE_ERR = -1, PARSE_STOP = 1 };
+
+/* Parses `count` records from [p, end).  Rows for the first `skip` records are not emitted.  Stops
+   (PARSE_STOP, *done = records consumed) when max_rows is reached or a data column would exceed
+   data_limit.  On error sets DecodeError: errpos is the position to report; if compressed, positions
+   inside the decompressed bytes are only described in the message. */
+static int parse_records(Columns *c, const BatchInfo *bi, const uint8_t *start, const uint8_t *end,
+                         int32_t count, int32_t skip, Py_ssize_t max_rows, size_t data_limit,
+                         Py_ssize_t data_pos, int compressed, Py_ssize_t batch_pos, int32_t *done) {
+    const uint8_t *p = start;
+    size_t region = (size_t)(end - start);
+    size_t n = (size_t)count;
+
+    /* Reserve per-row storage once per batch: count is already bounded by region / 7. */
+    if (buf_reserve(&c->offset, 8 * n) || buf_reserve(&c->timestamp, 8 * n) || buf_reserve(&c->ts_type, n) ||
+        buf_reserve(&c->key_off, 4 * n) || buf_reserve(&c->val_off, 4 * n) || buf_reserve(&c->hdr_off, 4 * n) ||
+        buf_reserve(&c->leader_epoch, 4 * n) || buf_reserve(&c->producer_id, 8 * n) ||
+        buf_reserve(&c->producer_epoch, 2 * n) || buf_reserve(&c->base_sequence, 4 * n) ||
+        buf_reserve(&c->batch_base_offset, 8 * n) || buf_reserve(&c->key_data, region) ||
+        buf_reserve(&c->val_data, region) || bits_reserve(&c->key_valid, n) || bits_reserve(&c->val_valid, n) ||
+        bits_reserve(&c->is_txn, n) || bits_reserve(&c->is_control, n))
+        return PARSE_ERR;
+
+    const int8_t tstype = bi->log_append_time ? 1 : 0;
+    int32_t i;
+    const char *what = NULL;
+    const uint8_t *rec_start = p;
+    for (i = 0; i < count; i++) {
+        rec_start = p;
+        int32_t len, off_delta, klen, vlen, hcount;
+        int64_t ts_delta;
+        int r;
+        if ((r = read_varint(&p, end, &len))) {
+            what = r == -1 ? "record length varint runs past the end of the records" : "record length varint is too long";
+            goto fail;
+        }
+        if (len < 0) {
+            what = "negative record length";
+            goto fail;
+        }
+        if ((size_t)len > (size_t)(end - p)) {
+            what = "record length exceeds the remaining bytes of the batch";
+            goto fail;
+        }
+        const uint8_t *rend = p + len;
+        if (p >= rend) {
+            what = "record ends before its attributes";
+            goto fail;
+        }
+        p++; /* record attributes: unused */
+        if ((r = read_varlong(&p, rend, &ts_delta))) {
+            what = r == -1 ? "timestamp delta runs past the end of the record" : "timestamp delta varlong is too long";
+            goto fail;
+        }
+        if ((r = read_varint(&p, rend, &off_delta))) {
+            what = r == -1 ? "offset delta runs past the end of the record" : "offset delta varint is too long";
+            goto fail;
+        }
+        if ((r = read_varint(&p, rend, &klen))) {
+            what = r == -1 ? "key length runs past the end of the record" : "key length varint is too long";
+            goto fail;
+        }
+        if (klen < -1 || (klen > 0 && (size_t)klen > (size_t)(rend - p))) {
+            what = klen < -1 ? "invalid negative key length" : "key length exceeds the record";
+            goto fail;
+        }
+        const uint8_t *kp = p;
+        if (klen > 0) p += klen;
+        if ((r = read_varint(&p, rend, &vlen))) {
+            what = r == -1 ? "value length runs past the end of the record" : "value length varint is too long";
+            goto fail;
+        }
+        if (vlen < -1 || (vlen > 0 && (size_t)vlen > (size_t)(rend - p))) {
+            what = vlen < -1 ? "invalid negative value length" : "value length exceeds the record";
+            goto fail;
+        }
+        const uint8_t *vp = p;
+        if (vlen > 0) p += vlen;
+        if ((r = read_varint(&p, rend, &hcount))) {
+            what = r == -1 ? "header count runs past the end of the record" : "header count varint is too long";
+            goto fail;
+        }
+        if (hcount < 0) {
+            what = "invalid negative header count";
+            goto fail;
+        }
+        if ((size_t)hcount > (size_t)(rend - p) / 2) {
+            what = "header count exceeds what the record can hold";
+            goto fail;
+        }
+        int emit = i >= skip;
+        if (emit) {
+            size_t kl = klen > 0 ? (size_t)klen : 0, vl = vlen > 0 ? (size_t)vlen : 0;
+            if ((max_rows >= 0 && c->rows >= max_rows) || c->key_data.len + kl > data_limit ||
+                c->val_data.len + vl > data_limit) {
+                *done = i;
+                return PARSE_STOP;
+            }
+        }
+        /* Headers: parse (and validate) even when not emitting. */
+        size_t hk_mark = c->hk_data.len, hv_mark = c->hv_data.len, hko_mark = c->hk_off.len,
+               hvo_mark = c->hv_off.len, hvb_mark = c->hv_valid.bits;
+        Py_ssize_t hn_mark = c->headers, hvn_mark = c->hv_nulls, bad_mark = c->hk_bad_utf8;
+        if (hcount > 0) {
+            if (emit && (buf_reserve(&c->hk_off, 4 * (size_t)hcount) || buf_reserve(&c->hv_off, 4 * (size_t)hcount) ||
+                         bits_reserve(&c->hv_valid, (size_t)hcount)))
+                return PARSE_ERR;
+            for (int32_t h = 0; h < hcount; h++) {
+                int32_t hkl, hvl;
+                if ((r = read_varint(&p, rend, &hkl))) {
+                    what = r == -1 ? "header key length runs past the end of the record" : "header key length varint is too long";
+                    goto fail;
+                }
+                if (hkl < 0 || (size_t)hkl > (size_t)(rend - p)) {
+                    what = hkl < 0 ? "invalid negative header key length" : "header key length exceeds the record";
+                    goto fail;
+                }
+                const uint8_t *hkp = p;
+                p += hkl;
+                if ((r = read_varint(&p, rend, &hvl))) {
+                    what = r == -1 ? "header value length runs past the end of the record" : "header value length varint is too long";
+                    goto fail;
+                }
+                if (hvl < -1 || (hvl > 0 && (size_t)hvl > (size_t)(rend - p))) {
+                    what = hvl < -1 ? "invalid negative header value length" : "header value length exceeds the record";
+                    goto fail;
+                }
+                const uint8_t *hvp = p;
+                if (hvl > 0) p += hvl;
+                if (!emit) continue;
+                size_t hvs = hvl > 0 ? (size_t)hvl : 0;
+                if (c->hk_data.len + (size_t)hkl > data_limit || c->hv_data.len + hvs > data_limit) {
+                    /* roll back this record's headers and stop before it */
+                    c->hk_data.len = hk_mark;
+                    c->hv_data.len = hv_mark;
+                    c->hk_off.len = hko_mark;
+                    c->hv_off.len = hvo_mark;
+                    for (size_t b = hvb_mark; b < c->hv_valid.bits; b++) c->hv_valid.p[b >> 3] &= (uint8_t)~(1u << (b & 7));
+                    c->hv_valid.bits = hvb_mark;
+                    c->headers = hn_mark;
+                    c->hv_nulls = hvn_mark;
+                    c->hk_bad_utf8 = bad_mark;
+                    *done = i;
+                    return PARSE_STOP;
+                }
+                if (buf_reserve(&c->hk_data, (size_t)hkl) || buf_reserve(&c->hv_data, hvs)) return PARSE_ERR;
+                if (!utf8_valid(hkp, (size_t)hkl)) c->hk_bad_utf8++;
+                memcpy(c->hk_data.p + c->hk_data.len, hkp, (size_t)hkl);
+                c->hk_data.len += (size_t)hkl;
+                int32_t o = (int32_t)c->hk_data.len;
+                memcpy(c->hk_off.p + c->hk_off.len, &o, 4);
+                c->hk_off.len += 4;
+                if (hvl >= 0) {
+                    memcpy(c->hv_data.p + c->hv_data.len, hvp, hvs);
+                    c->hv_data.len += hvs;
+                } else {
+                    c->hv_nulls++;
+                }
+                bits_push(&c->hv_valid, hvl >= 0);
+                o = (int32_t)c->hv_data.len;
+                memcpy(c->hv_off.p + c->hv_off.len, &o, 4);
+                c->hv_off.len += 4;
+                c->headers++;
+            }
+        }
+        if (p != rend) {
+            what = "record length does not match its contents";
+            goto fail;
+        }
+        if (!emit) continue;
+
+        /* Emit the row. */
+        Py_ssize_t row = c->rows;
+        int64_t off = (int64_t)((uint64_t)bi->base_offset + (uint64_t)(int64_t)off_delta);
+        int64_t ts = bi->log_append_time ? bi->max_timestamp
+                                         : (int64_t)((uint64_t)bi->base_timestamp + (uint64_t)ts_delta);
+        ((int64_t *)c->offset.p)[row] = off;
+        ((int64_t *)c->timestamp.p)[row] = ts;
+        ((int8_t *)c->ts_type.p)[row] = tstype;
+        if (klen > 0) {
+            memcpy(c->key_data.p + c->key_data.len, kp, (size_t)klen);
+            c->key_data.len += (size_t)klen;
+        }
+        if (klen < 0) c->key_nulls++;
+        bits_push(&c->key_valid, klen >= 0);
+        ((int32_t *)c->key_off.p)[row + 1] = (int32_t)c->key_data.len;
+        if (vlen > 0) {
+            memcpy(c->val_data.p + c->val_data.len, vp, (size_t)vlen);
+            c->val_data.len += (size_t)vlen;
+        }
+        if (vlen < 0) c->val_nulls++;
+        bits_push(&c->val_valid, vlen >= 0);
+        ((int32_t *)c->val_off.p)[row + 1] = (int32_t)c->val_data.len;
+        ((int32_t *)c->hdr_off.p)[row + 1] = (int32_t)c->headers;
+        ((int32_t *)c->leader_epoch.p)[row] = bi->leader_epoch;
+        ((int64_t *)c->producer_id.p)[row] = bi->producer_id;
+        ((int16_t *)c->producer_epoch.p)[row] = bi->producer_epoch;
+        ((int32_t *)c->base_sequence.p)[row] = bi->base_sequence;
+        ((int64_t *)c->batch_base_offset.p)[row] = bi->base_offset;
+        bits_push(&c->is_txn, bi->transactional);
+        bits_push(&c->is_control, bi->control);
+        c->rows++;
+        c->offset.len += 8;
+        c->timestamp.len += 8;
+        c->ts_type.len += 1;
+        c->key_off.len += 4;
+        c->val_off.len += 4;
+        c->hdr_off.len += 4;
+        c->leader_epoch.len += 4;
+        c->producer_id.len += 8;
+        c->producer_epoch.len += 2;
+        c->base_sequence.len += 4;
+        c->batch_base_offset.len += 8;
+    }
+    if (p != end) {
+        raise_decode(compressed ? batch_pos : data_pos + (p - start),
+                     "%zd bytes remain after the batch's %d records%s", (Py_ssize_t)(end - p), count,
+                     compressed ? " (in the decompressed records)" : "");
+        return PARSE_ERR;
+    }
+    *done = count;
+    return PARSE_OK;
+fail:
+    if (compressed)
+        raise_decode(batch_pos, "record %d at byte %zd of the decompressed records: %s", i,
+                     (Py_ssize_t)(rec_start - start), what);
+    else
+        raise_decode(data_pos + (rec_start - start), "record %d of the batch at position %zd: %s", i, batch_pos, what);
+    return PARSE_ERR;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* decode_v2                                                                                         */
+
+static const char *codec_names[] = {"none", "gzip", "snappy", "lz4", "zstd"};
+
+static PyObject *nb_from_buf(char **p, size_t len) {
+    NativeBuffer *nb = PyObject_New(NativeBuffer, &NativeBufferType);
+    if (!nb) return NULL;
+    char *data = *p;
+    if (data && len) {
+        char *shrunk = realloc(data, len);
+        if (shrunk) data = shrunk;
+    } else {
+        free(data);
+        data = NULL;
+    }
+    nb->data = data;
+    nb->len = (Py_ssize_t)len;
+    nb->exports = 0;
+    *p = NULL;
+    return (PyObject *)nb;
+}
+
+static int put_buf(PyObject *d, const char *name, Buf *b) {
+    PyObject *o = nb_from_buf(&b->p, b->len);
+    b->len = b->cap = 0;
+    if (!o) return -1;
+    int r = PyDict_SetItemString(d, name, o);
+    Py_DECREF(o);
+    return r;
+}
+
+static int put_bits(PyObject *d, const char *name, Bits *b, int keep) {
+    size_t bytes = (b->bits + 7) / 8;
+    if (!keep) {
+        free(b->p);
+        b->p = NULL;
+        b->bits = b->cap = 0;
+        return PyDict_SetItemString(d, name, Py_None);
+    }
+    PyObject *o = nb_from_buf((char **)&b->p, bytes);
+    b->bits = b->cap = 0;
+    if (!o) return -1;
+    int r = PyDict_SetItemString(d, name, o);
+    Py_DECREF(o);
+    return r;
+}
+
+static int put_int(PyObject *d, const char *name, Py_ssize_t v) {
+    PyObject *o = PyLong_FromSsize_t(v);
+    if (!o) return -1;
+    int r = PyDict_SetItemString(d, name, o);
+    Py_DECREF(o);
+    return r;
+}
+
+enum { STOP_END = 0, STOP_LEGACY = 1, STOP_MAX_ROWS = 2, STOP_LIMIT = 3 };
+
+PyDoc_STRVAR(decode_v2_doc,
+             "decode_v2(data, start, verify_crc, max_rows, skip_records, decompress, data_limit) -> dict\n\n"
+             "Decode magic-2 batches from data[start:] into column buffers. max_rows < 0 means no limit.\n"
+             "The result holds 'stop' (0 end, 1 legacy entry, 2 max_rows, 3 data limit), 'position' (where\n"
+             "decoding stopped: the end, or the batch to resume at), 'skip' (records of that batch already\n"
+             "returned), 'rows', 'headers', null counts and the NativeBuffer columns.");
+
+static PyObject *decode_v2(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t start, max_rows, data_limit_arg;
+    int verify_crc, skip_records;
+    PyObject *decompress;
+    if (!PyArg_ParseTuple(args, "y*npniOn", &view, &start, &verify_crc, &max_rows, &skip_records, &decompress,
+                          &data_limit_arg))
+        return NULL;
+    const uint8_t *data = view.buf;
+    Py_ssize_t n = view.len;
+    size_t data_limit = data_limit_arg < 0 || data_limit_arg > INT32_MAX ? (size_t)INT32_MAX : (size_t)data_limit_arg;
+    Columns c;
+    memset(&c, 0, sizeof c);
+    PyObject *result = NULL;
+    int stop = STOP_END;
+    int32_t skip = skip_records;
+    Py_ssize_t pos = start < 0 ? 0 : start;
+
+    if (buf_reserve(&c.key_off, 4) || buf_reserve(&c.val_off, 4) || buf_reserve(&c.hdr_off, 4) ||
+        buf_reserve(&c.hk_off, 4) || buf_reserve(&c.hv_off, 4))
+        goto done;
+    memset(c.key_off.p, 0, 4);
+    memset(c.val_off.p, 0, 4);
+    memset(c.hdr_off.p, 0, 4);
+    memset(c.hk_off.p, 0, 4);
+    memset(c.hv_off.p, 0, 4);
+    c.key_off.len = c.val_off.len = c.hdr_off.len = c.hk_off.len = c.hv_off.len = 4;
+
+    while (pos < n) {
+        Py_ssize_t remaining = n - pos;
+        const uint8_t *b = data + pos;
+        if (remaining < 17) {
+            raise_decode(pos, "truncated batch: %zd bytes left, fewer than a batch header up to its magic", remaining);
+            goto done;
+        }
+        int32_t blen = be32(b + 8);
+        int magic = (int8_t)b[16];
+        if (magic == 0 || magic == 1) {
+            stop = STOP_LEGACY;
+            break;
+        }
+        if (magic != 2) {
+            raise_decode(pos, "unknown magic %d", magic);
+            goto done;
+        }
+        if (blen < 49) {
+            raise_decode(pos, "batch length %d is below the minimum of 49 for magic 2", blen);
+            goto done;
+        }
+        if ((Py_ssize_t)blen > remaining - 12) {
+            raise_decode(pos, "truncated batch: length %d but only %zd bytes follow", blen, remaining - 12);
+            goto done;
+        }
+        Py_ssize_t bend = pos + 12 + blen;
+        int16_t attrs = be16(b + 21);
+        int codec = attrs & 7;
+        if (verify_crc) {
+            uint32_t stored = (uint32_t)be32(b + 17);
+            uint32_t actual = crc32c_value(0, b + 21, (size_t)blen - 9);
+            if (stored != actual) {
+                raise_decode(pos, "CRC-32C mismatch: stored 0x%08x, computed 0x%08x", stored, actual);
+                goto done;
+            }
+        }
+        if (codec > 4) {
+            raise_decode(pos, "unknown compression codec %d", codec);
+            goto done;
+        }
+        int32_t count = be32(b + 57);
+        if (count < 0) {
+            raise_decode(pos, "negative record count %d", count);
+            goto done;
+        }
+        BatchInfo bi;
+        bi.base_offset = be64(b);
+        bi.leader_epoch = be32(b + 12);
+        bi.base_timestamp = be64(b + 27);
+        bi.max_timestamp = be64(b + 35);
+        bi.producer_id = be64(b + 43);
+        bi.producer_epoch = be16(b + 51);
+        bi.base_sequence = be32(b + 53);
+        bi.log_append_time = (attrs & 0x08) != 0;
+        bi.transactional = (attrs & 0x10) != 0;
+        bi.control = (attrs & 0x20) != 0;
+        const uint8_t *rs = b + 61, *re = data + bend;
+        int32_t done_recs = 0;
+        int pr;
+        if (count == 0) {
+            pr = PARSE_OK; /* Kafka never reads the records section of an empty batch. */
+        } else if (codec == 0) {
+            if ((size_t)count > (size_t)(re - rs) / 7) {
+                raise_decode(pos + 57, "record count %d cannot fit in the batch's %zd record bytes", count,
+                             (Py_ssize_t)(re - rs));
+                goto done;
+            }
+            pr = parse_records(&c, &bi, rs, re, count, skip, max_rows, data_limit, pos + 61, 0, pos, &done_recs);
+        } else {
+            PyObject *mv = PyMemoryView_FromMemory((char *)rs, re - rs, PyBUF_READ);
+            if (!mv) goto done;
+            PyObject *out = PyObject_CallFunction(decompress, "iO", codec, mv);
+            Py_DECREF(mv);
+            if (!out) {
+                PyObject *et, *ev, *tb;
+                PyErr_Fetch(&et, &ev, &tb);
+                PyErr_NormalizeException(&et, &ev, &tb);
+                PyObject *s = ev ? PyObject_Str(ev) : NULL;
+                const char *msg = s ? PyUnicode_AsUTF8(s) : NULL;
+                if (!msg) PyErr_Clear();
+                raise_decode(pos, "cannot decompress %s records: %s", codec_names[codec], msg ? msg : "unknown error");
+                Py_XDECREF(s);
+                if (ev && PyErr_Occurred()) {
+                    PyObject *t2, *v2, *tb2;
+                    PyErr_Fetch(&t2, &v2, &tb2);
+                    PyErr_NormalizeException(&t2, &v2, &tb2);
+                    if (v2) {
+                        PyException_SetCause(v2, ev); /* steals ev */
+                        ev = NULL;
+                    }
+                    PyErr_Restore(t2, v2, tb2);
+                }
+                Py_XDECREF(et);
+                Py_XDECREF(ev);
+                Py_XDECREF(tb);
+                goto done;
+            }
+            Py_buffer ob;
+            if (PyObject_GetBuffer(out, &ob, PyBUF_SIMPLE) < 0) {
+                Py_DECREF(out);
+                goto done;
+            }
+            const uint8_t *ds = ob.buf, *de = ds + ob.len;
+            if ((size_t)count > (size_t)ob.len / 7) {
+                raise_decode(pos + 57, "record count %d cannot fit in the batch's %zd decompressed record bytes", count,
+                             ob.len);
+                pr = PARSE_ERR;
+            } else {
+                pr = parse_records(&c, &bi, ds, de, count, skip, max_rows, data_limit, pos, 1, pos, &done_recs);
+            }
+            PyBuffer_Release(&ob);
+            Py_DECREF(out);
+        }
+        if (pr == PARSE_ERR) goto done;
+        if (pr == PARSE_STOP) {
+            if (c.rows == 0 && !(max_rows >= 0 && c.rows >= max_rows)) {
+                raise_decode(pos, "a single record of this batch exceeds the %zd-byte column limit", (Py_ssize_t)data_limit);
+                goto done;
+            }
+            stop = (max_rows >= 0 && c.rows >= max_rows) ? STOP_MAX_ROWS : STOP_LIMIT;
+            skip = done_recs;
+            break;
+        }
+        skip = 0;
+        pos = bend;
+        if (max_rows >= 0 && c.rows >= max_rows) {
+            stop = pos < n ? STOP_MAX_ROWS : STOP_END;
+            break;
+        }
+    }
+
+    result = PyDict_New();
+    if (!result) goto done;
+    int keep_kv = c.key_nulls > 0, keep_vv = c.val_nulls > 0, keep_hv = c.hv_nulls > 0;
+    if (put_int(result, "stop", stop) || put_int(result, "position", pos) || put_int(result, "skip", skip) ||
+        put_int(result, "rows", c.rows) || put_int(result, "headers", c.headers) ||
+        put_int(result, "key_nulls", c.key_nulls) || put_int(result, "value_nulls", c.val_nulls) ||
+        put_int(result, "header_value_nulls", c.hv_nulls) || put_int(result, "header_key_bad_utf8", c.hk_bad_utf8) ||
+        put_buf(result, "offset", &c.offset) || put_buf(result, "timestamp", &c.timestamp) ||
+        put_buf(result, "timestamp_type", &c.ts_type) || put_buf(result, "key_offsets", &c.key_off) ||
+        put_buf(result, "key_data", &c.key_data) || put_bits(result, "key_validity", &c.key_valid, keep_kv) ||
+        put_buf(result, "value_offsets", &c.val_off) || put_buf(result, "value_data", &c.val_data) ||
+        put_bits(result, "value_validity", &c.val_valid, keep_vv) || put_buf(result, "header_offsets", &c.hdr_off) ||
+        put_buf(result, "header_key_offsets", &c.hk_off) || put_buf(result, "header_key_data", &c.hk_data) ||
+        put_buf(result, "header_value_offsets", &c.hv_off) || put_buf(result, "header_value_data", &c.hv_data) ||
+        put_bits(result, "header_value_validity", &c.hv_valid, keep_hv) ||
+        put_buf(result, "partition_leader_epoch", &c.leader_epoch) || put_buf(result, "producer_id", &c.producer_id) ||
+        put_buf(result, "producer_epoch", &c.producer_epoch) || put_buf(result, "base_sequence", &c.base_sequence) ||
+        put_bits(result, "is_transactional", &c.is_txn, 1) || put_bits(result, "is_control", &c.is_control, 1) ||
+        put_buf(result, "batch_base_offset", &c.batch_base_offset)) {
+        Py_CLEAR(result);
+    }
+done:
+    columns_free(&c);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+
+static PyObject *py_crc32c(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    unsigned long prev = 0;
+    if (!PyArg_ParseTuple(args, "y*|k", &view, &prev)) return NULL;
+    uint32_t v;
+    Py_BEGIN_ALLOW_THREADS v = crc32c_value((uint32_t)prev, view.buf, (size_t)view.len);
+    Py_END_ALLOW_THREADS PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(v);
+}
+
+static PyObject *py_crc32c_hardware(PyObject *self, PyObject *noargs) { return PyBool_FromLong(crc_hw); }
+
+static PyMethodDef native_methods[] = {
+    {"decode_v2", decode_v2, METH_VARARGS, decode_v2_doc},
+    {"crc32c", py_crc32c, METH_VARARGS, "crc32c(data, crc=0) -> int: CRC-32C of data, continuing from crc."},
+    {"crc32c_hardware", py_crc32c_hardware, METH_NOARGS, "True when CRC-32C uses the SSE4.2 instruction."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef native_module = {
+    PyModuleDef_HEAD_INIT, "_native",
+    "Compiled columnar kernel: magic-2 record batches to column buffers, and CRC-32C.", -1, native_methods};
+
+PyMODINIT_FUNC PyInit__native(void) {
+    crc_init();
+    if (PyType_Ready(&NativeBufferType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&native_module);
+    if (!m) return NULL;
+    DecodeError = PyErr_NewExceptionWithDoc("segment_format._native.DecodeError",
+                                            "Malformed batch bytes: args are (position, reason).", PyExc_ValueError,
+                                            NULL);
+    if (!DecodeError || PyModule_AddObjectRef(m, "DecodeError", DecodeError) < 0 ||
+        PyModule_AddObjectRef(m, "NativeBuffer", (PyObject *)&NativeBufferType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
