@@ -1,0 +1,315 @@
+"""Configuration: broker-level `rsm.config.*` defaults, overridden per topic by `unchecked.rsm.*` keys.
+
+Kafka hands the RSM the broker's `rsm.config.*` keys with the prefix stripped (`bucket`, `prefix`,
+`storage.backend`, ...). Seed 004 lets a topic carry unvalidated `unchecked.*` keys and passes the topic's
+LogConfig to every operation, so a topic can choose its own bucket, prefix, encryption, compression and
+chunk size. Resolution order for a topic-level setting: the topic's `unchecked.rsm.<name>` key, then the
+broker's `<name>`, then a built-in default. `describe()` answers every effective value with its source,
+like KIP-525's config sources (seed 003), masking sensitive values.
+
+Record validation (seed 002) is switched on per topic by `record.validation.policy` (or its
+`unchecked.record.validation.policy` form, for brokers that reject unknown topic keys); the policy class is
+a broker setting, `record.validation.policy.class.name`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from rsm.errors import ConfigException
+from rsm.log_config import LogConfig
+
+BROKER_PREFIX = "rsm.config."
+TOPIC_PREFIX = "unchecked.rsm."
+MASK = "[hidden]"
+
+MIN_CHUNK_SIZE = 4 * 1024
+MAX_CHUNK_SIZE = 256 * 1024 * 1024
+
+
+class ConfigSource(enum.Enum):
+    """Where an effective value came from (names as in KIP-525's `ConfigSource`, plus TOPIC_UNCHECKED)."""
+
+    TOPIC_UNCHECKED = "TOPIC_UNCHECKED"
+    TOPIC = "TOPIC"
+    BROKER = "BROKER"
+    DEFAULT = "DEFAULT"
+
+
+class Backend(enum.Enum):
+    FILE = "file"
+    S3 = "s3"
+
+
+class ViolationAction(enum.Enum):
+    """What a topic wants when its record validation policy rejects records of a segment."""
+
+    FAIL = "fail"  # refuse the copy: Kafka retries later and the segment stays local
+    TIER = "tier"  # tier it anyway, recording the violations in the manifest for readers
+
+
+def _bool(key: str, value: str) -> bool:
+    v = value.strip().lower()
+    if v in ("true", "1", "yes", "on"):
+        return True
+    if v in ("false", "0", "no", "off"):
+        return False
+    raise ConfigException(f"config {key} must be true or false, got {value!r}")
+
+
+def _size(key: str, value: str, lo: int = 0, hi: int = 1 << 62) -> int:
+    text = value.strip().lower()
+    units = {"k": 1024, "kib": 1024, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gib": 1 << 30}
+    mult = 1
+    for suffix in sorted(units, key=len, reverse=True):
+        if text.endswith(suffix):
+            mult, text = units[suffix], text[: -len(suffix)].strip()
+            break
+    try:
+        n = int(text) * mult
+    except ValueError:
+        raise ConfigException(
+            f"config {key} must be a byte size (e.g. 4194304 or 4MiB), got {value!r}"
+        ) from None
+    if not lo <= n <= hi:
+        raise ConfigException(f"config {key} must be between {lo} and {hi} bytes, got {n}")
+    return n
+
+
+def _int(key: str, value: str, lo: int = 0, hi: int = 1 << 31) -> int:
+    try:
+        n = int(value.strip())
+    except ValueError:
+        raise ConfigException(f"config {key} must be an integer, got {value!r}") from None
+    if not lo <= n <= hi:
+        raise ConfigException(f"config {key} must be between {lo} and {hi}, got {n}")
+    return n
+
+
+def _str(key: str, value: str) -> str:
+    return value.strip()
+
+
+def _bucket(key: str, value: str) -> str:
+    v = value.strip()
+    if not v or "/" in v or len(v.encode()) > 63 or v in (".", ".."):
+        raise ConfigException(f"config {key} must be a bucket name (1-63 bytes, no '/'), got {value!r}")
+    return v
+
+
+def _prefix(key: str, value: str) -> str:
+    v = value.strip()
+    if v.startswith("/") or ".." in v.split("/") or len(v.encode()) > 60:
+        raise ConfigException(
+            f"config {key} must be a relative key prefix of at most 60 bytes without '..', got {value!r}"
+        )
+    return v
+
+
+def _enum(kind: type[enum.Enum]) -> Callable[[str, str], enum.Enum]:
+    def parse(key: str, value: str) -> enum.Enum:
+        try:
+            return kind(value.strip().lower())
+        except ValueError:
+            allowed = ", ".join(str(m.value) for m in kind)
+            raise ConfigException(f"config {key} must be one of {allowed}, got {value!r}") from None
+
+    return parse
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One configuration key: how to parse it, its default, and whether a topic may override it."""
+
+    name: str
+    default: str | None
+    parse: Callable[[str, str], object]
+    doc: str
+    topic: bool = False  # overridable by `unchecked.rsm.<name>`
+    sensitive: bool = False
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("storage.backend", "file", _enum(Backend), "file (a bucket is a directory under the root) or s3"),
+    Setting("storage.file.root", None, _str, "root directory of the file store"),
+    Setting("storage.s3.endpoint.url", None, _str, "S3 endpoint (MinIO, moto...); AWS when unset"),
+    Setting("storage.s3.region", None, _str, "S3 region"),
+    Setting(
+        "storage.s3.access.key.id", None, _str, "S3 access key id (else the standard chain)", sensitive=True
+    ),
+    Setting(
+        "storage.s3.secret.access.key", None, _str, "S3 secret key (else the standard chain)", sensitive=True
+    ),
+    Setting("storage.s3.session.token", None, _str, "S3 session token", sensitive=True),
+    Setting(
+        "storage.s3.multipart.part.size",
+        str(16 << 20),
+        lambda k, v: _size(k, v, 5 << 20, 5 << 30),
+        "part size of multipart uploads (S3 minimum 5 MiB)",
+    ),
+    Setting("bucket", "kafka-tiered-storage", _bucket, "bucket of new segments", topic=True),
+    Setting("prefix", "", _prefix, "key prefix of new segments", topic=True),
+    Setting("encryption.enabled", "false", _bool, "AES-256-GCM encryption of new segments", topic=True),
+    Setting("encryption.key.id", None, _str, "keyring key id wrapping new segments' data keys", topic=True),
+    Setting("encryption.keyring.path", None, _str, "JSON keyring file {key_id: base64 256-bit key}"),
+    Setting(
+        "compression.enabled", "true", _bool, "zstd per chunk (skipped for compressed batches)", topic=True
+    ),
+    Setting("compression.zstd.level", "3", lambda k, v: _int(k, v, -7, 22), "zstd level"),
+    Setting(
+        "chunk.size",
+        str(4 << 20),
+        lambda k, v: _size(k, v, MIN_CHUNK_SIZE, MAX_CHUNK_SIZE),
+        "original bytes per chunk: the unit of ranged fetches",
+        topic=True,
+    ),
+    Setting(
+        "cache.manifest.bytes", str(8 << 20), lambda k, v: _size(k, v), "byte bound of the manifest cache"
+    ),
+    Setting("cache.chunk.bytes", str(64 << 20), lambda k, v: _size(k, v), "byte bound of the chunk cache"),
+    Setting(
+        "fetch.prefetch.chunks",
+        "1",
+        lambda k, v: _int(k, v, 0, 64),
+        "chunks read ahead for sequential fetches",
+    ),
+    Setting("fetch.threads", "4", lambda k, v: _int(k, v, 1, 256), "threads downloading chunks ahead"),
+    Setting("record.validation.policy.class.name", None, _str, "RecordValidationPolicy class (module:Class)"),
+    Setting(
+        "record.validation.on.violation",
+        "fail",
+        _enum(ViolationAction),
+        "fail the copy, or tier with a violation report",
+        topic=True,
+    ),
+)
+SETTINGS_BY_NAME = {s.name: s for s in SETTINGS}
+VALIDATION_POLICY_KEYS = ("record.validation.policy", "unchecked.record.validation.policy")
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    """One effective value as `describe()` answers it: value as a string (masked when sensitive)."""
+
+    name: str
+    value: str | None
+    source: ConfigSource
+    sensitive: bool
+    key: str  # the key that supplied the value (`unchecked.rsm.bucket`, `bucket`, or the name for defaults)
+    documentation: str = ""
+
+
+@dataclass(frozen=True)
+class TopicSettings:
+    """The settings one operation runs with, resolved from the topic's LogConfig and the broker's."""
+
+    bucket: str
+    prefix: str
+    encryption_enabled: bool
+    encryption_key_id: str | None
+    compression_enabled: bool
+    compression_level: int
+    chunk_size: int
+    validation_policy: str | None
+    on_violation: ViolationAction
+
+
+class RsmConfig:
+    """Parsed broker configuration, answering per-topic settings and their sources."""
+
+    def __init__(self, configs: Mapping[str, object] | None = None) -> None:
+        raw: dict[str, str] = {}
+        for key, value in dict(configs or {}).items():
+            if value is None:
+                continue
+            name = key[len(BROKER_PREFIX) :] if key.startswith(BROKER_PREFIX) else key
+            raw[name] = value if isinstance(value, str) else ("true" if value is True else str(value))
+        self._raw = raw
+        self._values: dict[str, object] = {}
+        for s in SETTINGS:
+            text = raw.get(s.name, s.default)
+            self._values[s.name] = None if text is None else s.parse(s.name, text)
+        self.backend: Backend = self._values["storage.backend"]  # type: ignore[assignment]
+        if self.backend is Backend.FILE and not self._values["storage.file.root"]:
+            raise ConfigException("config storage.file.root is required when storage.backend=file")
+        self.unknown_keys = sorted(k for k in raw if k not in SETTINGS_BY_NAME)
+
+    def get(self, name: str) -> object:
+        """The broker-level (or built-in) value of a setting."""
+        return self._values[name]
+
+    @property
+    def file_root(self) -> Path | None:
+        root = self._values["storage.file.root"]
+        return Path(str(root)) if root else None
+
+    def _resolve(self, name: str, log_config: Mapping[str, str] | None) -> tuple[object, ConfigEntry]:
+        s = SETTINGS_BY_NAME[name]
+        topic_key = TOPIC_PREFIX + name
+        if s.topic and log_config is not None and topic_key in log_config:
+            value, source, key, text = (
+                s.parse(topic_key, log_config[topic_key]),
+                ConfigSource.TOPIC_UNCHECKED,
+                topic_key,
+                log_config[topic_key],
+            )
+        elif name in self._raw:
+            value, source, key, text = self._values[name], ConfigSource.BROKER, name, self._raw[name]
+        else:
+            value, source, key, text = self._values[name], ConfigSource.DEFAULT, name, s.default
+        shown = MASK if (s.sensitive and text is not None) else text
+        return value, ConfigEntry(name, shown, source, s.sensitive, key, s.doc)
+
+    def resolve(self, log_config: Mapping[str, str] | LogConfig | None = None) -> TopicSettings:
+        """The effective settings for an operation on a topic with this LogConfig.
+
+        Raises ConfigException naming the offending key (never echoing a sensitive value).
+        """
+        lc = log_config or {}
+        v = {s.name: self._resolve(s.name, lc)[0] for s in SETTINGS if s.topic}
+        policy, _ = self._validation_policy(lc)
+        key_id = v["encryption.key.id"]
+        return TopicSettings(
+            bucket=str(v["bucket"]),
+            prefix=str(v["prefix"]),
+            encryption_enabled=bool(v["encryption.enabled"]),
+            encryption_key_id=str(key_id) if key_id else None,
+            compression_enabled=bool(v["compression.enabled"]),
+            compression_level=int(self._values["compression.zstd.level"]),  # type: ignore[arg-type]
+            chunk_size=int(v["chunk.size"]),  # type: ignore[arg-type]
+            validation_policy=policy,
+            on_violation=v["record.validation.on.violation"],  # type: ignore[arg-type]
+        )
+
+    @staticmethod
+    def _validation_policy(lc: Mapping[str, str]) -> tuple[str | None, ConfigEntry]:
+        for key in VALIDATION_POLICY_KEYS:
+            value = lc.get(key)
+            if value is not None and value.strip():
+                source = (
+                    ConfigSource.TOPIC if key == "record.validation.policy" else ConfigSource.TOPIC_UNCHECKED
+                )
+                return value.strip(), ConfigEntry(
+                    "record.validation.policy", value.strip(), source, False, key
+                )
+        return None, ConfigEntry(
+            "record.validation.policy", None, ConfigSource.DEFAULT, False, "record.validation.policy"
+        )
+
+    def describe(self, log_config: Mapping[str, str] | LogConfig | None = None) -> list[ConfigEntry]:
+        """Every effective setting for a topic with this LogConfig, with its source; secrets masked."""
+        lc = log_config or {}
+        entries = [self._resolve(s.name, lc)[1] for s in SETTINGS]
+        entries.append(self._validation_policy(lc)[1])
+        return entries
+
+    def __repr__(self) -> str:
+        shown = {
+            e.name: e.value
+            for e in self.describe()
+            if e.source is not ConfigSource.DEFAULT or e.value is not None
+        }
+        return f"RsmConfig({shown!r})"

@@ -1,0 +1,194 @@
+"""Lazy, chunk-by-chunk reading of a stored segment.
+
+Kafka's broker calls `fetchLogSegment(metadata, startPosition)` with no end, reads up to its fetch size and
+closes the stream; a consumer catching up reads a segment sequentially. So a fetch stream:
+
+- downloads nothing until read, then exactly the chunks covering the requested range (one ranged GET per
+  chunk of the `.log` object);
+- decodes each chunk (decrypt, decompress, check) and serves it from a byte-bounded cache shared by all
+  streams, keyed by the manifest's copy id so a re-copied segment never serves stale bytes;
+- reads the next `prefetch` chunks ahead in background threads while the caller consumes the current one,
+  never past the requested end;
+- stops downloading when closed.
+
+`SegmentReader` is the same machinery without the broker's metadata: give it a store and a manifest (the
+Spark reader and the migration tool use it).
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
+
+from rsm.cache import ByteLRU
+from rsm.manifest import Manifest
+from rsm.metadata import IndexType
+from rsm.storage import ObjectStore
+from rsm.transform import PieceKind, SegmentCipher, decode_piece
+
+log = logging.getLogger(__name__)
+
+
+class SegmentReader:
+    """Decoded chunks and indexes of one stored segment copy."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        bucket: str,
+        manifest: Manifest,
+        cipher: SegmentCipher | None,
+        chunk_cache: ByteLRU[bytes] | None = None,
+    ) -> None:
+        self.store = store
+        self.bucket = bucket
+        self.manifest = manifest
+        self.cipher = cipher
+        self.cache = chunk_cache
+
+    @property
+    def size(self) -> int:
+        return self.manifest.log.size
+
+    def chunk(self, i: int) -> bytes:
+        key = (self.manifest.copy_id, i)
+        if self.cache is not None:
+            hit = self.cache.get(key)
+            if hit is not None:
+                return hit
+        index = self.manifest.log
+        lo, hi = index.stored_span(i)
+        start, end = index.original_span(i)
+        stored = self.store.get_range(self.bucket, self.manifest.location["log"], lo, hi)
+        data = decode_piece(
+            stored,
+            kind=PieceKind.LOG,
+            number=i,
+            codec=index.codecs[i],
+            size=end - start,
+            cipher=self.cipher,
+            crc=None if index.crc32c is None else index.crc32c[i],
+        )
+        if self.cache is not None:
+            self.cache.put(key, data)
+        return data
+
+    def index(self, index_type: IndexType) -> bytes:
+        entry = self.manifest.indexes[index_type]
+        stored = self.store.get_range(
+            self.bucket, self.manifest.location["indexes"], entry.offset, entry.offset + entry.stored_size
+        )
+        return decode_piece(
+            stored,
+            kind=PieceKind.INDEX,
+            number=list(IndexType).index(index_type),
+            codec=entry.codec,
+            size=entry.size,
+            cipher=self.cipher,
+            crc=entry.crc32c,
+        )
+
+    def open(
+        self,
+        start: int,
+        end: int | None,
+        executor: Executor | None,
+        prefetch: int,
+        on_error: Callable[[BaseException], BaseException] | None = None,
+    ) -> SegmentStream:
+        return SegmentStream(self, start, end, executor, prefetch, on_error)
+
+
+class SegmentStream(io.RawIOBase):
+    """Bytes [start, end] (end inclusive, as in Kafka) of a segment, fetched lazily chunk by chunk."""
+
+    def __init__(
+        self,
+        reader: SegmentReader,
+        start: int,
+        end: int | None,
+        executor: Executor | None,
+        prefetch: int,
+        on_error: Callable[[BaseException], BaseException] | None = None,
+    ) -> None:
+        super().__init__()
+        size = reader.size
+        last = size - 1 if end is None else min(end, size - 1)
+        self._reader = reader
+        self._pos = start
+        self._stop = last + 1  # exclusive
+        self._executor = executor
+        self._prefetch = prefetch if executor is not None else 0
+        self._on_error = on_error
+        self._futures: dict[int, Future[bytes]] = {}
+        self._current: tuple[int, bytes] | None = None
+        self._lock = threading.Lock()
+        cs = reader.manifest.log.chunk_size
+        self._last_chunk = (self._stop - 1) // cs if self._stop > start else -1
+
+    def readable(self) -> bool:
+        return True
+
+    def _chunk(self, i: int) -> bytes:
+        fut = self._futures.pop(i, None)
+        try:
+            data = fut.result() if fut is not None else self._reader.chunk(i)
+        except BaseException as exc:
+            if self._on_error is not None:
+                raise self._on_error(exc) from None
+            raise
+        if self._prefetch:
+            for j in range(i + 1, min(i + self._prefetch, self._last_chunk) + 1):
+                if j not in self._futures:
+                    self._futures[j] = self._executor.submit(self._reader.chunk, j)  # type: ignore[union-attr]
+        return data
+
+    def _take(self, limit: int) -> bytes | memoryview:
+        """Up to `limit` bytes from the current position, within one chunk."""
+        cs = self._reader.manifest.log.chunk_size
+        i = self._pos // cs
+        if self._current is None or self._current[0] != i:
+            self._current = (i, self._chunk(i))
+        data = self._current[1]
+        lo = self._pos - i * cs
+        hi = min(len(data), lo + limit, self._stop - i * cs)
+        self._pos += hi - lo
+        return memoryview(data)[lo:hi]
+
+    def read(self, size: int | None = -1) -> bytes:
+        with self._lock:
+            if self.closed:
+                raise ValueError("read from a closed segment stream")
+            remaining = self._stop - self._pos
+            if remaining <= 0:
+                return b""
+            want = remaining if size is None or size < 0 else min(size, remaining)
+            if want == 0:
+                return b""
+            first = self._take(want)
+            if len(first) == want:
+                return bytes(first)
+            out = bytearray(first)
+            while len(out) < want:
+                out += self._take(want - len(out))
+            return bytes(out)
+
+    def readall(self) -> bytes:
+        return self.read(-1)
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        data = self.read(len(buffer))
+        n = len(data)
+        memoryview(buffer).cast("B")[:n] = data
+        return n
+
+    def close(self) -> None:
+        with self._lock:
+            for fut in self._futures.values():
+                fut.cancel()
+            self._futures.clear()
+            self._current = None
+        super().close()

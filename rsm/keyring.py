@@ -1,0 +1,137 @@
+"""Key-encryption keys by id, for envelope encryption of segments.
+
+The keyring file is JSON mapping key ids to base64-encoded 256-bit keys: `{"k1": "<base64>", "k2": ...}`.
+Every segment gets a fresh random data key; the data key is wrapped (AES-256-GCM) by the keyring key named
+in the topic's `encryption.key.id` and stored, wrapped, in the segment's manifest together with the key
+id. Rotation therefore means adding a key id and pointing the config at it: new segments use it while old
+segments keep naming the id they were wrapped with, which must stay in the file.
+
+The file is re-read when its modification time changes, so keys can be added without a restart. Key bytes
+never appear in logs, exceptions or `repr`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+import os
+import threading
+from pathlib import Path
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from rsm.errors import ConfigException, RemoteStorageException
+
+log = logging.getLogger(__name__)
+
+KEY_BYTES = 32
+WRAP_NONCE_BYTES = 12
+WRAP_AAD_PREFIX = b"kafka-tiered-rsm/dek/v1|"
+
+
+def generate_key() -> str:
+    """A new random 256-bit key, base64-encoded as the keyring file stores it."""
+    return base64.b64encode(os.urandom(KEY_BYTES)).decode("ascii")
+
+
+class Keyring:
+    """Key-encryption keys loaded from a JSON file (or given directly, for tests and tools)."""
+
+    def __init__(
+        self, path: str | os.PathLike[str] | None = None, keys: dict[str, bytes] | None = None
+    ) -> None:
+        self._path = Path(path) if path is not None else None
+        self._lock = threading.Lock()
+        self._mtime: float | None = None
+        self._keys: dict[str, bytes] = dict(keys or {})
+        for key_id, key in self._keys.items():
+            if len(key) != KEY_BYTES:
+                raise ConfigException(f"keyring key {key_id!r} must be {KEY_BYTES} bytes")
+        if self._path is not None:
+            self._reload(force=True)
+
+    @property
+    def path(self) -> Path | None:
+        return self._path
+
+    def key_ids(self) -> list[str]:
+        self._reload()
+        with self._lock:
+            return sorted(self._keys)
+
+    def __contains__(self, key_id: object) -> bool:
+        self._reload()
+        with self._lock:
+            return key_id in self._keys
+
+    def __repr__(self) -> str:
+        return f"Keyring(path={str(self._path)!r}, key_ids={sorted(self._keys)!r})"
+
+    def _reload(self, force: bool = False) -> None:
+        if self._path is None:
+            return
+        try:
+            mtime = self._path.stat().st_mtime
+        except OSError as exc:
+            if force:
+                raise ConfigException(f"cannot read keyring file {self._path}: {exc.strerror}") from None
+            return  # keep the keys already loaded if the file is briefly missing (being replaced)
+        if not force and mtime == self._mtime:
+            return
+        try:
+            document = json.loads(self._path.read_text("utf-8"))
+        except (OSError, ValueError) as exc:
+            # never include the file content: it holds the keys
+            raise ConfigException(
+                f"keyring file {self._path} is not valid JSON ({type(exc).__name__})"
+            ) from None
+        if not isinstance(document, dict):
+            raise ConfigException(
+                f"keyring file {self._path} must hold a JSON object of key id -> base64 key"
+            )
+        keys: dict[str, bytes] = {}
+        for key_id, encoded in document.items():
+            try:
+                key = base64.b64decode(str(encoded), validate=True)
+            except (binascii.Error, ValueError):
+                raise ConfigException(f"keyring file {self._path}: key {key_id!r} is not base64") from None
+            if len(key) != KEY_BYTES:
+                raise ConfigException(
+                    f"keyring file {self._path}: key {key_id!r} is {len(key)} bytes, expected {KEY_BYTES}"
+                )
+            keys[str(key_id)] = key
+        with self._lock:
+            self._keys, self._mtime = keys, mtime
+        log.info("keyring %s loaded: key ids %s", self._path, sorted(keys))
+
+    def _key(self, key_id: str) -> bytes:
+        self._reload()
+        with self._lock:
+            key = self._keys.get(key_id)
+        if key is None:
+            raise RemoteStorageException(
+                f"key id {key_id!r} is not in the keyring {self._path or '(in memory)'}; "
+                f"known ids: {sorted(self._keys)}"
+            )
+        return key
+
+    def wrap(self, key_id: str, data_key: bytes, context: bytes) -> bytes:
+        """Encrypt a data key under key `key_id`; `context` (the segment id) is bound as associated data."""
+        nonce = os.urandom(WRAP_NONCE_BYTES)
+        aad = WRAP_AAD_PREFIX + key_id.encode() + b"|" + context
+        return nonce + AESGCM(self._key(key_id)).encrypt(nonce, data_key, aad)
+
+    def unwrap(self, key_id: str, wrapped: bytes, context: bytes) -> bytes:
+        """Recover a data key; fails if the key id, the context or the wrapped bytes do not match."""
+        aad = WRAP_AAD_PREFIX + key_id.encode() + b"|" + context
+        try:
+            return AESGCM(self._key(key_id)).decrypt(
+                wrapped[:WRAP_NONCE_BYTES], wrapped[WRAP_NONCE_BYTES:], aad
+            )
+        except InvalidTag:
+            raise RemoteStorageException(
+                f"the data key wrapped under key id {key_id!r} does not authenticate (wrong key or tampered)"
+            ) from None

@@ -1,0 +1,589 @@
+"""The RemoteStorageManager: copy, fetch, fetch index and delete segments, per-topic configured.
+
+The interface is Kafka's `RemoteStorageManager` in snake_case with seed 004's extension: every operation
+receives the topic's LogConfig, whose `unchecked.rsm.*` keys choose bucket, prefix, encryption,
+compression and chunk size (see `rsm.config`).
+
+Copy, in order (so that nothing a reader can mistake for a segment reaches the store):
+1. resolve the topic's settings and the location; encode the custom metadata (refused if over 128 bytes);
+2. read the whole segment once, checking every batch (`rsm.validation`), computing a CRC-32C per chunk and
+   noting which chunks are mostly already-compressed batches; run the topic's record validation policy;
+3. delete a manifest left by an earlier attempt with the same segment id (so readers see "missing", never
+   a mix of two attempts), then stream the `.log` object chunk by chunk (read, check the chunk's CRC
+   against step 2 in case the file changed, compress, encrypt, upload part), then the `.indexes` object;
+4. write the manifest: the commit point. On failure, the partial objects are removed (best effort) and a
+   `RemoteStorageException` names the topic-partition, the segment and the object.
+
+Memory during a copy is bounded by a few chunks plus the S3 part buffer, whatever the segment size.
+Every method is thread-safe; the bridge calls them from many threads at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import BinaryIO
+
+from rsm import custom_metadata as cm
+from rsm.cache import ByteLRU
+from rsm.config import RsmConfig, TopicSettings, ViolationAction
+from rsm.errors import (
+    ConfigException,
+    RecordValidationError,
+    RemoteResourceNotFoundException,
+    RemoteStorageException,
+    SegmentIntegrityError,
+)
+from rsm.fetch import SegmentReader
+from rsm.keyring import Keyring
+from rsm.layout import Location, SegmentKeys
+from rsm.log_config import LogConfig
+from rsm.manifest import ChunkIndex, Encryption, IndexEntry, Manifest, ManifestError, SegmentInfo
+from rsm.metadata import CustomMetadata, IndexType, LogSegmentData, RemoteLogSegmentMetadata
+from rsm.storage import ObjectNotFound, ObjectStore
+from rsm.transform import Codec, PieceKind, SegmentCipher, TransformError, crc32c, encode_piece, new_data_key
+from rsm.validation import (
+    IntegritySummary,
+    RecordValidationPolicy,
+    SegmentIntegrityVerifier,
+    TopicMetadata,
+    load_policy,
+    run_policy,
+)
+
+log = logging.getLogger(__name__)
+
+INDEX_ORDER = list(IndexType)  # piece numbers of indexes in the `.indexes` object
+SKIP_COMPRESSION_FRACTION = 0.5  # chunks whose bytes are mostly compressed batches are stored as they are
+
+
+class RemoteStorageManager:
+    """Kafka's RemoteStorageManager in Python (see the module docstring for the copy protocol)."""
+
+    def __init__(self, store: ObjectStore | None = None) -> None:
+        """`store` overrides the store built from the configuration (tests inject failing stores)."""
+        self._store_override = store
+        self._store: ObjectStore | None = None
+        self._config: RsmConfig | None = None
+        self._keyring: Keyring | None = None
+        self._policy: RecordValidationPolicy | None = None
+        self._manifests: ByteLRU[tuple[Manifest, int]] = ByteLRU(8 << 20, sizeof=lambda v: v[1])
+        self._chunks: ByteLRU[bytes] = ByteLRU(64 << 20)
+        self._executor: ThreadPoolExecutor | None = None
+        self._prefetch = 1
+        self._lock = threading.Lock()
+        self._closed = False
+
+    # -- lifecycle ---------------------------------------------------------------------------------------
+    def configure(self, configs: Mapping[str, str]) -> None:
+        """Take the broker's `rsm.config.*` keys (prefix stripped, as Kafka passes them)."""
+        config = RsmConfig(configs)
+        for key in config.unknown_keys:
+            log.warning("ignoring unknown RSM config key %s", key)
+        keyring_path = config.get("encryption.keyring.path")
+        keyring = Keyring(str(keyring_path)) if keyring_path else None
+        default_key = config.get("encryption.key.id")
+        if keyring is not None and default_key and default_key not in keyring:
+            raise ConfigException(f"config encryption.key.id: key id {default_key!r} is not in the keyring")
+        if config.get("encryption.enabled") and keyring is None:
+            raise ConfigException("config encryption.enabled=true needs encryption.keyring.path")
+        store = self._store_override or ObjectStore.from_config(config)
+        policy_class = config.get("record.validation.policy.class.name")
+        policy = (
+            load_policy(str(policy_class), {k: str(v) for k, v in configs.items()}) if policy_class else None
+        )
+        with self._lock:
+            self._config, self._keyring, self._store, self._policy = config, keyring, store, policy
+            self._manifests = ByteLRU(int(config.get("cache.manifest.bytes")), sizeof=lambda v: v[1])  # type: ignore[arg-type]
+            self._chunks = ByteLRU(int(config.get("cache.chunk.bytes")))  # type: ignore[arg-type]
+            self._prefetch = int(config.get("fetch.prefetch.chunks"))  # type: ignore[arg-type]
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    max_workers=int(config.get("fetch.threads")),  # type: ignore[arg-type]
+                    thread_name_prefix="rsm-fetch",
+                )
+        log.info("RemoteStorageManager configured: %r", config)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            executor, policy = self._executor, self._policy
+            self._executor = None
+        if executor is not None:
+            executor.shutdown(wait=True, cancel_futures=True)
+        if policy is not None:
+            policy.close()
+        self._manifests.clear()
+        self._chunks.clear()
+
+    def __enter__(self) -> RemoteStorageManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def config(self) -> RsmConfig:
+        """The broker-level configuration; `config.describe(log_config)` answers effective values."""
+        if self._config is None:
+            raise RemoteStorageException("RemoteStorageManager is not configured")
+        return self._config
+
+    @property
+    def store(self) -> ObjectStore:
+        if self._store is None:
+            raise RemoteStorageException("RemoteStorageManager is not configured")
+        return self._store
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RemoteStorageException("RemoteStorageManager is closed")
+        if self._config is None:
+            raise RemoteStorageException("RemoteStorageManager is not configured")
+
+    # -- helpers -----------------------------------------------------------------------------------------
+    def _settings(self, log_config: Mapping[str, str] | None) -> TopicSettings:
+        return self.config.resolve(log_config if log_config is not None else LogConfig())
+
+    def _location(self, metadata: RemoteLogSegmentMetadata, log_config: Mapping[str, str] | None) -> Location:
+        """Where a segment lives: from its custom metadata, else from today's configuration."""
+        if metadata.custom_metadata is not None and metadata.custom_metadata.value:
+            return cm.decode(metadata.custom_metadata)
+        s = self._settings(log_config)
+        return Location(s.bucket, s.prefix)
+
+    @contextlib.contextmanager
+    def _errors(self, what: str, metadata: RemoteLogSegmentMetadata, bucket: str, key: str) -> Iterator[None]:
+        """Translate store failures into Kafka's exceptions, naming partition, segment and object."""
+        seg = metadata.remote_log_segment_id
+        where = f"{what} of segment {seg.id_base64} of {seg.topic_id_partition}, object {self.store.describe(bucket, key)}"
+        try:
+            yield
+        except RemoteStorageException:
+            raise
+        except ObjectNotFound:
+            raise RemoteResourceNotFoundException(f"{where}: not found") from None
+        except FileNotFoundError:
+            raise RemoteResourceNotFoundException(f"{where}: not found") from None
+        except (TransformError, ManifestError) as exc:
+            raise RemoteStorageException(f"{where}: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - every storage failure becomes Kafka's exception
+            raise RemoteStorageException(f"{where}: {type(exc).__name__}: {_safe(exc)}") from exc
+
+    def _cipher(self, manifest: Manifest) -> SegmentCipher | None:
+        if manifest.encryption is None:
+            return None
+        if self._keyring is None:
+            raise RemoteStorageException(
+                f"segment {manifest.segment.segment_id} is encrypted under key id {manifest.encryption.key_id!r} "
+                "but no keyring is configured (encryption.keyring.path)"
+            )
+        uid = manifest.segment_uuid
+        key = self._keyring.unwrap(manifest.encryption.key_id, manifest.encryption.wrapped_key, uid.bytes)
+        return SegmentCipher(key, uid)
+
+    def _manifest(self, metadata: RemoteLogSegmentMetadata, keys: SegmentKeys) -> Manifest:
+        cache_key = (keys.bucket, keys.manifest)
+        hit = self._manifests.get(cache_key)
+        if hit is not None:
+            return hit[0]
+        with self._errors("manifest read", metadata, keys.bucket, keys.manifest):
+            raw = self.store.get(keys.bucket, keys.manifest)
+            manifest = Manifest.from_bytes(raw, self.store.describe(keys.bucket, keys.manifest))
+        if manifest.segment.segment_id != metadata.remote_log_segment_id.id_base64:
+            raise RemoteStorageException(
+                f"manifest {self.store.describe(keys.bucket, keys.manifest)} belongs to segment "
+                f"{manifest.segment.segment_id}, not {metadata.remote_log_segment_id.id_base64}"
+            )
+        self._manifests.put(cache_key, (manifest, len(raw)))
+        return manifest
+
+    def _reader(
+        self, metadata: RemoteLogSegmentMetadata, log_config: Mapping[str, str] | None
+    ) -> tuple[SegmentReader, SegmentKeys]:
+        location = self._location(metadata, log_config)
+        keys = SegmentKeys.of(location, metadata)
+        manifest = self._manifest(metadata, keys)
+        with self._errors("decryption setup", metadata, keys.bucket, keys.manifest):
+            cipher = self._cipher(manifest)
+        return SegmentReader(self.store, keys.bucket, manifest, cipher, self._chunks), keys
+
+    # -- copy --------------------------------------------------------------------------------------------
+    def copy_log_segment_data(
+        self,
+        metadata: RemoteLogSegmentMetadata,
+        segment_data: LogSegmentData,
+        log_config: Mapping[str, str] | None = None,
+    ) -> CustomMetadata | None:
+        """Upload a rolled segment and its indexes; returns where it went (<= 128 bytes)."""
+        self._check_open()
+        seg = metadata.remote_log_segment_id
+        settings = self._settings(log_config)
+        location = Location(settings.bucket, settings.prefix)
+        custom = cm.encode(location)
+        keys = SegmentKeys.of(location, metadata)
+        key_id = None
+        if settings.encryption_enabled:
+            key_id = settings.encryption_key_id
+            if self._keyring is None:
+                raise ConfigException(
+                    f"topic {seg.topic_id_partition.topic} asks for encryption but no keyring is configured "
+                    "(encryption.keyring.path)"
+                )
+            if not key_id:
+                raise ConfigException(
+                    f"topic {seg.topic_id_partition.topic} asks for encryption but no key id is set "
+                    "(unchecked.rsm.encryption.key.id or encryption.key.id)"
+                )
+            if key_id not in self._keyring:
+                raise ConfigException(
+                    f"topic {seg.topic_id_partition.topic}: encryption key id {key_id!r} is not in the keyring"
+                )
+        log_path = segment_data.log_segment
+        started = time.monotonic()
+
+        # 1. check the whole segment before anything is uploaded
+        summary, chunk_crcs = self._verify(metadata, log_path, settings.chunk_size)
+        validation = self._validate_records(metadata, log_path, settings)
+
+        # 2. transform and upload, manifest last
+        cipher = None
+        encryption = None
+        if key_id is not None:
+            assert self._keyring is not None
+            data_key = new_data_key()
+            cipher = SegmentCipher(data_key, seg.id)
+            encryption = Encryption(key_id, self._keyring.wrap(key_id, data_key, seg.id.bytes))
+        with self._errors("removal of an earlier attempt's manifest", metadata, keys.bucket, keys.manifest):
+            self.store.delete(keys.bucket, keys.manifest)
+        self._forget(keys)
+        written: list[str] = []
+        try:
+            chunk_index = self._upload_log(metadata, keys, log_path, settings, summary, chunk_crcs, cipher)
+            written.append(keys.log)
+            index_entries = self._upload_indexes(metadata, keys, segment_data, settings, cipher)
+            written.append(keys.indexes)
+            manifest = Manifest(
+                copy_id=uuid.uuid4().hex,
+                created_ms=int(time.time() * 1000),
+                segment=SegmentInfo.of(metadata, txn_idx_empty=IndexType.TRANSACTION not in index_entries),
+                location={
+                    "bucket": keys.bucket,
+                    "prefix": location.prefix,
+                    "log": keys.log,
+                    "indexes": keys.indexes,
+                },
+                encryption=encryption,
+                log=chunk_index,
+                indexes=index_entries,
+                integrity={
+                    "batches": summary.batches,
+                    "first_offset": -1 if summary.first_offset is None else summary.first_offset,
+                    "last_offset": -1 if summary.last_offset is None else summary.last_offset,
+                    "max_timestamp_ms": summary.max_timestamp_ms,
+                    "compressed_batch_bytes": summary.compressed_batch_bytes,
+                },
+                validation=validation,
+            )
+            with self._errors("manifest write", metadata, keys.bucket, keys.manifest):
+                self.store.put(keys.bucket, keys.manifest, manifest.to_bytes())
+        except BaseException:
+            for key in written:
+                with contextlib.suppress(Exception):
+                    self.store.delete(keys.bucket, key)
+            raise
+        elapsed = time.monotonic() - started
+        log.info(
+            "copied segment %s (%d bytes, offsets %d..%d) to %s in %.2fs: %d chunks, %d bytes stored%s",
+            seg,
+            summary.size,
+            metadata.start_offset,
+            metadata.end_offset,
+            self.store.describe(keys.bucket, keys.stem),
+            elapsed,
+            chunk_index.count,
+            chunk_index.stored_size,
+            f", encrypted under key id {key_id}" if key_id else "",
+        )
+        return custom
+
+    def _verify(
+        self, metadata: RemoteLogSegmentMetadata, path: Path, chunk_size: int
+    ) -> tuple[IntegritySummary, list[int]]:
+        verifier = SegmentIntegrityVerifier(
+            str(path), metadata.start_offset, metadata.end_offset, metadata.segment_size_in_bytes, chunk_size
+        )
+        crcs: list[int] = []
+        buf = bytearray(chunk_size)
+        view = memoryview(buf)
+        try:
+            with path.open("rb", buffering=0) as f:
+                while True:
+                    n = f.readinto(buf)
+                    if not n:
+                        break
+                    n = _fill(f, view, n)
+                    verifier.feed(view[:n])
+                    crcs.append(crc32c(view[:n]))
+            summary = verifier.finish()
+        except SegmentIntegrityError as exc:
+            seg = metadata.remote_log_segment_id
+            raise SegmentIntegrityError(
+                exc.file, exc.position, f"{exc.reason} (segment {seg.id_base64} of {seg.topic_id_partition})"
+            ) from None
+        except OSError as exc:
+            raise RemoteStorageException(
+                f"cannot read segment file {path} of {metadata.remote_log_segment_id}: {exc.strerror or exc}"
+            ) from None
+        return summary, crcs
+
+    def _validate_records(
+        self, metadata: RemoteLogSegmentMetadata, path: Path, settings: TopicSettings
+    ) -> dict[str, object] | None:
+        if settings.validation_policy is None or self._policy is None:
+            return None
+        tip = metadata.topic_id_partition
+        count, violations = run_policy(self._policy, TopicMetadata(tip, settings.validation_policy), path)
+        report: dict[str, object] = {
+            "policy": settings.validation_policy,
+            "action": settings.on_violation.value,
+            "violation_count": count,
+            "violations": [
+                {"offset": v.offset, "position": v.position, "reason": v.reason} for v in violations
+            ],
+        }
+        if count and settings.on_violation is ViolationAction.FAIL:
+            first = violations[0]
+            raise RecordValidationError(
+                f"segment {metadata.remote_log_segment_id} of {tip}: {count} record(s) violate policy "
+                f"{settings.validation_policy!r}; first at offset {first.offset} (batch at byte {first.position} "
+                f"of {path}): {first.reason}"
+            )
+        if count:
+            log.warning(
+                "segment %s tiered with %d record validation violation(s)",
+                metadata.remote_log_segment_id,
+                count,
+            )
+        return report
+
+    def _upload_log(
+        self,
+        metadata: RemoteLogSegmentMetadata,
+        keys: SegmentKeys,
+        path: Path,
+        settings: TopicSettings,
+        summary: IntegritySummary,
+        chunk_crcs: list[int],
+        cipher: SegmentCipher | None,
+    ) -> ChunkIndex:
+        cs = settings.chunk_size
+        stored_sizes: list[int] = []
+        codecs: list[Codec] = []
+        buf = bytearray(cs)
+        view = memoryview(buf)
+        with self._errors("upload", metadata, keys.bucket, keys.log):
+            writer = self.store.open_writer(keys.bucket, keys.log)
+            try:
+                with path.open("rb", buffering=0) as f:
+                    i = 0
+                    while True:
+                        n = f.readinto(buf)
+                        if not n:
+                            break
+                        n = _fill(f, view, n)
+                        chunk = view[:n]
+                        if i >= len(chunk_crcs) or crc32c(chunk) != chunk_crcs[i]:
+                            raise RemoteStorageException(
+                                f"segment file {path} changed while being copied (chunk {i}); refusing the copy"
+                            )
+                        compress = (
+                            settings.compression_enabled
+                            and summary.compressed_bytes_per_chunk[i] <= SKIP_COMPRESSION_FRACTION * n
+                        )
+                        stored, codec = encode_piece(
+                            chunk,
+                            kind=PieceKind.LOG,
+                            number=i,
+                            compress=compress,
+                            level=settings.compression_level,
+                            cipher=cipher,
+                        )
+                        writer.write(stored)
+                        stored_sizes.append(len(stored))
+                        codecs.append(codec)
+                        i += 1
+                if i != len(chunk_crcs):
+                    raise RemoteStorageException(f"segment file {path} shrank while being copied")
+            except BaseException:
+                writer.abort()
+                raise
+            writer.commit()
+        return ChunkIndex(
+            size=summary.size,
+            chunk_size=cs,
+            stored_sizes=tuple(stored_sizes),
+            codecs=tuple(codecs),
+            crc32c=None if cipher is not None else tuple(chunk_crcs),
+        )
+
+    def _upload_indexes(
+        self,
+        metadata: RemoteLogSegmentMetadata,
+        keys: SegmentKeys,
+        data: LogSegmentData,
+        settings: TopicSettings,
+        cipher: SegmentCipher | None,
+    ) -> dict[IndexType, IndexEntry]:
+        sources: dict[IndexType, Path | bytes | None] = {
+            IndexType.OFFSET: data.offset_index,
+            IndexType.TIMESTAMP: data.time_index,
+            IndexType.PRODUCER_SNAPSHOT: data.producer_snapshot_index,
+            IndexType.TRANSACTION: data.transaction_index,
+            IndexType.LEADER_EPOCH: data.leader_epoch_index,
+        }
+        entries: dict[IndexType, IndexEntry] = {}
+        with self._errors("upload", metadata, keys.bucket, keys.indexes):
+            writer = self.store.open_writer(keys.bucket, keys.indexes)
+            try:
+                offset = 0
+                for index_type, source in sources.items():
+                    if source is None:
+                        continue
+                    if isinstance(source, Path):
+                        try:
+                            raw = source.read_bytes()
+                        except FileNotFoundError:
+                            if index_type is IndexType.TRANSACTION:
+                                continue  # Kafka may hand a path to a transaction index never created
+                            raise RemoteStorageException(
+                                f"{index_type.name} index file {source} of {metadata.remote_log_segment_id} is missing"
+                            ) from None
+                        if index_type is IndexType.TRANSACTION and not raw:
+                            continue
+                    else:
+                        raw = source
+                    stored, codec = encode_piece(
+                        raw,
+                        kind=PieceKind.INDEX,
+                        number=INDEX_ORDER.index(index_type),
+                        compress=settings.compression_enabled,
+                        level=settings.compression_level,
+                        cipher=cipher,
+                    )
+                    writer.write(stored)
+                    entries[index_type] = IndexEntry(
+                        offset, len(stored), len(raw), codec, None if cipher is not None else crc32c(raw)
+                    )
+                    offset += len(stored)
+            except BaseException:
+                writer.abort()
+                raise
+            writer.commit()
+        return entries
+
+    # -- fetch -------------------------------------------------------------------------------------------
+    def fetch_log_segment(
+        self,
+        metadata: RemoteLogSegmentMetadata,
+        start_position: int,
+        end_position: int | None = None,
+        log_config: Mapping[str, str] | None = None,
+    ) -> BinaryIO:
+        """A stream of the segment's bytes [start_position, end_position] (inclusive), fetched lazily."""
+        self._check_open()
+        if start_position < 0 or (end_position is not None and end_position < start_position):
+            raise RemoteStorageException(
+                f"invalid position range {start_position}..{end_position} for segment {metadata.remote_log_segment_id}"
+            )
+        reader, keys = self._reader(metadata, log_config)
+        if start_position > reader.size or (start_position == reader.size and reader.size > 0):
+            raise RemoteStorageException(
+                f"start position {start_position} is beyond the {reader.size}-byte segment "
+                f"{metadata.remote_log_segment_id} ({self.store.describe(keys.bucket, keys.log)})"
+            )
+
+        def on_error(exc: BaseException) -> BaseException:
+            try:
+                with self._errors("fetch", metadata, keys.bucket, keys.log):
+                    raise exc
+            except RemoteStorageException as mapped:
+                return mapped
+            return exc  # pragma: no cover - _errors always maps
+
+        return reader.open(start_position, end_position, self._executor, self._prefetch, on_error)  # type: ignore[return-value]
+
+    def fetch_index(
+        self,
+        metadata: RemoteLogSegmentMetadata,
+        index_type: IndexType,
+        log_config: Mapping[str, str] | None = None,
+    ) -> BinaryIO:
+        """A stream of one index file as the broker had it; missing optional index -> not found."""
+        self._check_open()
+        index_type = IndexType(index_type.value if isinstance(index_type, IndexType) else index_type)
+        reader, keys = self._reader(metadata, log_config)
+        if index_type not in reader.manifest.indexes:
+            raise RemoteResourceNotFoundException(
+                f"segment {metadata.remote_log_segment_id.id_base64} of {metadata.topic_id_partition} has no "
+                f"{index_type.name} index ({self.store.describe(keys.bucket, keys.indexes)})"
+            )
+        with self._errors(f"{index_type.name} index fetch", metadata, keys.bucket, keys.indexes):
+            data = reader.index(index_type)
+        import io
+
+        return io.BytesIO(data)
+
+    # -- delete ------------------------------------------------------------------------------------------
+    def delete_log_segment_data(
+        self, metadata: RemoteLogSegmentMetadata, log_config: Mapping[str, str] | None = None
+    ) -> None:
+        """Remove the segment's objects; the manifest first, so readers never see a half-deleted segment."""
+        self._check_open()
+        location = self._location(metadata, log_config)
+        keys = SegmentKeys.of(location, metadata)
+        self._forget(keys)
+        for key in keys.all():
+            with self._errors("delete", metadata, keys.bucket, key):
+                self.store.delete(keys.bucket, key)
+        log.info(
+            "deleted segment %s from %s",
+            metadata.remote_log_segment_id,
+            self.store.describe(keys.bucket, keys.stem),
+        )
+
+    def _forget(self, keys: SegmentKeys) -> None:
+        hit = self._manifests.get((keys.bucket, keys.manifest))
+        self._manifests.pop((keys.bucket, keys.manifest))
+        if hit is not None:
+            copy_id = hit[0].copy_id
+            self._chunks.discard_where(lambda k: isinstance(k, tuple) and k[0] == copy_id)
+
+
+def _fill(f: object, view: memoryview, n: int) -> int:
+    """Keep reading until the buffer is full or the file ends (raw reads may return short)."""
+    total = len(view)
+    while n < total:
+        more = f.readinto(view[n:])  # type: ignore[attr-defined]
+        if not more:
+            break
+        n += more
+    return n
+
+
+def _safe(exc: BaseException) -> str:
+    """An exception's message without anything that looks like a credential."""
+    text = str(exc)
+    for marker in ("Signature=", "X-Amz-Credential=", "X-Amz-Security-Token=", "secret", "Authorization"):
+        idx = text.find(marker)
+        if idx >= 0:
+            text = text[:idx] + "[redacted]"
+    return text[:500]

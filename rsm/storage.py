@@ -1,0 +1,230 @@
+"""Object storage through fsspec: the local file store (a bucket is a directory) and S3 (s3fs).
+
+The manager speaks in (bucket, key) pairs and needs five things from a store: stream an object in (with
+nothing visible until it is complete), put a small object, read a byte range, delete, and tell "missing"
+from "broken". This module gives exactly that over any fsspec filesystem, so tests can wrap the
+filesystem to inject failures.
+
+Writes are atomic per object:
+- file store: bytes go to a temporary name in the destination directory and are renamed over the final
+  name (a rename within one directory is atomic on POSIX);
+- S3: objects larger than the part size go up as a multipart upload, completed only on commit and aborted
+  on failure; smaller ones are one PUT. S3 never shows a partial object.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from pathlib import Path
+from typing import Any, Protocol
+
+import fsspec
+
+from rsm.config import Backend, RsmConfig
+
+log = logging.getLogger(__name__)
+
+
+class ObjectNotFound(Exception):
+    """The object does not exist (the manager turns it into RemoteResourceNotFoundException)."""
+
+
+class ObjectWriter(Protocol):
+    def write(self, data: bytes | memoryview) -> None: ...
+    def commit(self) -> None: ...
+    def abort(self) -> None: ...
+
+
+class IOStats:
+    """Bytes and requests through the store, for benchmarks and for tests of ranged fetches."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.bytes_read = 0
+        self.bytes_written = 0
+        self.reads = 0
+        self.writes = 0
+
+    def read(self, n: int) -> None:
+        with self._lock:
+            self.bytes_read += n
+            self.reads += 1
+
+    def wrote(self, n: int, objects: int = 0) -> None:
+        with self._lock:
+            self.bytes_written += n
+            self.writes += objects
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return {"bytes_read": self.bytes_read, "bytes_written": self.bytes_written, "reads": self.reads}
+
+
+class ObjectStore:
+    """Buckets and keys over an fsspec filesystem."""
+
+    def __init__(
+        self, fs: Any, backend: Backend, root: Path | None = None, part_size: int = 16 << 20
+    ) -> None:
+        self.fs = fs
+        self.backend = backend
+        self.root = root
+        self.part_size = part_size
+        self.stats = IOStats()
+
+    @classmethod
+    def from_config(cls, config: RsmConfig) -> ObjectStore:
+        part_size = int(config.get("storage.s3.multipart.part.size"))  # type: ignore[arg-type]
+        if config.backend is Backend.FILE:
+            root = config.file_root
+            assert root is not None  # checked by RsmConfig
+            root = root.expanduser().resolve()
+            root.mkdir(parents=True, exist_ok=True)
+            fs = fsspec.filesystem("file", auto_mkdir=True, skip_instance_cache=True)
+            return cls(fs, Backend.FILE, root, part_size)
+        import s3fs  # imported here: the file store must not pay for botocore
+
+        client_kwargs: dict[str, Any] = {}
+        endpoint = config.get("storage.s3.endpoint.url")
+        region = config.get("storage.s3.region")
+        if endpoint:
+            client_kwargs["endpoint_url"] = endpoint
+        if region:
+            client_kwargs["region_name"] = region
+        kwargs: dict[str, Any] = {}
+        if config.get("storage.s3.access.key.id"):
+            kwargs["key"] = config.get("storage.s3.access.key.id")
+            kwargs["secret"] = config.get("storage.s3.secret.access.key")
+            if config.get("storage.s3.session.token"):
+                kwargs["token"] = config.get("storage.s3.session.token")
+        fs = s3fs.S3FileSystem(
+            client_kwargs=client_kwargs,
+            skip_instance_cache=True,
+            use_listings_cache=False,
+            default_block_size=part_size,
+            **kwargs,
+        )
+        return cls(fs, Backend.S3, None, part_size)
+
+    # -- naming ------------------------------------------------------------------------------------------
+    def path(self, bucket: str, key: str) -> str:
+        if self.backend is Backend.FILE:
+            return f"{self.root}/{bucket}/{key}"
+        return f"{bucket}/{key}"
+
+    def describe(self, bucket: str, key: str) -> str:
+        """How an object is named in messages: `file:<bucket>/<key>` or `s3://<bucket>/<key>`."""
+        return f"{'s3://' if self.backend is Backend.S3 else 'file:'}{bucket}/{key}"
+
+    # -- writes ------------------------------------------------------------------------------------------
+    def open_writer(self, bucket: str, key: str) -> ObjectWriter:
+        """A streaming writer: nothing is visible under `key` until `commit()`; `abort()` leaves nothing."""
+        if self.backend is Backend.FILE:
+            return _FileWriter(self, self.path(bucket, key))
+        return _S3Writer(self, self.path(bucket, key))
+
+    def put(self, bucket: str, key: str, data: bytes) -> None:
+        """Write a small object in one request (atomically)."""
+        writer = self.open_writer(bucket, key)
+        try:
+            writer.write(data)
+        except BaseException:
+            writer.abort()
+            raise
+        writer.commit()
+
+    # -- reads -------------------------------------------------------------------------------------------
+    def get(self, bucket: str, key: str) -> bytes:
+        try:
+            data = self.fs.cat_file(self.path(bucket, key))
+        except FileNotFoundError:
+            raise ObjectNotFound(self.describe(bucket, key)) from None
+        self.stats.read(len(data))
+        return bytes(data)
+
+    def get_range(self, bucket: str, key: str, start: int, end: int) -> bytes:
+        """Bytes [start, end) of an object, in one ranged request."""
+        if end <= start:
+            return b""
+        try:
+            data = self.fs.cat_file(self.path(bucket, key), start=start, end=end)
+        except FileNotFoundError:
+            raise ObjectNotFound(self.describe(bucket, key)) from None
+        self.stats.read(len(data))
+        if len(data) != end - start:
+            raise OSError(f"short read of {self.describe(bucket, key)}: {len(data)} of {end - start} bytes")
+        return bytes(data)
+
+    def exists(self, bucket: str, key: str) -> bool:
+        return bool(self.fs.exists(self.path(bucket, key)))
+
+    # -- deletes -----------------------------------------------------------------------------------------
+    def delete(self, bucket: str, key: str) -> bool:
+        """Delete an object; a missing one is fine. Returns whether something was there (file store)."""
+        try:
+            self.fs.rm_file(self.path(bucket, key))
+            return True
+        except FileNotFoundError:
+            return False
+
+
+class _FileWriter:
+    """Write to a temporary name next to the destination, rename on commit."""
+
+    def __init__(self, store: ObjectStore, path: str) -> None:
+        self._store = store
+        self._path = path
+        directory, _, name = path.rpartition("/")
+        self._tmp = f"{directory}/.{name}.tmp-{uuid.uuid4().hex[:12]}"
+        self._file = store.fs.open(self._tmp, "wb")
+        self._size = 0
+
+    def write(self, data: bytes | memoryview) -> None:
+        self._file.write(data)
+        self._size += len(data)
+
+    def commit(self) -> None:
+        self._file.close()
+        self._store.fs.mv(self._tmp, self._path)
+        self._store.stats.wrote(self._size, 1)
+
+    def abort(self) -> None:
+        try:
+            self._file.close()
+        except Exception:  # noqa: BLE001 - the write already failed; the cleanup below matters more
+            log.debug("closing %s after a failed write", self._tmp, exc_info=True)
+        try:
+            self._store.fs.rm_file(self._tmp)
+        except FileNotFoundError:
+            pass
+        except Exception:  # noqa: BLE001
+            log.warning("could not remove temporary file %s", self._tmp, exc_info=True)
+
+
+class _S3Writer:
+    """s3fs's buffered file: parts go up as the buffer fills; complete on commit, abort otherwise."""
+
+    def __init__(self, store: ObjectStore, path: str) -> None:
+        self._store = store
+        self._path = path
+        self._file = store.fs.open(path, "wb", block_size=store.part_size)
+        self._size = 0
+
+    def write(self, data: bytes | memoryview) -> None:
+        self._file.write(data)
+        self._size += len(data)
+
+    def commit(self) -> None:
+        self._file.close()
+        self._store.stats.wrote(self._size, 1)
+
+    def abort(self) -> None:
+        try:
+            self._file.discard()  # aborts the multipart upload, if one was started
+        except Exception:  # noqa: BLE001
+            log.warning("could not abort the upload of %s", self._path, exc_info=True)
+        finally:
+            # fsspec's finaliser would otherwise "close" (= complete) the upload when the object is collected
+            self._file.closed = True

@@ -1,0 +1,134 @@
+"""Per-chunk transforms: zstd compression, then AES-256-GCM with a per-segment data key.
+
+A segment is cut into chunks of `chunk.size` original bytes (the last one shorter); each chunk is
+transformed on its own so a ranged fetch decodes only the chunks it needs:
+
+1. compression (zstd) unless the topic disables it, the chunk is mostly made of batches that are already
+   compressed (compressing them again costs CPU for nothing), or zstd does not make it smaller;
+2. encryption, when the topic enables it: AES-256-GCM under a data key drawn fresh for every copy of a
+   segment. The 96-bit nonce is (piece kind, chunk number): unique per key because the key is unique per
+   copy. The associated data binds each ciphertext to the segment id, the piece kind and the chunk number,
+   so chunks cannot be swapped, reordered or moved to another segment without failing authentication.
+
+Pieces are of two kinds: `LOG` chunks of the `.log` object and `INDEX` pieces of the `.indexes` object
+(numbered by index type). The data key is stored in the manifest only wrapped by a keyring key.
+
+Unencrypted chunks carry the CRC-32C of their original bytes in the manifest, checked on every decode;
+encrypted ones are authenticated by GCM instead (a CRC of the plaintext would leak a little of it).
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import uuid
+
+import cramjam
+import crc32c as _crc32c
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+DATA_KEY_BYTES = 32
+TAG_BYTES = 16
+AAD_PREFIX = b"kafka-tiered-rsm/chunk/v1|"
+
+
+class Codec(enum.IntEnum):
+    """How a stored piece is compressed (in the manifest as the integer)."""
+
+    NONE = 0
+    ZSTD = 1
+
+
+class PieceKind(enum.Enum):
+    LOG = b"L"
+    INDEX = b"I"
+
+
+class TransformError(Exception):
+    """A stored piece does not decode: authentication, decompression or checksum failure."""
+
+
+def crc32c(data: bytes | memoryview, value: int = 0) -> int:
+    return _crc32c.crc32c(data, value)
+
+
+def new_data_key() -> bytes:
+    return os.urandom(DATA_KEY_BYTES)
+
+
+class SegmentCipher:
+    """AES-256-GCM for the pieces of one segment copy."""
+
+    def __init__(self, data_key: bytes, segment_id: uuid.UUID) -> None:
+        if len(data_key) != DATA_KEY_BYTES:
+            raise ValueError("a data key is 32 bytes")
+        self._aead = AESGCM(data_key)
+        self._segment = segment_id.bytes
+
+    @staticmethod
+    def _nonce(kind: PieceKind, number: int) -> bytes:
+        return kind.value + b"\0\0\0" + number.to_bytes(8, "big")
+
+    def _aad(self, kind: PieceKind, number: int) -> bytes:
+        return AAD_PREFIX + self._segment + kind.value + number.to_bytes(8, "big")
+
+    def encrypt(self, kind: PieceKind, number: int, data: bytes | memoryview) -> bytes:
+        return self._aead.encrypt(self._nonce(kind, number), data, self._aad(kind, number))
+
+    def decrypt(self, kind: PieceKind, number: int, data: bytes | memoryview) -> bytes:
+        try:
+            return self._aead.decrypt(self._nonce(kind, number), data, self._aad(kind, number))
+        except InvalidTag:
+            raise TransformError(
+                f"{kind.name.lower()} piece {number} does not authenticate (tampered, misplaced or wrong key)"
+            ) from None
+
+
+def encode_piece(
+    data: bytes | memoryview,
+    *,
+    kind: PieceKind,
+    number: int,
+    compress: bool,
+    level: int,
+    cipher: SegmentCipher | None,
+) -> tuple[bytes | memoryview, Codec]:
+    """Transform one chunk for storage; returns the stored bytes and the codec actually used."""
+    payload: bytes | memoryview = data
+    codec = Codec.NONE
+    if compress and len(data):
+        packed = cramjam.zstd.compress(data, level=level)
+        if len(packed) < len(data):
+            payload, codec = memoryview(packed), Codec.ZSTD
+    if cipher is not None:
+        payload = cipher.encrypt(kind, number, payload)
+    return payload, codec
+
+
+def decode_piece(
+    stored: bytes | memoryview,
+    *,
+    kind: PieceKind,
+    number: int,
+    codec: Codec,
+    size: int,
+    cipher: SegmentCipher | None,
+    crc: int | None,
+) -> bytes:
+    """Undo `encode_piece`, checking length and (when recorded) the CRC-32C of the original bytes."""
+    data: bytes | memoryview = stored
+    if cipher is not None:
+        data = cipher.decrypt(kind, number, data)
+    if codec is Codec.ZSTD:
+        try:
+            data = bytes(cramjam.zstd.decompress(data, output_len=size))
+        except Exception as exc:  # cramjam raises its own DecompressionError
+            raise TransformError(f"{kind.name.lower()} piece {number} does not decompress: {exc}") from None
+    elif codec is not Codec.NONE:
+        raise TransformError(f"{kind.name.lower()} piece {number}: unknown codec {codec}")
+    if len(data) != size:
+        raise TransformError(f"{kind.name.lower()} piece {number}: {len(data)} bytes, expected {size}")
+    if crc is not None and crc32c(data) != crc:
+        raise TransformError(f"{kind.name.lower()} piece {number}: CRC-32C mismatch")
+    return bytes(data)
