@@ -1,0 +1,277 @@
+"""A Python client of the bridge protocol, shaped like a RemoteStorageManager.
+
+Why it exists: tests and the benchmark drive the bridge exactly as the JVM plugin does (pooled
+connections, one request at a time per connection, streamed fetches cancelled on close), and tools can
+talk to a running bridge without a broker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import itertools
+import queue
+import socket
+import threading
+from pathlib import Path
+from typing import Any
+
+from rsm.bridge import protocol
+from rsm.bridge.protocol import BridgeError, ConnectionClosed, ErrorCode, FrameType, Op, ProtocolError
+
+_CLIENT_NAME = "rsm-bridge-python-client/0.1.0"
+_MAX_DRAIN_BYTES = 8 * 1024 * 1024
+
+
+class BridgeConnection:
+    """One handshaken connection; carries one request at a time."""
+
+    def __init__(self, socket_path: Path, timeout: float | None = 60.0) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        try:
+            self.sock.connect(str(socket_path))
+            protocol.send_frame(self.sock, FrameType.HELLO, 0, protocol.client_hello(_CLIENT_NAME))
+            hello = protocol.recv_frame(self.sock)
+        except BaseException:
+            self.sock.close()
+            raise
+        if hello.type == FrameType.ERROR:
+            self.sock.close()
+            raise BridgeError(hello.header.get("code", ErrorCode.INTERNAL), hello.header.get("message", ""))
+        if hello.type != FrameType.HELLO:
+            self.sock.close()
+            raise ProtocolError(f"expected HELLO, got {hello.type.name}")
+        self.server_hello = hello.header
+        self.version: int = hello.header.get("version", 0)
+        self.broken = False
+
+    def close(self) -> None:
+        self.broken = True
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+
+class BridgeClient:
+    """Pooled client: ``copy_log_segment_data``, ``fetch_log_segment`` ... as RemoteStorageManager has."""
+
+    def __init__(self, socket_path: Path, pool_size: int = 16, timeout: float | None = 60.0) -> None:
+        self.socket_path = Path(socket_path)
+        self.timeout = timeout
+        self._idle: queue.LifoQueue[BridgeConnection] = queue.LifoQueue()
+        self._slots = threading.BoundedSemaphore(pool_size)
+        self._ids = itertools.count(1)
+        self._ids_lock = threading.Lock()
+
+    # -- pool ---------------------------------------------------------------------------------------
+
+    def _next_id(self) -> int:
+        with self._ids_lock:
+            return next(self._ids) & 0xFFFFFFFF or next(self._ids)
+
+    def _acquire(self) -> BridgeConnection:
+        self._slots.acquire()
+        try:
+            try:
+                return self._idle.get_nowait()
+            except queue.Empty:
+                return BridgeConnection(self.socket_path, self.timeout)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def _release(self, conn: BridgeConnection) -> None:
+        if not conn.broken:
+            self._idle.put(conn)
+        self._slots.release()
+
+    def close(self) -> None:
+        while True:
+            try:
+                self._idle.get_nowait().close()
+            except queue.Empty:
+                return
+
+    # -- calls --------------------------------------------------------------------------------------
+
+    def call(self, op: str, header: dict[str, Any] | None = None, payload: bytes = b"") -> dict[str, Any]:
+        """One unary request; ERROR frames raise the mapped RSM exception."""
+        conn = self._acquire()
+        try:
+            rid = self._next_id()
+            protocol.send_frame(conn.sock, FrameType.REQUEST, rid, {"op": op, **(header or {})}, payload)
+            frame = protocol.recv_frame(conn.sock)
+            if frame.request_id != rid:
+                raise ProtocolError(f"answer to request {frame.request_id}, expected {rid}")
+            if frame.type == FrameType.ERROR:
+                raise protocol.exception_for(frame.header.get("code", ""), frame.header.get("message", ""))
+            if frame.type != FrameType.RESPONSE:
+                raise ProtocolError(f"expected RESPONSE, got {frame.type.name}")
+            return frame.header
+        except (OSError, ProtocolError) as exc:
+            conn.close()
+            raise _storage_error(f"bridge connection failed during {op}: {exc}") from exc
+        finally:
+            self._release(conn)
+
+    def open_stream(self, op: str, header: dict[str, Any]) -> FrameStream:
+        conn = self._acquire()
+        try:
+            rid = self._next_id()
+            protocol.send_frame(conn.sock, FrameType.REQUEST, rid, {"op": op, **header})
+            first = protocol.recv_frame(conn.sock)
+        except (OSError, ProtocolError) as exc:
+            conn.close()
+            self._release(conn)
+            raise _storage_error(f"bridge connection failed during {op}: {exc}") from exc
+        if first.type == FrameType.ERROR:
+            self._release(conn)
+            raise protocol.exception_for(first.header.get("code", ""), first.header.get("message", ""))
+        return FrameStream(self, conn, rid, first)
+
+    def health(self) -> dict[str, Any]:
+        return self.call(Op.HEALTH)
+
+    def configure_info(self) -> dict[str, Any]:
+        return self.call(Op.CONFIGURE_INFO)
+
+    def copy_log_segment_data(self, metadata: Any, segment_data: Any, log_config: Any = None) -> Any:
+        from rsm import CustomMetadata
+
+        paths, epochs = protocol.encode_segment_data(segment_data)
+        answer = self.call(
+            Op.COPY_LOG_SEGMENT_DATA,
+            {
+                "metadata": protocol.encode_metadata(metadata),
+                "segment_data": paths,
+                "log_config": protocol.encode_log_config(log_config),
+            },
+            epochs,
+        )
+        raw = answer.get("custom_metadata")
+        return None if raw is None else CustomMetadata(protocol._unb64(raw, "custom_metadata"))
+
+    def fetch_log_segment(
+        self, metadata: Any, start_position: int, end_position: int | None = None, log_config: Any = None
+    ) -> FrameStream:
+        return self.open_stream(
+            Op.FETCH_LOG_SEGMENT,
+            {
+                "metadata": protocol.encode_metadata(metadata),
+                "start_position": start_position,
+                "end_position": end_position,
+                "log_config": protocol.encode_log_config(log_config),
+            },
+        )
+
+    def fetch_index(self, metadata: Any, index_type: Any, log_config: Any = None) -> FrameStream:
+        return self.open_stream(
+            Op.FETCH_INDEX,
+            {
+                "metadata": protocol.encode_metadata(metadata),
+                "index_type": getattr(index_type, "name", str(index_type)),
+                "log_config": protocol.encode_log_config(log_config),
+            },
+        )
+
+    def delete_log_segment_data(self, metadata: Any, log_config: Any = None) -> None:
+        self.call(
+            Op.DELETE_LOG_SEGMENT_DATA,
+            {
+                "metadata": protocol.encode_metadata(metadata),
+                "log_config": protocol.encode_log_config(log_config),
+            },
+        )
+
+
+def _storage_error(message: str) -> Exception:
+    from rsm import RemoteStorageException
+
+    return RemoteStorageException(message)
+
+
+class FrameStream(io.RawIOBase):
+    """A streamed answer read lazily frame by frame; close() before the end sends CANCEL."""
+
+    def __init__(self, client: BridgeClient, conn: BridgeConnection, rid: int, first: protocol.Frame) -> None:
+        super().__init__()
+        self._client = client
+        self._conn: BridgeConnection | None = conn
+        self._rid = rid
+        self._buf = memoryview(b"")
+        self._done = False
+        self.cancelled = False
+        self._accept(first)
+
+    def readable(self) -> bool:
+        return True
+
+    def _accept(self, frame: protocol.Frame) -> None:
+        if frame.request_id != self._rid:
+            raise ProtocolError(f"frame for request {frame.request_id} while reading {self._rid}")
+        if frame.type == FrameType.DATA:
+            self._buf = memoryview(frame.payload)
+        elif frame.type == FrameType.END:
+            self._done = True
+            self.cancelled = bool(frame.header.get("cancelled"))
+            self._finish(reuse=True)
+        elif frame.type == FrameType.ERROR:
+            self._done = True
+            self._finish(reuse=True)
+            raise OSError(
+                f"bridge stream failed: {protocol.exception_for(frame.header.get('code', ''), frame.header.get('message', ''))}"
+            )
+        else:
+            raise ProtocolError(f"unexpected {frame.type.name} frame in a stream")
+
+    def _finish(self, reuse: bool) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        if not reuse:
+            conn.close()
+        self._client._release(conn)
+
+    def _next_frame(self) -> None:
+        assert self._conn is not None
+        try:
+            frame = protocol.recv_frame(self._conn.sock)
+        except (OSError, ConnectionClosed, ProtocolError) as exc:
+            self._done = True
+            self._finish(reuse=False)
+            raise OSError(f"bridge connection lost mid-stream: {exc}") from exc
+        self._accept(frame)
+
+    def readinto(self, b: Any) -> int:
+        out = memoryview(b).cast("B")
+        while not self._buf and not self._done:
+            self._next_frame()
+        n = min(len(out), len(self._buf))
+        out[:n] = self._buf[:n]
+        self._buf = self._buf[n:]
+        return n
+
+    def close(self) -> None:
+        if not self.closed and self._conn is not None and not self._done:
+            self._cancel()
+        super().close()
+
+    def _cancel(self) -> None:
+        conn = self._conn
+        assert conn is not None
+        try:
+            protocol.send_frame(conn.sock, FrameType.CANCEL, self._rid)
+            drained = 0
+            while not self._done:
+                frame = protocol.recv_frame(conn.sock)
+                if frame.type == FrameType.DATA:
+                    drained += len(frame.payload)
+                    if drained > _MAX_DRAIN_BYTES:
+                        raise ProtocolError("server kept streaming after CANCEL")
+                    continue
+                self._buf = memoryview(b"")
+                with contextlib.suppress(OSError):
+                    self._accept(frame)
+        except (OSError, ProtocolError):
+            self._done = True
+            self._finish(reuse=False)

@@ -1,0 +1,558 @@
+package io.tieredrsm.bridge;
+
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.Writer;
+import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.nio.file.StandardOpenOption;
+import java.nio.file.attribute.PosixFilePermissions;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Base64;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Optional;
+import java.util.Properties;
+import java.util.TreeMap;
+import java.util.concurrent.LinkedBlockingDeque;
+import java.util.concurrent.Semaphore;
+import java.util.concurrent.atomic.AtomicInteger;
+
+import org.apache.kafka.server.log.remote.storage.LogSegmentData;
+import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentMetadata;
+import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentMetadata.CustomMetadata;
+import org.apache.kafka.server.log.remote.storage.RemoteResourceNotFoundException;
+import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
+import org.apache.kafka.server.log.remote.storage.RemoteStorageManager;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * Kafka's RemoteStorageManager, implemented by forwarding every call to the Python bridge process
+ * ({@code rsm bridge serve}) over a Unix domain socket. Segment files travel by path; fetched bytes come
+ * back as a stream of frames read lazily by the returned InputStream.
+ *
+ * <p>Configuration (broker properties, all under {@code rsm.config.}, which Kafka strips):
+ * <ul>
+ *   <li>{@code bridge.socket.path}: the socket (default {@code <java.io.tmpdir>/rsm-bridge-<broker.id>/bridge.sock})</li>
+ *   <li>{@code bridge.command}: command that runs {@code rsm bridge serve} (default {@code rsm bridge serve});
+ *       the plugin appends {@code --config F --socket S --parent-pid P}. Empty: connect to a bridge the
+ *       operator runs.</li>
+ *   <li>{@code bridge.config.file}: the properties file handed to the bridge (default: the plugin writes
+ *       its rsm.config.* settings, owner-only, next to the socket)</li>
+ *   <li>{@code bridge.pool.size} (32), {@code bridge.startup.timeout.ms} (60000),
+ *       {@code bridge.restart.backoff.ms} (200), {@code bridge.restart.backoff.max.ms} (30000),
+ *       {@code bridge.log.file} (next to the socket)</li>
+ *   <li>{@code bridge.admin.bootstrap.servers} and other {@code bridge.admin.*} client settings: where to read
+ *       topic configs (describeConfigs) that are sent as the LogConfig of each call;
+ *       {@code bridge.topic.config.ttl.ms} (30000)</li>
+ * </ul>
+ * All other keys go to the Python RemoteStorageManager.
+ */
+public class BridgeRemoteStorageManager implements RemoteStorageManager {
+    private static final Logger LOG = LoggerFactory.getLogger(BridgeRemoteStorageManager.class);
+    static final String CLIENT_NAME = "rsm-bridge-jvm/0.1.0";
+    private static final int MAX_DRAIN_BYTES = 8 * 1024 * 1024;
+    /** Keys the broker adds to the rsm.config.* settings; they are not the user's RSM settings. */
+    private static final java.util.Set<String> BROKER_KEYS = java.util.Set.of("broker.id", "node.id", "log.dir",
+            "log.dirs", "cluster.id");
+
+    private Path socketPath;
+    private BridgeProcess bridge;
+    private TopicConfigCache topicConfigs;
+    private Semaphore slots;
+    private final LinkedBlockingDeque<BridgeConnection> idle = new LinkedBlockingDeque<>();
+    private final AtomicInteger requestIds = new AtomicInteger();
+    private volatile boolean closed;
+    private long stopGraceMs = 15_000;
+
+    @Override
+    public void configure(Map<String, ?> configs) {
+        Map<String, String> all = new TreeMap<>();
+        configs.forEach((k, v) -> {
+            if (v != null) {
+                all.put(k, String.valueOf(v));
+            }
+        });
+        String brokerId = all.getOrDefault("broker.id", all.getOrDefault("node.id", "0"));
+        String socket = all.get("bridge.socket.path");
+        socketPath = socket != null && !socket.isBlank() ? Paths.get(socket)
+                : Paths.get(System.getProperty("java.io.tmpdir"), "rsm-bridge-" + brokerId, "bridge.sock");
+        Path dir = socketPath.toAbsolutePath().getParent();
+        try {
+            if (!Files.isDirectory(dir)) {
+                Files.createDirectories(dir, PosixFilePermissions.asFileAttribute(
+                        PosixFilePermissions.fromString("rwx------")));
+            }
+        } catch (IOException e) {
+            throw new IllegalStateException("cannot create the bridge socket directory " + dir + ": " + e, e);
+        }
+        int poolSize = Integer.parseInt(all.getOrDefault("bridge.pool.size", "32"));
+        slots = new Semaphore(poolSize);
+        stopGraceMs = Long.parseLong(all.getOrDefault("bridge.shutdown.grace.ms", "10000")) + 5_000;
+
+        String commandText = all.getOrDefault("bridge.command", "rsm bridge serve").trim();
+        List<String> command = commandText.isEmpty() || commandText.equals("none") ? List.of()
+                : new ArrayList<>(Arrays.asList(commandText.split("\\s+")));
+        Path configFile;
+        String given = all.get("bridge.config.file");
+        if (given != null && !given.isBlank()) {
+            configFile = Paths.get(given);
+        } else {
+            configFile = dir.resolve("bridge-" + brokerId + ".properties");
+            if (!command.isEmpty()) {
+                writeBridgeConfig(configFile, all);
+            }
+        }
+        Path logFile = Paths.get(all.getOrDefault("bridge.log.file", dir.resolve("bridge.log").toString()));
+        bridge = new BridgeProcess(command, configFile, socketPath, logFile,
+                Long.parseLong(all.getOrDefault("bridge.startup.timeout.ms", "60000")),
+                Long.parseLong(all.getOrDefault("bridge.restart.backoff.ms", "200")),
+                Long.parseLong(all.getOrDefault("bridge.restart.backoff.max.ms", "30000")), CLIENT_NAME);
+
+        Properties admin = new Properties();
+        all.forEach((k, v) -> {
+            if (k.startsWith("bridge.admin.")) {
+                admin.put(k.substring("bridge.admin.".length()), v);
+            }
+        });
+        if (admin.containsKey("bootstrap.servers")) {
+            admin.putIfAbsent("client.id", "rsm-bridge-topic-configs-" + brokerId);
+            topicConfigs = new TopicConfigCache(admin,
+                    Long.parseLong(all.getOrDefault("bridge.topic.config.ttl.ms", "30000")),
+                    Long.parseLong(all.getOrDefault("bridge.topic.config.timeout.ms", "10000")));
+        }
+        LOG.info("bridge RSM configured: socket {}, command {}, pool {}, topic configs from {}", socketPath,
+                command.isEmpty() ? "(external bridge)" : command, poolSize,
+                topicConfigs == null ? "(none)" : admin.get("bootstrap.servers"));
+        // Start (or find) the bridge now so a broken set-up shows at broker start, not at the first copy.
+        try {
+            bridge.ensureRunning();
+        } catch (RemoteStorageException e) {
+            LOG.error("the bridge is not available yet: {}", e.getMessage());
+        }
+    }
+
+    /** The bridge gets the same rsm.config.* settings the broker gave us, in an owner-only file. */
+    private static void writeBridgeConfig(Path file, Map<String, String> all) {
+        StringBuilder sb = new StringBuilder("# written by the rsm bridge plugin; do not edit\n");
+        all.forEach((k, v) -> {
+            if (!BROKER_KEYS.contains(k)) {
+                sb.append("rsm.config.").append(escape(k)).append('=').append(escape(v)).append('\n');
+            }
+        });
+        try {
+            Path tmp = file.resolveSibling(file.getFileName() + ".tmp");
+            Files.deleteIfExists(tmp);
+            Files.createFile(tmp, PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rw-------")));
+            try (Writer w = Files.newBufferedWriter(tmp, StandardCharsets.UTF_8, StandardOpenOption.WRITE)) {
+                w.write(sb.toString());
+            }
+            Files.move(tmp, file, java.nio.file.StandardCopyOption.REPLACE_EXISTING,
+                    java.nio.file.StandardCopyOption.ATOMIC_MOVE);
+        } catch (IOException e) {
+            throw new IllegalStateException("cannot write the bridge config " + file + ": " + e, e);
+        }
+    }
+
+    private static String escape(String s) {
+        StringBuilder sb = new StringBuilder();
+        for (char c : s.toCharArray()) {
+            switch (c) {
+                case '\\': sb.append("\\\\"); break;
+                case '\n': sb.append("\\n"); break;
+                case '\r': sb.append("\\r"); break;
+                case '=': case ':': case '#': case '!': sb.append('\\').append(c); break;
+                default: sb.append(c);
+            }
+        }
+        return sb.toString();
+    }
+
+    // ------------------------------------------------------------------------------------- pool
+
+    private BridgeConnection borrow() throws RemoteStorageException {
+        if (closed) {
+            throw new RemoteStorageException("the bridge RSM is closed");
+        }
+        try {
+            slots.acquire();
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new RemoteStorageException("interrupted while waiting for a bridge connection", e);
+        }
+        BridgeConnection c = idle.pollFirst();
+        if (c != null) {
+            return c;
+        }
+        try {
+            return connect();
+        } catch (RemoteStorageException | RuntimeException e) {
+            slots.release();
+            throw e;
+        }
+    }
+
+    private BridgeConnection connect() throws RemoteStorageException {
+        try {
+            return new BridgeConnection(socketPath, CLIENT_NAME);
+        } catch (IOException first) {
+            // nobody answers: the bridge died or was never started; (re)start it, then try once more
+            discardIdle();
+            bridge.ensureRunning();
+            try {
+                return new BridgeConnection(socketPath, CLIENT_NAME);
+            } catch (IOException e) {
+                throw new RemoteStorageException("cannot connect to the bridge at " + socketPath + ": " + e, e);
+            }
+        }
+    }
+
+    private void discardIdle() {
+        BridgeConnection c;
+        while ((c = idle.pollFirst()) != null) {
+            c.close();
+        }
+    }
+
+    void release(BridgeConnection c) {
+        if (!c.broken && !closed) {
+            idle.offerFirst(c);
+        } else {
+            c.close();
+        }
+        slots.release();
+    }
+
+    private int nextRequestId() {
+        int id = requestIds.incrementAndGet() & 0x7fffffff;
+        return id == 0 ? requestIds.incrementAndGet() & 0x7fffffff : id;
+    }
+
+    static RemoteStorageException mapError(Map<String, Object> header, String what) {
+        String code = String.valueOf(header.get("code"));
+        String message = what + ": " + header.get("message");
+        if ("RESOURCE_NOT_FOUND".equals(code)) {
+            return new RemoteResourceNotFoundException(message);
+        }
+        return new RemoteStorageException(message + " [" + code + "]");
+    }
+
+    /** One unary call: REQUEST, then RESPONSE or ERROR. A lost connection fails the call; Kafka retries. */
+    private Map<String, Object> call(String op, Map<String, Object> header, byte[] payload, String what)
+            throws RemoteStorageException {
+        BridgeConnection c = borrow();
+        try {
+            int rid = nextRequestId();
+            Map<String, Object> h = new LinkedHashMap<>();
+            h.put("op", op);
+            h.putAll(header);
+            c.send(BridgeConnection.REQUEST, rid, Json.write(h), payload, 0, payload == null ? 0 : payload.length);
+            BridgeConnection.Frame f = c.read();
+            if (f.requestId != rid) {
+                c.broken = true;
+                throw new RemoteStorageException(what + ": bridge answered request " + f.requestId + ", not " + rid);
+            }
+            if (f.type == BridgeConnection.ERROR) {
+                throw mapError(f.header, what);
+            }
+            if (f.type != BridgeConnection.RESPONSE) {
+                c.broken = true;
+                throw new RemoteStorageException(what + ": unexpected frame type " + f.type + " from the bridge");
+            }
+            return f.header;
+        } catch (IOException | IllegalArgumentException e) {
+            c.broken = true;
+            throw new RemoteStorageException(what + ": bridge connection failed: " + e, e);
+        } finally {
+            release(c);
+        }
+    }
+
+    private InputStream stream(String op, Map<String, Object> header, String what) throws RemoteStorageException {
+        BridgeConnection c = borrow();
+        BridgeConnection.Frame first;
+        int rid = nextRequestId();
+        try {
+            Map<String, Object> h = new LinkedHashMap<>();
+            h.put("op", op);
+            h.putAll(header);
+            c.send(BridgeConnection.REQUEST, rid, Json.write(h), null, 0, 0);
+            first = c.read();
+        } catch (IOException | IllegalArgumentException e) {
+            c.broken = true;
+            release(c);
+            throw new RemoteStorageException(what + ": bridge connection failed: " + e, e);
+        }
+        if (first.type == BridgeConnection.ERROR) {
+            release(c);
+            throw mapError(first.header, what);
+        }
+        return new FrameInputStream(this, c, rid, first, what);
+    }
+
+    // ------------------------------------------------------------------------------- encoding
+
+    private Map<String, Object> base(RemoteLogSegmentMetadata m) {
+        Map<String, Object> h = new LinkedHashMap<>();
+        h.put("metadata", metadata(m));
+        Map<String, String> logConfig = topicConfigs == null ? null : topicConfigs.get(m.topicIdPartition().topic());
+        h.put("log_config", logConfig);
+        return h;
+    }
+
+    static Map<String, Object> metadata(RemoteLogSegmentMetadata m) {
+        Map<String, Object> o = new LinkedHashMap<>();
+        o.put("topic_id", m.topicIdPartition().topicId().toString());
+        o.put("topic", m.topicIdPartition().topic());
+        o.put("partition", m.topicIdPartition().partition());
+        o.put("segment_id", m.remoteLogSegmentId().id().toString());
+        o.put("start_offset", m.startOffset());
+        o.put("end_offset", m.endOffset());
+        o.put("max_timestamp_ms", m.maxTimestampMs());
+        o.put("broker_id", m.brokerId());
+        o.put("event_timestamp_ms", m.eventTimestampMs());
+        o.put("segment_size_in_bytes", m.segmentSizeInBytes());
+        List<Object> epochs = new ArrayList<>();
+        m.segmentLeaderEpochs().forEach((epoch, offset) -> epochs.add(List.of(epoch.longValue(), offset)));
+        o.put("segment_leader_epochs", epochs);
+        o.put("custom_metadata", m.customMetadata().map(c -> Base64.getEncoder().encodeToString(c.value()))
+                .orElse(null));
+        o.put("state", m.state().name());
+        o.put("txn_idx_empty", m.isTxnIdxEmpty());
+        return o;
+    }
+
+    private static String describe(RemoteLogSegmentMetadata m) {
+        return m.topicIdPartition() + " segment " + m.remoteLogSegmentId().id() + " [" + m.startOffset() + ".."
+                + m.endOffset() + "]";
+    }
+
+    // ----------------------------------------------------------------------- RemoteStorageManager
+
+    @Override
+    public Optional<CustomMetadata> copyLogSegmentData(RemoteLogSegmentMetadata metadata, LogSegmentData data)
+            throws RemoteStorageException {
+        Map<String, Object> h = base(metadata);
+        Map<String, Object> paths = new LinkedHashMap<>();
+        paths.put("log_segment", data.logSegment().toAbsolutePath().toString());
+        paths.put("offset_index", data.offsetIndex().toAbsolutePath().toString());
+        paths.put("time_index", data.timeIndex().toAbsolutePath().toString());
+        paths.put("transaction_index", data.transactionIndex().map(p -> p.toAbsolutePath().toString()).orElse(null));
+        paths.put("producer_snapshot_index", data.producerSnapshotIndex().toAbsolutePath().toString());
+        h.put("segment_data", paths);
+        ByteBuffer epochs = data.leaderEpochIndex().duplicate();
+        byte[] payload = new byte[epochs.remaining()];
+        epochs.get(payload);
+        Map<String, Object> answer = call("copy_log_segment_data", h, payload, "copy " + describe(metadata));
+        Object custom = answer.get("custom_metadata");
+        return custom == null ? Optional.empty()
+                : Optional.of(new CustomMetadata(Base64.getDecoder().decode(String.valueOf(custom))));
+    }
+
+    @Override
+    public InputStream fetchLogSegment(RemoteLogSegmentMetadata metadata, int startPosition)
+            throws RemoteStorageException {
+        return fetch(metadata, startPosition, null);
+    }
+
+    @Override
+    public InputStream fetchLogSegment(RemoteLogSegmentMetadata metadata, int startPosition, int endPosition)
+            throws RemoteStorageException {
+        return fetch(metadata, startPosition, endPosition);
+    }
+
+    private InputStream fetch(RemoteLogSegmentMetadata metadata, int start, Integer end) throws RemoteStorageException {
+        Map<String, Object> h = base(metadata);
+        h.put("start_position", start);
+        h.put("end_position", end);
+        return stream("fetch_log_segment", h, "fetch " + describe(metadata) + " from " + start);
+    }
+
+    @Override
+    public InputStream fetchIndex(RemoteLogSegmentMetadata metadata, IndexType indexType)
+            throws RemoteStorageException {
+        Map<String, Object> h = base(metadata);
+        h.put("index_type", indexType.name());
+        return stream("fetch_index", h, "fetch " + indexType + " index of " + describe(metadata));
+    }
+
+    @Override
+    public void deleteLogSegmentData(RemoteLogSegmentMetadata metadata) throws RemoteStorageException {
+        call("delete_log_segment_data", base(metadata), null, "delete " + describe(metadata));
+    }
+
+    /** The bridge's health answer (status, pid, connections, in-flight requests). */
+    public Map<String, Object> health() throws RemoteStorageException {
+        return call("health", Map.of(), null, "health");
+    }
+
+    /** Forward a named operation (room for the topic policy classes, e.g. validate_create_topic). */
+    public Map<String, Object> invoke(String op, Map<String, Object> header) throws RemoteStorageException {
+        return call(op, header, null, op);
+    }
+
+    int bridgeRestarts() {
+        return bridge.restarts();
+    }
+
+    @Override
+    public void close() {
+        closed = true;
+        discardIdle();
+        if (topicConfigs != null) {
+            topicConfigs.close();
+        }
+        if (bridge != null) {
+            bridge.stop(stopGraceMs);
+        }
+    }
+
+    /** The fetched bytes, read frame by frame as the caller reads; closing early cancels the stream. */
+    static final class FrameInputStream extends InputStream {
+        private final BridgeRemoteStorageManager owner;
+        private BridgeConnection conn;
+        private final int rid;
+        private final String what;
+        private byte[] buf;
+        private int pos;
+        private int limit;
+        private boolean done;
+
+        FrameInputStream(BridgeRemoteStorageManager owner, BridgeConnection conn, int rid,
+                         BridgeConnection.Frame first, String what) throws RemoteStorageException {
+            this.owner = owner;
+            this.conn = conn;
+            this.rid = rid;
+            this.what = what;
+            try {
+                accept(first);
+            } catch (IOException e) {
+                throw new RemoteStorageException(what + ": " + e.getMessage(), e);
+            }
+        }
+
+        private void accept(BridgeConnection.Frame f) throws IOException {
+            if (f.requestId != rid) {
+                fail();
+                throw new IOException(what + ": frame for request " + f.requestId + " while reading " + rid);
+            }
+            switch (f.type) {
+                case BridgeConnection.DATA:
+                    if (buf == null || buf.length < f.payloadLength) {
+                        buf = new byte[Math.max(f.payloadLength, 64 * 1024)];
+                    }
+                    System.arraycopy(f.payload, f.payloadOffset, buf, 0, f.payloadLength);
+                    pos = 0;
+                    limit = f.payloadLength;
+                    break;
+                case BridgeConnection.END:
+                    finish();
+                    break;
+                case BridgeConnection.ERROR:
+                    finish();
+                    throw new IOException(mapError(f.header, what));
+                default:
+                    fail();
+                    throw new IOException(what + ": unexpected frame type " + f.type + " in a stream");
+            }
+        }
+
+        private void finish() {
+            done = true;
+            pos = limit = 0;
+            if (conn != null) {
+                owner.release(conn);
+                conn = null;
+            }
+        }
+
+        private void fail() {
+            done = true;
+            if (conn != null) {
+                conn.broken = true;
+                owner.release(conn);
+                conn = null;
+            }
+        }
+
+        private boolean fill() throws IOException {
+            while (pos >= limit && !done) {
+                if (conn == null) {
+                    throw new IOException(what + ": stream closed");
+                }
+                try {
+                    accept(conn.read());
+                } catch (IOException e) {
+                    if (conn != null) {
+                        fail();
+                    }
+                    throw e instanceof java.io.EOFException
+                            ? new IOException(what + ": bridge connection lost mid-stream", e) : e;
+                }
+            }
+            return pos < limit;
+        }
+
+        @Override
+        public int read() throws IOException {
+            if (!fill()) {
+                return -1;
+            }
+            return buf[pos++] & 0xff;
+        }
+
+        @Override
+        public int read(byte[] b, int off, int len) throws IOException {
+            if (len == 0) {
+                return 0;
+            }
+            if (!fill()) {
+                return -1;
+            }
+            int n = Math.min(len, limit - pos);
+            System.arraycopy(buf, pos, b, off, n);
+            pos += n;
+            return n;
+        }
+
+        @Override
+        public int available() {
+            return limit - pos;
+        }
+
+        @Override
+        public void close() {
+            if (done || conn == null) {
+                done = true;
+                return;
+            }
+            // tell the bridge to stop, then read what it had already sent until its END
+            try {
+                conn.send(BridgeConnection.CANCEL, rid, null, null, 0, 0);
+                long drained = 0;
+                while (!done) {
+                    BridgeConnection.Frame f = conn.read();
+                    if (f.type == BridgeConnection.DATA && f.requestId == rid) {
+                        drained += f.payloadLength;
+                        if (drained > MAX_DRAIN_BYTES) {
+                            fail();
+                            return;
+                        }
+                    } else if (f.requestId == rid && (f.type == BridgeConnection.END || f.type == BridgeConnection.ERROR)) {
+                        finish();
+                    } else {
+                        fail();
+                    }
+                }
+            } catch (IOException | RuntimeException e) {
+                fail();
+            }
+        }
+    }
+}

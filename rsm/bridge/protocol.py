@@ -1,0 +1,480 @@
+"""Wire protocol between the JVM plugin (or any client) and the bridge process.
+
+Why a custom framed protocol over a Unix domain socket: the broker and the bridge share one machine, so
+segment files travel by path (never through the socket) and only metadata, small index files and fetched
+byte ranges cross it.  Frames are length-prefixed so either side can read them without parsing JSON
+first, and every frame carries the request id so one connection serves many requests in turn and a
+client can cancel a streamed answer midway.  See ``PROTOCOL.md`` next to this file for the full
+specification; this module is its reference implementation.
+
+Frame layout (all integers big-endian)::
+
+    u32 length          number of bytes after this field (type .. end of payload)
+    u8  type            FrameType
+    u32 request_id      0 for HELLO, otherwise chosen by the client, echoed by the server
+    u32 header_length   length of the JSON header that follows
+    ...                 header: a UTF-8 JSON object (header_length bytes; 0 means {})
+    ...                 payload: raw bytes (length - 9 - header_length bytes)
+"""
+
+from __future__ import annotations
+
+import base64
+import enum
+import json
+import socket
+import struct
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+PROTOCOL_VERSION = 1
+SUPPORTED_VERSIONS = (1,)
+MAGIC = "rsm-bridge"
+
+PREFIX = struct.Struct(">IBII")  # length, type, request id, header length
+PREFIX_SIZE = PREFIX.size  # 13
+_AFTER_LENGTH = PREFIX_SIZE - 4  # type + request id + header length = 9
+
+MAX_HEADER_BYTES = 4 * 1024 * 1024
+MAX_FRAME_BYTES = 16 * 1024 * 1024 + MAX_HEADER_BYTES
+DEFAULT_DATA_FRAME_BYTES = 256 * 1024
+MIN_DATA_FRAME_BYTES = 64 * 1024
+MAX_DATA_FRAME_BYTES = 1024 * 1024
+
+
+class FrameType(enum.IntEnum):
+    """What a frame means; the closed set of frame kinds of protocol version 1."""
+
+    HELLO = 1  # handshake, both directions, request id 0
+    REQUEST = 2  # client -> server: header {"op": ..., ...}
+    RESPONSE = 3  # server -> client: the answer of a unary operation
+    DATA = 4  # server -> client: one piece of a streamed answer (payload only)
+    END = 5  # server -> client: a streamed answer is complete (or was cancelled)
+    ERROR = 6  # server -> client: the request failed; terminal for that request id
+    CANCEL = 7  # client -> server: stop streaming the answer of request_id
+
+
+class ErrorCode(enum.StrEnum):
+    """Error codes carried in ERROR frames; the client maps them to Kafka's exception types."""
+
+    RESOURCE_NOT_FOUND = "RESOURCE_NOT_FOUND"  # -> RemoteResourceNotFoundException
+    STORAGE = "STORAGE"  # -> RemoteStorageException
+    INVALID_REQUEST = "INVALID_REQUEST"  # malformed header/arguments -> RemoteStorageException
+    UNSUPPORTED_OPERATION = "UNSUPPORTED_OPERATION"  # op unknown to this server
+    VERSION_MISMATCH = "VERSION_MISMATCH"  # handshake failed
+    SHUTTING_DOWN = "SHUTTING_DOWN"  # server stopping; the call may be retried on a fresh bridge
+    INTERNAL = "INTERNAL"  # anything else -> RemoteStorageException
+
+
+class Op(enum.StrEnum):
+    """Operations of protocol version 1 (the server advertises the ones it serves in its HELLO)."""
+
+    HEALTH = "health"
+    CONFIGURE_INFO = "configure_info"
+    COPY_LOG_SEGMENT_DATA = "copy_log_segment_data"
+    FETCH_LOG_SEGMENT = "fetch_log_segment"
+    FETCH_INDEX = "fetch_index"
+    DELETE_LOG_SEGMENT_DATA = "delete_log_segment_data"
+    # Reserved for the topic policy classes (CreateTopicPolicy / AlterConfigPolicy) of a later issue.
+    VALIDATE_CREATE_TOPIC = "validate_create_topic"
+    VALIDATE_ALTER_CONFIG = "validate_alter_config"
+
+
+STREAMED_OPS = frozenset({Op.FETCH_LOG_SEGMENT, Op.FETCH_INDEX})
+
+
+class ProtocolError(Exception):
+    """The peer broke the framing or the message rules; the connection cannot be trusted any more."""
+
+
+class ConnectionClosed(ProtocolError):
+    """The peer closed the connection (cleanly, between frames, or in the middle of one)."""
+
+
+class BridgeError(Exception):
+    """An ERROR frame received by a client, before it is mapped to an RSM exception."""
+
+    def __init__(self, code: ErrorCode | str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One decoded frame. ``payload`` is a bytes-like object (not copied more than once)."""
+
+    type: FrameType
+    request_id: int
+    header: dict[str, Any] = field(default_factory=dict)
+    payload: bytes | bytearray | memoryview = b""
+
+
+# --------------------------------------------------------------------------------------------- framing
+
+
+def encode_frame_prefix(
+    frame_type: FrameType, request_id: int, header: Mapping[str, Any] | None, payload_len: int
+) -> bytes:
+    """Prefix + JSON header bytes of a frame; the payload is sent after it without being copied."""
+    header_bytes = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode() if header else b""
+    if len(header_bytes) > MAX_HEADER_BYTES:
+        raise ProtocolError(f"frame header of {len(header_bytes)} bytes exceeds {MAX_HEADER_BYTES}")
+    length = _AFTER_LENGTH + len(header_bytes) + payload_len
+    if length > MAX_FRAME_BYTES:
+        raise ProtocolError(f"frame of {length} bytes exceeds {MAX_FRAME_BYTES}")
+    return PREFIX.pack(length, int(frame_type), request_id, len(header_bytes)) + header_bytes
+
+
+def encode_frame(
+    frame_type: FrameType,
+    request_id: int,
+    header: Mapping[str, Any] | None = None,
+    payload: bytes | bytearray | memoryview = b"",
+) -> bytes:
+    """A whole frame as one bytes object (tests and small frames)."""
+    return encode_frame_prefix(frame_type, request_id, header, len(payload)) + bytes(payload)
+
+
+def send_frame(
+    sock: socket.socket,
+    frame_type: FrameType,
+    request_id: int,
+    header: Mapping[str, Any] | None = None,
+    payload: bytes | bytearray | memoryview = b"",
+) -> None:
+    """Write one frame; large payloads go out with scatter-gather I/O instead of a concatenation."""
+    prefix = encode_frame_prefix(frame_type, request_id, header, len(payload))
+    if len(payload) < 16 * 1024:
+        sock.sendall(prefix + bytes(payload))
+        return
+    views = [memoryview(prefix), memoryview(payload).cast("B")]
+    while views:
+        sent = sock.sendmsg(views)
+        while sent and views:
+            if sent >= len(views[0]):
+                sent -= len(views[0])
+                views.pop(0)
+            else:
+                views[0] = views[0][sent:]
+                sent = 0
+
+
+def _recv_exact_into(sock: socket.socket, view: memoryview, what: str) -> None:
+    got = 0
+    total = len(view)
+    while got < total:
+        n = sock.recv_into(view[got:], total - got)
+        if n == 0:
+            raise ConnectionClosed(f"connection closed after {got} of {total} bytes of {what}")
+        got += n
+
+
+def recv_frame(sock: socket.socket) -> Frame:
+    """Read one frame. Raises ConnectionClosed on EOF and ProtocolError on a malformed frame."""
+    prefix = bytearray(PREFIX_SIZE)
+    view = memoryview(prefix)
+    first = sock.recv_into(view, PREFIX_SIZE)
+    if first == 0:
+        raise ConnectionClosed("connection closed between frames")
+    if first < PREFIX_SIZE:
+        _recv_exact_into(sock, view[first:], "frame prefix")
+    return _finish_frame(sock, bytes(prefix))
+
+
+def _finish_frame(sock: socket.socket, prefix: bytes) -> Frame:
+    length, type_code, request_id, header_length = PREFIX.unpack(prefix)
+    if length < _AFTER_LENGTH or length > MAX_FRAME_BYTES:
+        raise ProtocolError(f"frame length {length} outside [{_AFTER_LENGTH}, {MAX_FRAME_BYTES}]")
+    if header_length > MAX_HEADER_BYTES or header_length > length - _AFTER_LENGTH:
+        raise ProtocolError(f"header length {header_length} does not fit in a frame of {length} bytes")
+    try:
+        frame_type = FrameType(type_code)
+    except ValueError:
+        raise ProtocolError(f"unknown frame type {type_code} (request {request_id})") from None
+    body = bytearray(length - _AFTER_LENGTH)
+    if body:
+        _recv_exact_into(sock, memoryview(body), f"{frame_type.name} frame body")
+    header: dict[str, Any] = {}
+    if header_length:
+        try:
+            header = json.loads(bytes(body[:header_length]))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ProtocolError(f"{frame_type.name} frame {request_id}: header is not JSON: {exc}") from None
+        if not isinstance(header, dict):
+            raise ProtocolError(f"{frame_type.name} frame {request_id}: header is not a JSON object")
+    payload = memoryview(body)[header_length:] if header_length else body
+    return Frame(frame_type, request_id, header, payload)
+
+
+# ------------------------------------------------------------------------------------------ handshake
+
+
+def client_hello(client_name: str) -> dict[str, Any]:
+    """The header a client sends in its HELLO frame."""
+    return {"magic": MAGIC, "versions": list(SUPPORTED_VERSIONS), "client": client_name}
+
+
+def negotiate_version(hello: Mapping[str, Any]) -> int:
+    """Pick the highest version both sides speak, or raise BridgeError(VERSION_MISMATCH)."""
+    if hello.get("magic") != MAGIC:
+        raise BridgeError(ErrorCode.VERSION_MISMATCH, f"bad magic {hello.get('magic')!r}, want {MAGIC!r}")
+    offered = hello.get("versions")
+    if not isinstance(offered, list):
+        raise BridgeError(ErrorCode.VERSION_MISMATCH, "HELLO has no 'versions' list")
+    common = set(SUPPORTED_VERSIONS) & {v for v in offered if isinstance(v, int)}
+    if not common:
+        raise BridgeError(
+            ErrorCode.VERSION_MISMATCH, f"client speaks {offered}, server speaks {list(SUPPORTED_VERSIONS)}"
+        )
+    return max(common)
+
+
+# ------------------------------------------------------------------------------- value type encoding
+
+
+def uuid_to_kafka(value: uuid.UUID) -> str:
+    """Kafka's text form of a Uuid: URL-safe base64 of the 16 bytes, without padding (22 chars)."""
+    return base64.urlsafe_b64encode(value.bytes).decode().rstrip("=")
+
+
+def uuid_from_kafka(text: str, what: str = "uuid") -> uuid.UUID:
+    """Parse Kafka's 22-char form (or the canonical 36-char UUID text)."""
+    if not isinstance(text, str):
+        raise ValueError(f"{what}: expected a string, got {type(text).__name__}")
+    if len(text) == 22:
+        try:
+            raw = base64.urlsafe_b64decode(text + "==")
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"{what}: {text!r} is not Kafka base64: {exc}") from None
+        if len(raw) == 16:
+            return uuid.UUID(bytes=raw)
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        raise ValueError(f"{what}: {text!r} is neither a Kafka Uuid nor a UUID") from None
+
+
+def _b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode()
+
+
+def _unb64(text: str | None, what: str) -> bytes | None:
+    if text is None:
+        return None
+    try:
+        return base64.b64decode(text, validate=True)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{what}: not base64: {exc}") from None
+
+
+def encode_metadata(metadata: Any) -> dict[str, Any]:
+    """RemoteLogSegmentMetadata -> JSON object (see PROTOCOL.md, "Segment metadata")."""
+    seg_id = metadata.remote_log_segment_id
+    tip = seg_id.topic_id_partition
+    custom = metadata.custom_metadata
+    out: dict[str, Any] = {
+        "topic_id": uuid_to_kafka(_as_uuid(tip.topic_id)),
+        "topic": tip.topic,
+        "partition": tip.partition,
+        "segment_id": uuid_to_kafka(_as_uuid(seg_id.id)),
+        "start_offset": metadata.start_offset,
+        "end_offset": metadata.end_offset,
+        "max_timestamp_ms": metadata.max_timestamp_ms,
+        "broker_id": metadata.broker_id,
+        "event_timestamp_ms": metadata.event_timestamp_ms,
+        "segment_size_in_bytes": metadata.segment_size_in_bytes,
+        "segment_leader_epochs": [
+            [int(e), int(o)] for e, o in sorted(metadata.segment_leader_epochs.items())
+        ],
+        "custom_metadata": _b64(custom.value) if custom is not None else None,
+    }
+    state = getattr(metadata, "state", None)
+    if state is not None:
+        out["state"] = getattr(state, "name", str(state))
+    txn_empty = getattr(metadata, "txn_idx_empty", None)
+    if txn_empty is not None:
+        out["txn_idx_empty"] = bool(txn_empty)
+    return out
+
+
+def _as_uuid(value: Any) -> uuid.UUID:
+    if isinstance(value, uuid.UUID):
+        return value
+    return uuid_from_kafka(str(value))
+
+
+def _require(obj: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if key not in obj:
+        raise ValueError(f"{where}: missing {key!r}")
+    value = obj[key]
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ValueError(f"{where}: {key!r} has type {type(value).__name__}")
+    return value
+
+
+def decode_metadata(obj: Any) -> Any:
+    """JSON object -> rsm.RemoteLogSegmentMetadata (raises ValueError naming the bad key)."""
+    from rsm import (
+        CustomMetadata,
+        RemoteLogSegmentId,
+        RemoteLogSegmentMetadata,
+        RemoteLogSegmentState,
+        TopicIdPartition,
+    )
+
+    where = "metadata"
+    if not isinstance(obj, dict):
+        raise ValueError(f"{where}: expected an object")
+    tip = TopicIdPartition(
+        uuid_from_kafka(_require(obj, "topic_id", str, where), f"{where}.topic_id"),
+        _require(obj, "topic", str, where),
+        _require(obj, "partition", int, where),
+    )
+    seg_id = RemoteLogSegmentId(
+        tip, uuid_from_kafka(_require(obj, "segment_id", str, where), f"{where}.segment_id")
+    )
+    epochs_raw = _require(obj, "segment_leader_epochs", list, where)
+    epochs: dict[int, int] = {}
+    for pair in epochs_raw:
+        if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, int) for x in pair)):
+            raise ValueError(f"{where}.segment_leader_epochs: bad entry {pair!r}")
+        epochs[pair[0]] = pair[1]
+    custom_raw = obj.get("custom_metadata")
+    custom = None if custom_raw is None else CustomMetadata(_unb64(custom_raw, f"{where}.custom_metadata"))
+    kwargs: dict[str, Any] = {
+        "remote_log_segment_id": seg_id,
+        "start_offset": _require(obj, "start_offset", int, where),
+        "end_offset": _require(obj, "end_offset", int, where),
+        "max_timestamp_ms": _require(obj, "max_timestamp_ms", int, where),
+        "broker_id": _require(obj, "broker_id", int, where),
+        "event_timestamp_ms": _require(obj, "event_timestamp_ms", int, where),
+        "segment_size_in_bytes": _require(obj, "segment_size_in_bytes", int, where),
+        "segment_leader_epochs": epochs,
+        "custom_metadata": custom,
+    }
+    if isinstance(obj.get("txn_idx_empty"), bool):
+        kwargs["txn_idx_empty"] = obj["txn_idx_empty"]
+    if obj.get("state") is not None:
+        try:
+            kwargs["state"] = RemoteLogSegmentState[obj["state"]]
+        except (KeyError, TypeError):
+            raise ValueError(f"{where}.state: unknown state {obj['state']!r}") from None
+    return RemoteLogSegmentMetadata(**kwargs)
+
+
+def encode_segment_data(segment_data: Any) -> tuple[dict[str, Any], bytes]:
+    """LogSegmentData -> (JSON object of paths, leader-epoch checkpoint bytes sent as the payload)."""
+    txn = segment_data.transaction_index
+    return (
+        {
+            "log_segment": str(segment_data.log_segment),
+            "offset_index": str(segment_data.offset_index),
+            "time_index": str(segment_data.time_index),
+            "transaction_index": None if txn is None else str(txn),
+            "producer_snapshot_index": str(segment_data.producer_snapshot_index),
+        },
+        bytes(segment_data.leader_epoch_index),
+    )
+
+
+def decode_segment_data(obj: Any, leader_epoch_index: bytes) -> Any:
+    """JSON object of paths + payload -> rsm.LogSegmentData. Paths must be absolute."""
+    from pathlib import Path
+
+    from rsm import LogSegmentData
+
+    where = "segment_data"
+    if not isinstance(obj, dict):
+        raise ValueError(f"{where}: expected an object")
+
+    def path(key: str, optional: bool = False) -> Path | None:
+        if optional and obj.get(key) is None:
+            return None
+        p = Path(_require(obj, key, str, where))
+        if not p.is_absolute():
+            raise ValueError(f"{where}.{key}: {str(p)!r} is not an absolute path")
+        return p
+
+    return LogSegmentData(
+        log_segment=path("log_segment"),
+        offset_index=path("offset_index"),
+        time_index=path("time_index"),
+        transaction_index=path("transaction_index", optional=True),
+        producer_snapshot_index=path("producer_snapshot_index"),
+        leader_epoch_index=bytes(leader_epoch_index),
+    )
+
+
+def encode_log_config(log_config: Any) -> dict[str, str] | None:
+    """LogConfig (or a plain mapping) -> JSON object of string values, or None."""
+    if log_config is None:
+        return None
+    mapping = log_config if isinstance(log_config, Mapping) else _log_config_mapping(log_config)
+    return {str(k): str(v) for k, v in mapping.items() if v is not None}
+
+
+def _log_config_mapping(log_config: Any) -> Mapping[str, Any]:
+    for attr in ("configs", "mapping", "_mapping", "values"):
+        value = getattr(log_config, attr, None)
+        if isinstance(value, Mapping):
+            return value
+        if callable(value):
+            try:
+                result = value()
+            except TypeError:
+                continue
+            if isinstance(result, Mapping):
+                return result
+    try:
+        return dict(log_config)
+    except (TypeError, ValueError):
+        raise TypeError(f"cannot read the entries of {type(log_config).__name__}") from None
+
+
+def decode_log_config(obj: Any) -> Any:
+    """JSON object -> rsm.LogConfig, or None when the client sent none."""
+    if obj is None:
+        return None
+    if not isinstance(obj, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in obj.items()
+    ):
+        raise ValueError("log_config: expected an object of string values")
+    from rsm import LogConfig
+
+    return LogConfig(obj)
+
+
+def decode_index_type(name: Any) -> Any:
+    from rsm import IndexType
+
+    if not isinstance(name, str):
+        raise ValueError("index_type: expected a string")
+    try:
+        return IndexType[name]
+    except KeyError:
+        raise ValueError(f"index_type: unknown index type {name!r}") from None
+
+
+def error_code_for(exc: BaseException) -> ErrorCode:
+    """Map an exception raised by the RSM (or by request decoding) to an ERROR frame code."""
+    from rsm import RemoteResourceNotFoundException, RemoteStorageException
+
+    if isinstance(exc, RemoteResourceNotFoundException):
+        return ErrorCode.RESOURCE_NOT_FOUND
+    if isinstance(exc, RemoteStorageException):
+        return ErrorCode.STORAGE
+    if isinstance(exc, ValueError | KeyError | TypeError):
+        return ErrorCode.INVALID_REQUEST
+    return ErrorCode.INTERNAL
+
+
+def exception_for(code: str, message: str) -> Exception:
+    """Map an ERROR frame back to the RSM exception a Python client raises."""
+    from rsm import RemoteResourceNotFoundException, RemoteStorageException
+
+    if code == ErrorCode.RESOURCE_NOT_FOUND:
+        return RemoteResourceNotFoundException(message)
+    return RemoteStorageException(f"bridge error {code}: {message}")

@@ -1,0 +1,653 @@
+"""The bridge process: one RemoteStorageManager served over a Unix domain socket.
+
+Why a separate process: Kafka loads Java classes only, so the JVM plugin forwards each call here.  One
+long-lived process keeps the RSM's caches and connections warm for every broker thread; a thread per
+connection lets Kafka's copier and reader threads work concurrently (the RSM is thread-safe, and the
+heavy lifting - socket I/O, hashing, compression, encryption - releases the GIL).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+import os
+import select
+import signal
+import socket
+import stat
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rsm.bridge import protocol
+from rsm.bridge.protocol import (
+    DEFAULT_DATA_FRAME_BYTES,
+    MAX_DATA_FRAME_BYTES,
+    MIN_DATA_FRAME_BYTES,
+    BridgeError,
+    ConnectionClosed,
+    ErrorCode,
+    FrameType,
+    Op,
+    ProtocolError,
+)
+
+log = logging.getLogger(__name__)
+
+RSM_CONFIG_PREFIX = "rsm.config."
+BRIDGE_KEY_PREFIX = "bridge."  # keys for the plugin/bridge themselves, not passed to the RSM
+SERVER_NAME = "rsm-bridge-python/0.1.0"
+_SENSITIVE_MARKERS = ("password", "secret", "token", "credential", "access.key", "session", "private")
+_UNIX_PATH_MAX = 107
+
+Handler = Callable[["RequestContext"], "dict[str, Any] | None"]
+
+
+# ------------------------------------------------------------------------------------ configuration
+
+
+def load_properties(path: Path) -> dict[str, str]:
+    """Parse a Java properties file (the broker's server.properties) into a dict.
+
+    Handles comments (# and !), `key=value`, `key: value` and `key value`, trailing-backslash line
+    continuations and the common escapes; enough for broker configs, which are simple.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ValueError(f"cannot read properties file {path}: {exc.strerror}") from None
+    props: dict[str, str] = {}
+    logical: list[str] = []
+    pending = ""
+    for raw in text.splitlines():
+        line = raw.lstrip() if not pending else raw.lstrip()
+        if not pending and (not line or line[0] in "#!"):
+            continue
+        backslashes = len(line) - len(line.rstrip("\\"))
+        if backslashes % 2 == 1:
+            pending += line[:-1]
+            continue
+        logical.append(pending + line)
+        pending = ""
+    if pending:
+        logical.append(pending)
+    for line in logical:
+        key, value = _split_property(line)
+        props[_unescape(key)] = _unescape(value)
+    return props
+
+
+def _split_property(line: str) -> tuple[str, str]:
+    i = 0
+    while i < len(line):
+        ch = line[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch in "=: \t":
+            break
+        i += 1
+    key = line[:i]
+    rest = line[i:].lstrip(" \t")
+    if rest[:1] in ("=", ":") and (i >= len(line) or line[i] in " \t=:"):
+        rest = rest[1:].lstrip(" \t")
+    return key, rest
+
+
+def _unescape(text: str) -> str:
+    if "\\" not in text:
+        return text
+    out: list[str] = []
+    i = 0
+    mapping = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and i + 1 < len(text):
+            nxt = text[i + 1]
+            if nxt == "u" and i + 5 < len(text) + 0:
+                with contextlib.suppress(ValueError):
+                    out.append(chr(int(text[i + 2 : i + 6], 16)))
+                    i += 6
+                    continue
+            out.append(mapping.get(nxt, nxt))
+            i += 2
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def split_rsm_configs(props: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """Broker properties -> (configs for RemoteStorageManager.configure, bridge.* settings).
+
+    Kafka strips `rsm.config.` before calling configure(); the bridge does the same, and keeps the
+    `bridge.*` keys (socket path, command, pool size, ...) for itself.
+    """
+    rsm_configs: dict[str, str] = {}
+    bridge_settings: dict[str, str] = {}
+    for key, value in props.items():
+        if not key.startswith(RSM_CONFIG_PREFIX):
+            continue
+        stripped = key[len(RSM_CONFIG_PREFIX) :]
+        if stripped.startswith(BRIDGE_KEY_PREFIX):
+            bridge_settings[stripped] = value
+        else:
+            rsm_configs[stripped] = value
+    return rsm_configs, bridge_settings
+
+
+def mask_configs(configs: Mapping[str, str]) -> dict[str, str]:
+    """Configs with sensitive values replaced, safe for logs and the configure_info answer."""
+    return {
+        k: ("[hidden]" if any(m in k.lower() for m in _SENSITIVE_MARKERS) else v) for k, v in configs.items()
+    }
+
+
+def check_socket_path(path: Path) -> None:
+    """Refuse a socket path whose directory others could tamper with, or that cannot be bound.
+
+    The socket is the bridge's only access control: anyone who can connect can read every tiered
+    segment.  So its directory must belong to us (or root) and must not be writable by others unless
+    it has the sticky bit (like /tmp), or another user could swap the socket for their own.
+    """
+    path = Path(path)
+    if len(os.fsencode(str(path))) > _UNIX_PATH_MAX:
+        raise ValueError(f"socket path {path} is longer than {_UNIX_PATH_MAX} bytes (Unix socket limit)")
+    parent = path.parent if path.parent != Path("") else Path(".")
+    try:
+        st = parent.stat()
+    except OSError as exc:
+        raise ValueError(f"socket directory {parent} is not usable: {exc.strerror}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise ValueError(f"socket directory {parent} is not a directory")
+    if st.st_uid not in (os.getuid(), 0):
+        raise ValueError(f"socket directory {parent} belongs to uid {st.st_uid}, not to us ({os.getuid()})")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+        raise ValueError(
+            f"socket directory {parent} is writable by group/others without the sticky bit "
+            f"(mode {stat.S_IMODE(st.st_mode):o}); use a private directory"
+        )
+
+
+# ------------------------------------------------------------------------------------------- server
+
+
+@dataclass
+class RequestContext:
+    """What a handler sees: the decoded header, the payload and the connection's stream writer."""
+
+    op: str
+    request_id: int
+    header: dict[str, Any]
+    payload: bytes | bytearray | memoryview
+    server: BridgeServer
+    conn: _Connection
+
+
+@dataclass(eq=False)
+class _Connection:
+    sock: socket.socket
+    peer: str
+    busy: bool = False
+    thread: threading.Thread | None = None
+    closed: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class _Cancelled(Exception):
+    pass
+
+
+class BridgeServer:
+    """Serves one RemoteStorageManager (``rsm``) on a Unix domain socket at ``socket_path``.
+
+    ``handlers`` lets later issues add operations (e.g. the topic policy's validate_create_topic)
+    without touching the dispatcher: op name -> callable(RequestContext) -> response header.
+    """
+
+    def __init__(
+        self,
+        rsm: Any,
+        socket_path: Path,
+        *,
+        configs: Mapping[str, str] | None = None,
+        frame_bytes: int = DEFAULT_DATA_FRAME_BYTES,
+        shutdown_grace_s: float = 10.0,
+        handlers: Mapping[str, Handler] | None = None,
+    ) -> None:
+        if not MIN_DATA_FRAME_BYTES <= frame_bytes <= MAX_DATA_FRAME_BYTES:
+            raise ValueError(
+                f"bridge.frame.bytes={frame_bytes} outside [{MIN_DATA_FRAME_BYTES}, {MAX_DATA_FRAME_BYTES}]"
+            )
+        self.rsm = rsm
+        self.socket_path = Path(socket_path)
+        self.configs = dict(configs or {})
+        self.frame_bytes = frame_bytes
+        self.shutdown_grace_s = shutdown_grace_s
+        self._handlers: dict[str, Handler] = {
+            Op.HEALTH: self._op_health,
+            Op.CONFIGURE_INFO: self._op_configure_info,
+            Op.COPY_LOG_SEGMENT_DATA: self._op_copy,
+            Op.DELETE_LOG_SEGMENT_DATA: self._op_delete,
+        }
+        self._handlers.update(handlers or {})
+        self._listener: socket.socket | None = None
+        self._stopping = threading.Event()
+        self._stopped = threading.Event()
+        self._conns: set[_Connection] = set()
+        self._conns_lock = threading.Lock()
+        self._started = time.monotonic()
+        self._requests = 0
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    @property
+    def ops(self) -> list[str]:
+        return sorted({*self._handlers, Op.FETCH_LOG_SEGMENT, Op.FETCH_INDEX})
+
+    def bind(self) -> None:
+        """Create the listening socket, owner-only from the first instant (umask), stale file removed."""
+        check_socket_path(self.socket_path)
+        if self.socket_path.exists() or self.socket_path.is_symlink():
+            self._remove_stale_socket()
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old_umask = os.umask(0o177)
+        try:
+            listener.bind(str(self.socket_path))
+        finally:
+            os.umask(old_umask)
+        os.chmod(self.socket_path, 0o600)
+        listener.listen(128)
+        listener.settimeout(0.2)
+        self._listener = listener
+        log.info("bridge listening on %s (pid %d)", self.socket_path, os.getpid())
+
+    def _remove_stale_socket(self) -> None:
+        path = self.socket_path
+        st = path.lstat()
+        if not stat.S_ISSOCK(st.st_mode):
+            raise ValueError(f"{path} exists and is not a socket; refusing to replace it")
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.settimeout(1.0)
+            probe.connect(str(path))
+        except (ConnectionRefusedError, FileNotFoundError):
+            log.info("removing stale socket %s", path)
+            path.unlink(missing_ok=True)
+            return
+        except OSError as exc:
+            raise ValueError(f"cannot probe existing socket {path}: {exc}") from None
+        finally:
+            probe.close()
+        raise ValueError(f"another bridge is already listening on {path}")
+
+    def serve_forever(self, parent_pid: int | None = None) -> None:
+        """Accept connections until stop() (or the parent process disappears), then shut down."""
+        if self._listener is None:
+            self.bind()
+        assert self._listener is not None
+        last_parent_check = time.monotonic()
+        try:
+            while not self._stopping.is_set():
+                try:
+                    sock, _ = self._listener.accept()
+                except TimeoutError:
+                    if parent_pid is not None and time.monotonic() - last_parent_check > 1.0:
+                        last_parent_check = time.monotonic()
+                        if not _pid_alive(parent_pid):
+                            log.warning("parent process %d is gone; bridge stopping", parent_pid)
+                            self._stopping.set()
+                    continue
+                except OSError:
+                    if self._stopping.is_set():
+                        break
+                    raise
+                sock.settimeout(None)
+                conn = _Connection(sock=sock, peer=f"fd{sock.fileno()}")
+                thread = threading.Thread(target=self._serve_connection, args=(conn,), daemon=True)
+                conn.thread = thread
+                with self._conns_lock:
+                    self._conns.add(conn)
+                thread.start()
+        finally:
+            self._shutdown()
+
+    def stop(self) -> None:
+        """Ask the server to stop (safe from signal handlers and other threads)."""
+        self._stopping.set()
+
+    def wait_stopped(self, timeout: float | None = None) -> bool:
+        return self._stopped.wait(timeout)
+
+    def _shutdown(self) -> None:
+        log.info("bridge shutting down")
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        with contextlib.suppress(FileNotFoundError):
+            self.socket_path.unlink()
+        deadline = time.monotonic() + self.shutdown_grace_s
+        while True:
+            with self._conns_lock:
+                conns = list(self._conns)
+            for conn in conns:
+                with conn.lock:
+                    idle = not conn.busy
+                if idle:
+                    self._close_conn(conn)
+            busy = [c for c in conns if c.busy and not c.closed]
+            if not busy or time.monotonic() > deadline:
+                for conn in busy:
+                    log.warning(
+                        "aborting in-flight request on %s after %.1fs grace", conn.peer, self.shutdown_grace_s
+                    )
+                    self._close_conn(conn)
+                break
+            time.sleep(0.05)
+        for conn in conns:
+            if conn.thread is not None:
+                conn.thread.join(timeout=2.0)
+        try:
+            self.rsm.close()
+        except Exception:  # noqa: BLE001 - shutting down anyway; report and go on
+            log.exception("RemoteStorageManager.close() failed")
+        self._stopped.set()
+        log.info("bridge stopped")
+
+    def _close_conn(self, conn: _Connection) -> None:
+        if conn.closed:
+            return
+        conn.closed = True
+        with contextlib.suppress(OSError):
+            conn.sock.shutdown(socket.SHUT_RDWR)
+
+    # -- connection loop --------------------------------------------------------------------------
+
+    def _serve_connection(self, conn: _Connection) -> None:
+        sock = conn.sock
+        try:
+            hello = protocol.recv_frame(sock)
+            if hello.type != FrameType.HELLO:
+                self._send_error(
+                    conn, hello.request_id, ErrorCode.VERSION_MISMATCH, "first frame must be HELLO"
+                )
+                return
+            try:
+                version = protocol.negotiate_version(hello.header)
+            except BridgeError as exc:
+                self._send_error(conn, 0, exc.code, exc.message)
+                return
+            conn.peer = str(hello.header.get("client", conn.peer))
+            protocol.send_frame(
+                sock,
+                FrameType.HELLO,
+                0,
+                {
+                    "magic": protocol.MAGIC,
+                    "version": version,
+                    "server": SERVER_NAME,
+                    "ops": self.ops,
+                    "max_frame_bytes": protocol.MAX_FRAME_BYTES,
+                    "data_frame_bytes": self.frame_bytes,
+                    "pid": os.getpid(),
+                },
+            )
+            while True:
+                frame = protocol.recv_frame(sock)
+                if frame.type == FrameType.CANCEL:
+                    continue  # a late cancel of a stream that had already ended
+                if frame.type != FrameType.REQUEST:
+                    self._send_error(
+                        conn,
+                        frame.request_id,
+                        ErrorCode.INVALID_REQUEST,
+                        f"unexpected {frame.type.name} frame",
+                    )
+                    return
+                with conn.lock:
+                    conn.busy = True
+                try:
+                    self._dispatch(conn, frame)
+                finally:
+                    with conn.lock:
+                        conn.busy = False
+                if self._stopping.is_set():
+                    return
+        except ConnectionClosed:
+            pass
+        except ProtocolError as exc:
+            log.warning("protocol error from %s: %s", conn.peer, exc)
+        except OSError as exc:
+            if not conn.closed:
+                log.debug("connection %s ended: %s", conn.peer, exc)
+        finally:
+            conn.closed = True
+            with contextlib.suppress(OSError):
+                sock.close()
+            with self._conns_lock:
+                self._conns.discard(conn)
+
+    def _send_error(self, conn: _Connection, request_id: int, code: ErrorCode | str, message: str) -> None:
+        protocol.send_frame(conn.sock, FrameType.ERROR, request_id, {"code": str(code), "message": message})
+
+    def _dispatch(self, conn: _Connection, frame: protocol.Frame) -> None:
+        op = frame.header.get("op")
+        rid = frame.request_id
+        self._requests += 1
+        if self._stopping.is_set():
+            self._send_error(conn, rid, ErrorCode.SHUTTING_DOWN, "bridge is shutting down")
+            return
+        if op in (Op.FETCH_LOG_SEGMENT, Op.FETCH_INDEX):
+            self._stream(conn, frame)
+            return
+        handler = self._handlers.get(op) if isinstance(op, str) else None
+        if handler is None:
+            self._send_error(conn, rid, ErrorCode.UNSUPPORTED_OPERATION, f"operation {op!r} is not supported")
+            return
+        ctx = RequestContext(op, rid, frame.header, frame.payload, self, conn)
+        try:
+            result = handler(ctx)
+        except Exception as exc:  # noqa: BLE001 - every failure goes back to the caller as an ERROR frame
+            self._report_failure(conn, rid, op, exc)
+            return
+        protocol.send_frame(conn.sock, FrameType.RESPONSE, rid, result or {})
+
+    def _report_failure(self, conn: _Connection, rid: int, op: Any, exc: BaseException) -> None:
+        code = protocol.error_code_for(exc)
+        message = str(exc) or type(exc).__name__
+        if code == ErrorCode.INTERNAL:
+            log.exception("%s failed with an unexpected error", op)
+            message = f"{type(exc).__name__}: {message}"
+        elif code != ErrorCode.RESOURCE_NOT_FOUND:
+            log.warning("%s failed: %s", op, message)
+        self._send_error(conn, rid, code, message)
+
+    # -- operations -------------------------------------------------------------------------------
+
+    def _op_health(self, ctx: RequestContext) -> dict[str, Any]:
+        with self._conns_lock:
+            conns = list(self._conns)
+        return {
+            "status": "stopping" if self._stopping.is_set() else "ok",
+            "pid": os.getpid(),
+            "uptime_ms": int((time.monotonic() - self._started) * 1000),
+            "connections": len(conns),
+            "in_flight": sum(1 for c in conns if c.busy),
+            "requests": self._requests,
+            "server": SERVER_NAME,
+        }
+
+    def _op_configure_info(self, ctx: RequestContext) -> dict[str, Any]:
+        return {
+            "rsm_class": f"{type(self.rsm).__module__}.{type(self.rsm).__qualname__}",
+            "configs": mask_configs(self.configs),
+            "data_frame_bytes": self.frame_bytes,
+        }
+
+    def _op_copy(self, ctx: RequestContext) -> dict[str, Any]:
+        h = ctx.header
+        metadata = protocol.decode_metadata(h.get("metadata"))
+        segment_data = protocol.decode_segment_data(h.get("segment_data"), bytes(ctx.payload))
+        log_config = protocol.decode_log_config(h.get("log_config"))
+        custom = self.rsm.copy_log_segment_data(metadata, segment_data, log_config)
+        value = None if custom is None else custom.value
+        return {"custom_metadata": None if value is None else protocol._b64(bytes(value))}
+
+    def _op_delete(self, ctx: RequestContext) -> dict[str, Any]:
+        h = ctx.header
+        metadata = protocol.decode_metadata(h.get("metadata"))
+        self.rsm.delete_log_segment_data(metadata, protocol.decode_log_config(h.get("log_config")))
+        return {}
+
+    def _open_stream(self, header: dict[str, Any]) -> Any:
+        op = header.get("op")
+        metadata = protocol.decode_metadata(header.get("metadata"))
+        log_config = protocol.decode_log_config(header.get("log_config"))
+        if op == Op.FETCH_INDEX:
+            return self.rsm.fetch_index(
+                metadata, protocol.decode_index_type(header.get("index_type")), log_config
+            )
+        start = header.get("start_position")
+        end = header.get("end_position")
+        if not isinstance(start, int) or isinstance(start, bool) or start < 0:
+            raise ValueError(f"start_position: expected a non-negative integer, got {start!r}")
+        if end is not None and (not isinstance(end, int) or isinstance(end, bool) or end < start):
+            raise ValueError(f"end_position: expected an integer >= start_position {start}, got {end!r}")
+        return self.rsm.fetch_log_segment(metadata, start, end, log_config)
+
+    def _stream(self, conn: _Connection, frame: protocol.Frame) -> None:
+        """Answer a fetch with DATA frames then END; an error ends it with ERROR instead.
+
+        The first piece is read before anything is sent, so a missing segment is an ERROR frame the
+        client sees at call time.  Between frames the server looks for a CANCEL (the broker read what
+        it needed and closed its stream) and for shutdown.
+        """
+        rid = frame.request_id
+        op = frame.header.get("op")
+        buf = bytearray(self.frame_bytes)
+        view = memoryview(buf)
+        sent = 0
+        stream = None
+        try:
+            try:
+                stream = self._open_stream(frame.header)
+                n = _read_full(stream, view)
+            except Exception as exc:  # noqa: BLE001 - mapped to an ERROR frame
+                self._report_failure(conn, rid, op, exc)
+                return
+            while n:
+                protocol.send_frame(conn.sock, FrameType.DATA, rid, None, view[:n])
+                sent += n
+                if n < len(buf):
+                    break  # short read = end of stream
+                self._check_cancel(conn, rid)
+                if self._stopping.is_set():
+                    self._send_error(
+                        conn, rid, ErrorCode.SHUTTING_DOWN, f"bridge stopping after {sent} bytes"
+                    )
+                    return
+                try:
+                    n = _read_full(stream, view)
+                except Exception as exc:  # noqa: BLE001 - mapped to an ERROR frame
+                    self._report_failure(conn, rid, op, exc)
+                    return
+            protocol.send_frame(conn.sock, FrameType.END, rid, {"bytes": sent})
+        except _Cancelled:
+            protocol.send_frame(conn.sock, FrameType.END, rid, {"bytes": sent, "cancelled": True})
+        finally:
+            if stream is not None:
+                with contextlib.suppress(Exception):
+                    stream.close()
+
+    def _check_cancel(self, conn: _Connection, rid: int) -> None:
+        readable, _, _ = select.select([conn.sock], [], [], 0)
+        if not readable:
+            return
+        frame = protocol.recv_frame(conn.sock)  # raises ConnectionClosed when the client went away
+        if frame.type == FrameType.CANCEL and frame.request_id == rid:
+            raise _Cancelled()
+        if frame.type == FrameType.CANCEL:
+            return
+        raise ProtocolError(
+            f"{frame.type.name} frame {frame.request_id} received while streaming request {rid}"
+        )
+
+
+def _read_full(stream: Any, view: memoryview) -> int:
+    """Fill ``view`` from ``stream`` (readinto when it has it); returns bytes read, short only at EOF."""
+    total = 0
+    readinto = getattr(stream, "readinto", None)
+    while total < len(view):
+        if readinto is not None:
+            n = readinto(view[total:])
+            if n is None:
+                continue
+        else:
+            chunk = stream.read(len(view) - total)
+            n = len(chunk)
+            view[total : total + n] = chunk
+        if not n:
+            break
+        total += n
+    return total
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _load_class(spec: str) -> type:
+    module_name, _, attr = spec.partition(":")
+    if not attr:
+        module_name, _, attr = spec.rpartition(".")
+    module = importlib.import_module(module_name)
+    return getattr(module, attr)
+
+
+def serve(
+    config_path: Path,
+    socket_path: Path | None,
+    *,
+    rsm_class: str | None = None,
+    parent_pid: int | None = None,
+) -> int:
+    """`rsm bridge serve`: configure the RSM from a broker properties file and serve until SIGTERM."""
+    props = load_properties(config_path)
+    rsm_configs, settings = split_rsm_configs(props)
+    if socket_path is None:
+        raw = settings.get("bridge.socket.path")
+        if not raw:
+            raise ValueError(f"no --socket given and no rsm.config.bridge.socket.path in {config_path}")
+        socket_path = Path(raw)
+    frame_bytes = int(settings.get("bridge.frame.bytes", DEFAULT_DATA_FRAME_BYTES))
+    grace = float(settings.get("bridge.shutdown.grace.ms", "10000")) / 1000.0
+    if rsm_class:
+        cls = _load_class(rsm_class)
+    else:
+        from rsm import RemoteStorageManager as cls  # noqa: N813 - the default class
+    rsm = cls()
+    log.info("configuring %s with %s", cls.__name__, mask_configs(rsm_configs))
+    rsm.configure(dict(rsm_configs))
+    server = BridgeServer(
+        rsm, socket_path, configs=rsm_configs, frame_bytes=frame_bytes, shutdown_grace_s=grace
+    )
+    server.bind()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log.info("signal %d received", signum)
+        server.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    server.serve_forever(parent_pid=parent_pid)
+    return 0
