@@ -182,7 +182,7 @@ def iter_record_batches(
             )
         except _native.DecodeError as exc:
             where, reason = exc.args
-            raise CorruptRecordError(file, base_position + where, reason) from exc
+            raise CorruptRecordError(reason, file=file, position=base_position + where) from exc
         if cols["rows"]:
             if remaining is not None:
                 remaining -= cols["rows"]
