@@ -5,11 +5,10 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
-
 from harness.kafka import KafkaBroker, KafkaStartError
 from harness.oracle import JavaOracle
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
 pytestmark = pytest.mark.kafka
 
@@ -47,7 +46,9 @@ def _consume_all(broker: KafkaBroker, topic: str, expected: int) -> list:
 def _create_topic(broker: KafkaBroker, topic: str, configs: dict[str, str] | None = None) -> None:
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers, request_timeout_ms=30_000)
     try:
-        admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1, topic_configs=configs or {})])
+        admin.create_topics(
+            [NewTopic(topic, num_partitions=1, replication_factor=1, topic_configs=configs or {})]
+        )
         assert topic in admin.list_topics()
     finally:
         admin.close()
@@ -74,11 +75,15 @@ def test_create_produce_consume(kafka_broker: KafkaBroker, java_oracle: JavaOrac
 
 
 def test_factory_applies_extra_props_and_survives_restart(kafka_broker_factory) -> None:  # noqa: ANN001
-    broker = kafka_broker_factory({"log.segment.bytes": str(2 * 1024 * 1024), "log.retention.check.interval.ms": "1000"})
+    broker = kafka_broker_factory(
+        {"log.segment.bytes": str(2 * 1024 * 1024), "log.retention.check.interval.ms": "1000"}
+    )
     assert broker.is_running()
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers, request_timeout_ms=30_000)
     try:
-        response = admin.describe_configs([ConfigResource(ConfigResourceType.BROKER, "1")], config_filter="all")
+        response = admin.describe_configs(
+            [ConfigResource(ConfigResourceType.BROKER, "1")], config_filter="all"
+        )
         # {resource_type: {resource_name: {config_key: {config data}}}}
         (by_name,) = response.values()
         entry = by_name["1"]["log.segment.bytes"]
@@ -102,4 +107,17 @@ def test_factory_applies_extra_props_and_survives_restart(kafka_broker_factory) 
 def test_bad_config_fails_with_the_log_tail(kafka_broker_factory) -> None:  # noqa: ANN001
     with pytest.raises(KafkaStartError) as info:
         kafka_broker_factory({"num.io.threads": "not-a-number"})
-    assert "num.io.threads" in str(info.value)
+    assert "Invalid value not-a-number for configuration num.io.threads" in str(info.value)
+
+
+def test_broker_dying_at_start_reports_the_root_cause(kafka_broker_factory) -> None:  # noqa: ANN001
+    tiered = {
+        "remote.log.storage.system.enable": "true",
+        "remote.log.storage.manager.class.name": "does.not.Exist",
+        "remote.log.metadata.manager.listener.name": "PLAINTEXT",
+    }
+    with pytest.raises(KafkaStartError) as info:
+        kafka_broker_factory(tiered)
+    message = str(info.value)
+    assert "exited with code" in message
+    assert "ClassNotFoundException: does.not.Exist" in message

@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import pytest
-
 from harness.s3 import S3Server
 
 pytestmark = pytest.mark.s3
@@ -38,7 +37,10 @@ def test_s3fs_and_boto3_see_the_same_objects(s3_server: S3Server) -> None:
     client.put_object(Bucket=bucket, Key="dir/written-by-boto3.txt", Body=b"hello from boto3")
     assert fs.cat_file(f"{bucket}/dir/written-by-boto3.txt") == b"hello from boto3"
     assert fs.cat_file(f"{bucket}/dir/written-by-boto3.txt", start=6, end=10) == b"from"
-    assert sorted(fs.ls(f"{bucket}/dir")) == [f"{bucket}/dir/written-by-boto3.txt", f"{bucket}/dir/written-by-s3fs.txt"]
+    assert sorted(fs.ls(f"{bucket}/dir")) == [
+        f"{bucket}/dir/written-by-boto3.txt",
+        f"{bucket}/dir/written-by-s3fs.txt",
+    ]
 
 
 def test_missing_object_is_an_error(s3_server: S3Server) -> None:

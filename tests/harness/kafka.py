@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import atexit
 import base64
+import contextlib
 import logging
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -57,6 +59,9 @@ logger.clients.level = WARN
 logger.network.name = kafka.network
 logger.network.level = WARN
 """
+
+
+_ERROR_LINE = re.compile(r"\] (ERROR|FATAL) |^Caused by: ")
 
 
 class KafkaStartError(RuntimeError):
@@ -235,7 +240,9 @@ class KafkaBroker:
         except BaseException:
             self.stop()
             raise
-        log.info("kafka broker up on %s (pid %s, work dir %s)", self.bootstrap_servers, self.pid, self.work_dir)
+        log.info(
+            "kafka broker up on %s (pid %s, work dir %s)", self.bootstrap_servers, self.pid, self.work_dir
+        )
         return self
 
     def _format(self, classpath: str, java_opts: list[str]) -> None:
@@ -255,7 +262,12 @@ class KafkaBroker:
         ]
         with format_log.open("wb") as out:
             rc = subprocess.run(
-                cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self._java_env(), timeout=180
+                cmd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self._java_env(),
+                timeout=180,
             ).returncode
         if rc != 0:
             raise KafkaStartError(
@@ -302,18 +314,14 @@ class KafkaBroker:
         if proc is None:
             return
         if proc.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
             try:
                 proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 log.warning("kafka broker pid %s ignored SIGTERM for %.0fs: killing it", proc.pid, timeout)
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
                 proc.wait(timeout=30)
         self._process = None
         with _RUNNING_LOCK:
@@ -325,13 +333,25 @@ class KafkaBroker:
         return self.start()
 
     def log_tail(self, lines: int = 80) -> str:
-        """The last lines of the broker's server.log and stdout/stderr, for error messages."""
+        """The broker's first errors, then the last lines of server.log and stdout, for error messages."""
         parts = []
+        errors = self.first_errors()
+        if errors:
+            parts.append(f"--- first errors in {self.logs_dir / 'server.log'} ---\n{errors}")
         for name in ("server.log", "stdout.log"):
             tail = log_tail(self.logs_dir / name, lines)
             if tail:
                 parts.append(f"--- {self.logs_dir / name} (last {lines} lines) ---\n{tail}")
         return "\n".join(parts) or f"(no broker logs in {self.logs_dir})"
+
+    def first_errors(self, limit: int = 20) -> str:
+        """The first ERROR/FATAL lines and 'Caused by' lines of server.log: usually the root cause."""
+        try:
+            text = (self.logs_dir / "server.log").read_text(errors="replace")
+        except OSError:
+            return ""
+        hits = [line for line in text.splitlines() if _ERROR_LINE.search(line)]
+        return "\n".join(hits[:limit])
 
     def __enter__(self) -> KafkaBroker:
         return self.start()

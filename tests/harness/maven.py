@@ -63,7 +63,7 @@ def log_tail(path: Path, lines: int = 60) -> str:
 
 def _m2_has_artifacts() -> bool:
     repo = Path.home() / ".m2" / "repository"
-    return (repo / "org" / "apache" / "kafka" / f"kafka_2.13" / KAFKA_VERSION).is_dir()
+    return (repo / "org" / "apache" / "kafka" / "kafka_2.13" / KAFKA_VERSION).is_dir()
 
 
 def run_maven(
@@ -95,12 +95,19 @@ def run_maven(
             out.flush()
             try:
                 rc = subprocess.run(
-                    cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=timeout, check=False
+                    cmd,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    timeout=timeout,
+                    check=False,
                 ).returncode
             except subprocess.TimeoutExpired:
                 rc = -1
                 out.write(f"\n[harness] Maven timed out after {timeout:.0f}s\n")
-        log.info("maven %s -> rc=%s in %.1fs (log %s)", " ".join(goals), rc, time.monotonic() - started, log_file)
+        log.info(
+            "maven %s -> rc=%s in %.1fs (log %s)", " ".join(goals), rc, time.monotonic() - started, log_file
+        )
         if rc == 0:
             return
         if i + 1 < len(attempts):

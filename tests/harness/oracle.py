@@ -61,9 +61,15 @@ class JavaOracle:
                 cmd, capture_output=True, text=True, timeout=CALL_TIMEOUT_S, stdin=subprocess.DEVNULL, env=env
             )
         except subprocess.TimeoutExpired as exc:
-            raise OracleError(f"oracle {args[0]} timed out after {CALL_TIMEOUT_S:.0f}s: {' '.join(args)}") from exc
+            raise OracleError(
+                f"oracle {args[0]} timed out after {CALL_TIMEOUT_S:.0f}s: {' '.join(args)}"
+            ) from exc
         if proc.returncode != 0:
-            errors = [line[len("ORACLE-ERROR: ") :] for line in proc.stderr.splitlines() if line.startswith("ORACLE-ERROR: ")]
+            errors = [
+                line[len("ORACLE-ERROR: ") :]
+                for line in proc.stderr.splitlines()
+                if line.startswith("ORACLE-ERROR: ")
+            ]
             if proc.returncode == 2 and errors:
                 raise OracleError(errors[-1])
             tail = "\n".join(proc.stderr.splitlines()[-30:])

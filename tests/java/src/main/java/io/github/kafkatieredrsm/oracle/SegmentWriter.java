@@ -421,7 +421,14 @@ final class SegmentWriter {
                 MemoryRecords records = builder.build();
                 long last = next + n - 1;
                 segment.append(last, records);
-                recordExpected(next, none, planned, -1, records);
+                if (p.codec == CompressionType.NONE) {
+                    // Uncompressed legacy messages are each their own (shallow) entry.
+                    for (int i = 0; i < n; i++) {
+                        recordExpected(next + i, none, List.of(planned.get(i)), -1, records);
+                    }
+                } else {
+                    recordExpected(next, none, planned, -1, records);
+                }
                 next = last + 1;
                 written += n;
             }
