@@ -186,8 +186,12 @@ class _FileWriter:
         self._size += len(data)
 
     def commit(self) -> None:
-        self._file.close()
-        self._store.fs.mv(self._tmp, self._path)
+        try:
+            self._file.close()
+            self._store.fs.mv(self._tmp, self._path)
+        except BaseException:
+            self.abort()
+            raise
         self._store.stats.wrote(self._size, 1)
 
     def abort(self) -> None:
