@@ -254,7 +254,6 @@ typedef struct {
     Buf hv_off, hv_data;
     Bits hv_valid;
     Py_ssize_t hv_nulls;
-    Py_ssize_t hk_bad_utf8;              /* header keys that are not valid UTF-8 */
     Buf leader_epoch, producer_id, producer_epoch, base_sequence, batch_base_offset;
     Bits is_txn, is_control;
 } Columns;
@@ -456,8 +455,8 @@ static int parse_records(Columns *c, const BatchInfo *bi, const uint8_t *start, 
             what = r == -1 ? "key length runs past the end of the record" : "key length varint is too long";
             goto fail;
         }
-        if (klen < -1 || (klen > 0 && (size_t)klen > (size_t)(rend - p))) {
-            what = klen < -1 ? "invalid negative key length" : "key length exceeds the record";
+        if (klen > 0 && (size_t)klen > (size_t)(rend - p)) { /* any negative length is null, as in Kafka */
+            what = "key length exceeds the record";
             goto fail;
         }
         const uint8_t *kp = p;
@@ -466,8 +465,8 @@ static int parse_records(Columns *c, const BatchInfo *bi, const uint8_t *start, 
             what = r == -1 ? "value length runs past the end of the record" : "value length varint is too long";
             goto fail;
         }
-        if (vlen < -1 || (vlen > 0 && (size_t)vlen > (size_t)(rend - p))) {
-            what = vlen < -1 ? "invalid negative value length" : "value length exceeds the record";
+        if (vlen > 0 && (size_t)vlen > (size_t)(rend - p)) {
+            what = "value length exceeds the record";
             goto fail;
         }
         const uint8_t *vp = p;
@@ -496,7 +495,7 @@ static int parse_records(Columns *c, const BatchInfo *bi, const uint8_t *start, 
         /* Headers: parse (and validate) even when not emitting. */
         size_t hk_mark = c->hk_data.len, hv_mark = c->hv_data.len, hko_mark = c->hk_off.len,
                hvo_mark = c->hv_off.len, hvb_mark = c->hv_valid.bits;
-        Py_ssize_t hn_mark = c->headers, hvn_mark = c->hv_nulls, bad_mark = c->hk_bad_utf8;
+        Py_ssize_t hn_mark = c->headers, hvn_mark = c->hv_nulls;
         if (hcount > 0) {
             if (emit && (buf_reserve(&c->hk_off, 4 * (size_t)hcount) || buf_reserve(&c->hv_off, 4 * (size_t)hcount) ||
                          bits_reserve(&c->hv_valid, (size_t)hcount)))
@@ -513,12 +512,16 @@ static int parse_records(Columns *c, const BatchInfo *bi, const uint8_t *start, 
                 }
                 const uint8_t *hkp = p;
                 p += hkl;
+                if (!utf8_valid(hkp, (size_t)hkl)) {
+                    what = "header key is not valid UTF-8";
+                    goto fail;
+                }
                 if ((r = read_varint(&p, rend, &hvl))) {
                     what = r == -1 ? "header value length runs past the end of the record" : "header value length varint is too long";
                     goto fail;
                 }
-                if (hvl < -1 || (hvl > 0 && (size_t)hvl > (size_t)(rend - p))) {
-                    what = hvl < -1 ? "invalid negative header value length" : "header value length exceeds the record";
+                if (hvl > 0 && (size_t)hvl > (size_t)(rend - p)) {
+                    what = "header value length exceeds the record";
                     goto fail;
                 }
                 const uint8_t *hvp = p;
@@ -535,12 +538,10 @@ static int parse_records(Columns *c, const BatchInfo *bi, const uint8_t *start, 
                     c->hv_valid.bits = hvb_mark;
                     c->headers = hn_mark;
                     c->hv_nulls = hvn_mark;
-                    c->hk_bad_utf8 = bad_mark;
                     *done = i;
                     return PARSE_STOP;
                 }
                 if (buf_reserve(&c->hk_data, (size_t)hkl) || buf_reserve(&c->hv_data, hvs)) return PARSE_ERR;
-                if (!utf8_valid(hkp, (size_t)hkl)) c->hk_bad_utf8++;
                 memcpy(c->hk_data.p + c->hk_data.len, hkp, (size_t)hkl);
                 c->hk_data.len += (size_t)hkl;
                 int32_t o = (int32_t)c->hk_data.len;
@@ -733,11 +734,11 @@ static PyObject *decode_v2(PyObject *self, PyObject *args) {
             break;
         }
         if (magic != 2) {
-            raise_decode(pos, "unknown magic %d", magic);
+            raise_decode(pos + 16, "unknown magic %d", magic);
             goto done;
         }
         if (blen < 49) {
-            raise_decode(pos, "batch length %d is below the minimum of 49 for magic 2", blen);
+            raise_decode(pos + 8, "batch length %d is below the minimum of 49 for magic 2", blen);
             goto done;
         }
         if ((Py_ssize_t)blen > remaining - 12) {
@@ -856,7 +857,7 @@ static PyObject *decode_v2(PyObject *self, PyObject *args) {
     if (put_int(result, "stop", stop) || put_int(result, "position", pos) || put_int(result, "skip", skip) ||
         put_int(result, "rows", c.rows) || put_int(result, "headers", c.headers) ||
         put_int(result, "key_nulls", c.key_nulls) || put_int(result, "value_nulls", c.val_nulls) ||
-        put_int(result, "header_value_nulls", c.hv_nulls) || put_int(result, "header_key_bad_utf8", c.hk_bad_utf8) ||
+        put_int(result, "header_value_nulls", c.hv_nulls) ||
         put_buf(result, "offset", &c.offset) || put_buf(result, "timestamp", &c.timestamp) ||
         put_buf(result, "timestamp_type", &c.ts_type) || put_buf(result, "key_offsets", &c.key_off) ||
         put_buf(result, "key_data", &c.key_data) || put_bits(result, "key_validity", &c.key_valid, keep_kv) ||

@@ -31,14 +31,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from segment_format import _native
-from segment_format.arrow_schema import (
-    HEADER_TYPE,
-    HEADERS_TYPE,
-    RECORD_SCHEMA,
-    TimestampType,
-    empty_record_batch,
-)
+from segment_format import _native, records
+from segment_format.arrow_schema import HEADER_TYPE, HEADERS_TYPE, RECORD_SCHEMA, empty_record_batch
 from segment_format.codecs import CompressionType, decompress
 from segment_format.errors import CorruptRecordError
 
@@ -55,8 +49,15 @@ _MAGIC_POSITION = 16
 
 
 def _decompress_batch(codec: int, payload: memoryview) -> bytes:
-    """Callback for the kernel: decompress one magic-2 records section the way Kafka's client does."""
-    return decompress(CompressionType(codec), payload, magic=2)
+    """Callback for the kernel: decompress one magic-2 records section the way Kafka's client does.
+
+    The kernel turns any exception into a DecodeError at the batch's position, quoting its message.
+    """
+    try:
+        return decompress(CompressionType(codec), payload, magic=2)
+    except CorruptRecordError as exc:
+        where = "" if exc.position is None else f" (at byte {exc.position} of the compressed records)"
+        raise ValueError(f"{exc.reason}{where}") from exc
 
 
 def _buffer(obj: Any) -> pa.Buffer | None:
@@ -78,11 +79,6 @@ def _record_batch(cols: dict[str, Any]) -> pa.RecordBatch:
         return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(cols[name])], 0)
 
     header_keys = _binary(pa.string(), nh, None, cols["header_key_offsets"], cols["header_key_data"], 0)
-    if cols["header_key_bad_utf8"]:
-        # Kafka decodes header keys with Java's String(bytes, UTF_8), which replaces malformed input;
-        # rare enough to do in Python.
-        raw = header_keys.view(pa.binary()).to_pylist()
-        header_keys = pa.array([k.decode("utf-8", "replace") for k in raw], pa.string())
     header_values = _binary(
         pa.binary(),
         nh,
@@ -253,7 +249,53 @@ def decode_reference(
     One Python loop iteration per record over ``segment_format.records`` objects, on purpose: it is
     the plainly readable definition of every column that the C kernel is tested against.
     """
-    raise NotImplementedError
-
-
-_ = TimestampType
+    columns: dict[str, list[Any]] = {name: [] for name in RECORD_SCHEMA.names}
+    offsets, timestamps, timestamp_types = columns["offset"], columns["timestamp"], columns["timestamp_type"]
+    keys, values, headers = columns["key"], columns["value"], columns["headers"]
+    epochs, producer_ids = columns["partition_leader_epoch"], columns["producer_id"]
+    producer_epochs, sequences = columns["producer_epoch"], columns["base_sequence"]
+    transactional, control, batch_offsets = (
+        columns["is_transactional"],
+        columns["is_control"],
+        columns["batch_base_offset"],
+    )
+    rows = 0
+    try:
+        for _, batch in records.iter_batches(_as_view(data), file=file):
+            if max_rows is not None and rows >= max_rows:
+                break
+            if verify_crc:
+                batch.ensure_valid()
+            batch_fields = (
+                int(batch.timestamp_type),
+                batch.partition_leader_epoch,
+                batch.producer_id,
+                batch.producer_epoch,
+                batch.base_sequence,
+                batch.is_transactional,
+                batch.is_control_batch,
+                batch.base_offset,
+            )
+            for record in batch.records():
+                if max_rows is not None and rows >= max_rows:
+                    break
+                offsets.append(record.offset)
+                timestamps.append(record.timestamp)
+                keys.append(record.key)
+                values.append(record.value)
+                headers.append([{"key": h.key, "value": h.value} for h in record.headers])
+                (ts_type, epoch, producer_id, producer_epoch, sequence, txn, ctrl, base) = batch_fields
+                timestamp_types.append(ts_type)
+                epochs.append(epoch)
+                producer_ids.append(producer_id)
+                producer_epochs.append(producer_epoch)
+                sequences.append(sequence)
+                transactional.append(txn)
+                control.append(ctrl)
+                batch_offsets.append(base)
+                rows += 1
+    except CorruptRecordError as exc:
+        if not base_position:
+            raise
+        raise exc.with_location(file=file, position_offset=base_position) from exc
+    return pa.RecordBatch.from_pydict(columns, schema=RECORD_SCHEMA)
