@@ -21,12 +21,12 @@ def plugin_jar_path(jvm_dir: Path = JVM_DIR) -> Path:
 
 
 def plugin_jar_is_fresh(jvm_dir: Path = JVM_DIR) -> bool:
-    """True when the jar exists and is newer than pom.xml and every Java source."""
+    """True when the jar exists and is newer than pom.xml and every Java source (tests' included)."""
     jar = plugin_jar_path(jvm_dir)
     if not jar.exists():
         return False
     built = jar.stat().st_mtime
-    sources = [jvm_dir / "pom.xml", *(jvm_dir / "src" / "main").rglob("*")]
+    sources = [jvm_dir / "pom.xml", *(jvm_dir / "src").rglob("*")]
     return all(p.stat().st_mtime <= built for p in sources if p.is_file())
 
 

@@ -1,0 +1,153 @@
+package io.tieredrsm.bridge;
+
+import java.io.BufferedReader;
+import java.io.InputStream;
+import java.io.InputStreamReader;
+import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.security.MessageDigest;
+import java.util.HashMap;
+import java.util.HexFormat;
+import java.util.LinkedHashMap;
+import java.util.Map;
+import java.util.Optional;
+import java.util.Properties;
+
+import org.apache.kafka.common.TopicIdPartition;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.Uuid;
+import org.apache.kafka.server.log.remote.storage.LogSegmentData;
+import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentId;
+import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentMetadata;
+import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentState;
+import org.apache.kafka.server.log.remote.storage.RemoteStorageManager.IndexType;
+
+/**
+ * Test driver: drives {@link BridgeRemoteStorageManager} as the broker would, one command per stdin line,
+ * one JSON answer per stdout line. Used by tests/test_bridge_plugin.py (no broker needed).
+ *
+ * <pre>
+ * configure PROPS_FILE          keys as Kafka passes them (rsm.config. already stripped)
+ * segment JSON                  {"log","index","timeindex","txnindex"|null,"snapshot","epochs_file","start","end","topic","partition"}
+ * copy | delete | health | close
+ * fetch START [END]             reads everything: {"length","sha256"}
+ * fetch_partial START N         reads N bytes, then closes the stream early
+ * index TYPE
+ * </pre>
+ */
+public final class PluginDriver {
+    private PluginDriver() {
+    }
+
+    public static void main(String[] args) throws Exception {
+        BridgeRemoteStorageManager rsm = new BridgeRemoteStorageManager();
+        RemoteLogSegmentMetadata metadata = null;
+        LogSegmentData data = null;
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        String line;
+        while ((line = in.readLine()) != null) {
+            String[] w = line.trim().split(" ", 2);
+            Map<String, Object> out = new LinkedHashMap<>();
+            try {
+                switch (w[0]) {
+                    case "configure": {
+                        Properties p = new Properties();
+                        try (InputStream s = Files.newInputStream(Paths.get(w[1]))) {
+                            p.load(s);
+                        }
+                        Map<String, Object> m = new HashMap<>();
+                        p.forEach((k, v) -> m.put((String) k, v));
+                        rsm.configure(m);
+                        break;
+                    }
+                    case "segment": {
+                        @SuppressWarnings("unchecked")
+                        Map<String, Object> s = (Map<String, Object>) Json.parse(w[1]);
+                        TopicIdPartition tip = new TopicIdPartition(
+                                s.containsKey("topic_id") ? Uuid.fromString((String) s.get("topic_id")) : Uuid.randomUuid(),
+                                new TopicPartition((String) s.get("topic"), ((Number) s.get("partition")).intValue()));
+                        Path log = Paths.get((String) s.get("log"));
+                        metadata = new RemoteLogSegmentMetadata(RemoteLogSegmentId.generateNew(tip),
+                                ((Number) s.get("start")).longValue(), ((Number) s.get("end")).longValue(),
+                                System.currentTimeMillis(), 1, System.currentTimeMillis(), (int) Files.size(log),
+                                Map.of(0, ((Number) s.get("start")).longValue()));
+                        Object txn = s.get("txnindex");
+                        data = new LogSegmentData(log, Paths.get((String) s.get("index")),
+                                Paths.get((String) s.get("timeindex")),
+                                txn == null ? Optional.empty() : Optional.of(Paths.get((String) txn)),
+                                Paths.get((String) s.get("snapshot")),
+                                ByteBuffer.wrap(Files.readAllBytes(Paths.get((String) s.get("epochs_file")))));
+                        out.put("topic_id", tip.topicId().toString());
+                        out.put("segment_id", metadata.remoteLogSegmentId().id().toString());
+                        break;
+                    }
+                    case "copy": {
+                        Optional<RemoteLogSegmentMetadata.CustomMetadata> custom = rsm.copyLogSegmentData(metadata, data);
+                        out.put("custom_metadata_bytes", custom.map(c -> c.value().length).orElse(-1));
+                        RemoteLogSegmentMetadata m = metadata;
+                        metadata = new RemoteLogSegmentMetadata(m.remoteLogSegmentId(), m.startOffset(), m.endOffset(),
+                                m.maxTimestampMs(), m.brokerId(), m.eventTimestampMs(), m.segmentSizeInBytes(), custom,
+                                RemoteLogSegmentState.COPY_SEGMENT_FINISHED, m.segmentLeaderEpochs());
+                        break;
+                    }
+                    case "fetch": {
+                        String[] a = w[1].split(" ");
+                        InputStream s = a.length == 1 ? rsm.fetchLogSegment(metadata, Integer.parseInt(a[0]))
+                                : rsm.fetchLogSegment(metadata, Integer.parseInt(a[0]), Integer.parseInt(a[1]));
+                        digest(s, Long.MAX_VALUE, out);
+                        break;
+                    }
+                    case "fetch_partial": {
+                        String[] a = w[1].split(" ");
+                        InputStream s = rsm.fetchLogSegment(metadata, Integer.parseInt(a[0]));
+                        digest(s, Long.parseLong(a[1]), out);
+                        break;
+                    }
+                    case "index":
+                        digest(rsm.fetchIndex(metadata, IndexType.valueOf(w[1])), Long.MAX_VALUE, out);
+                        break;
+                    case "delete":
+                        rsm.deleteLogSegmentData(metadata);
+                        break;
+                    case "health":
+                        out.putAll(rsm.health());
+                        out.put("restarts", rsm.bridgeRestarts());
+                        break;
+                    case "close":
+                        rsm.close();
+                        break;
+                    default:
+                        throw new IllegalArgumentException("unknown command " + w[0]);
+                }
+                out.put("ok", true);
+            } catch (Exception e) {
+                out.put("ok", false);
+                out.put("exception", e.getClass().getSimpleName());
+                out.put("message", String.valueOf(e.getMessage()));
+            }
+            System.out.println("@@ " + Json.write(out));
+            System.out.flush();
+        }
+    }
+
+    private static void digest(InputStream s, long max, Map<String, Object> out) throws Exception {
+        MessageDigest md = MessageDigest.getInstance("SHA-256");
+        byte[] buf = new byte[8192];
+        long total = 0;
+        try (s) {
+            while (total < max) {
+                int n = s.read(buf, 0, (int) Math.min(buf.length, max - total));
+                if (n < 0) {
+                    break;
+                }
+                md.update(buf, 0, n);
+                total += n;
+            }
+        }
+        out.put("length", total);
+        out.put("sha256", HexFormat.of().formatHex(md.digest()));
+    }
+}

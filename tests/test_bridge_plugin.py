@@ -1,0 +1,270 @@
+"""The JVM plugin driven as the broker drives it, against a real bridge hosting the real RSM (no broker).
+
+``PluginDriver`` (rsm/bridge/jvm/src/test/java) calls BridgeRemoteStorageManager with Kafka's own value
+types; the segment is written by Kafka's classes (the oracle). Covers: the plugin starting the bridge,
+copy/fetch/index/delete through it, early close (cancel), error mapping to Kafka's exceptions, restart of
+a bridge killed with SIGKILL, and shutdown.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rsm.cli.bridge import JVM_DIR, build_plugin
+
+REPO = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("mvn") is None or shutil.which("java") is None, reason="needs JDK+Maven"
+)
+
+
+@pytest.fixture(scope="session")
+def bridge_plugin_jar() -> Path:
+    """The plugin jar, built with Maven unless it is newer than its sources."""
+    return build_plugin()
+
+
+def bridge_command() -> str:
+    """How the plugin starts the bridge in tests: this interpreter, so the bridge sees the same packages."""
+    return f"{sys.executable} -m rsm.cli.main bridge serve"
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A private directory with a short path (Unix socket paths are limited to 107 bytes)."""
+    d = Path(tempfile.mkdtemp(prefix="rsmb-", dir="/tmp"))
+    d.chmod(0o700)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def write_keyring(path: Path) -> str:
+    path.write_text(json.dumps({"k1": base64.b64encode(os.urandom(32)).decode()}))
+    path.chmod(0o600)
+    return "k1"
+
+
+class Driver:
+    """The Java driver process: one command per line, one JSON answer per line."""
+
+    def __init__(self, classpath: str, cwd: Path) -> None:
+        self.proc = subprocess.Popen(
+            ["java", "-cp", classpath, "io.tieredrsm.bridge.PluginDriver"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=open(cwd / "driver.err", "wb"),  # noqa: SIM115 - lives as long as the process
+            cwd=cwd,
+            text=True,
+            env=dict(os.environ, PYTHONPATH=str(REPO)),
+        )
+
+    def __call__(self, command: str) -> dict[str, Any]:
+        assert self.proc.stdin and self.proc.stdout
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        while True:  # log lines (the JVM's logging may go to stdout) are skipped
+            line = self.proc.stdout.readline()
+            if not line:
+                raise AssertionError(f"driver exited during {command!r}")
+            if line.startswith("@@ "):
+                return json.loads(line[3:])
+
+    def ok(self, command: str) -> dict[str, Any]:
+        answer = self(command)
+        assert answer["ok"], f"{command}: {answer}"
+        return answer
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def segment_files(seg_dir: Path) -> dict[str, Any]:
+    log = next(seg_dir.glob("*.log"))
+    base = log.stem
+    txn = seg_dir / f"{base}.txnindex"
+    return {
+        "log": str(log),
+        "index": str(seg_dir / f"{base}.index"),
+        "timeindex": str(seg_dir / f"{base}.timeindex"),
+        "txnindex": str(txn) if txn.exists() else None,
+        "snapshot": str(next(seg_dir.glob("*.snapshot"))),
+        "epochs_file": str(seg_dir / "leader-epoch-checkpoint"),
+    }
+
+
+def test_plugin_copy_fetch_cancel_restart_delete(
+    bridge_plugin_jar, java_oracle, java_build, short_dir, tmp_path
+):
+    seg_dir = tmp_path / "seg"
+    seg_dir.mkdir()
+    java_oracle.write_segment(seg_dir, "zstd", records=3000, value_size=300, transactional=True)
+    files = segment_files(seg_dir)
+    expected = java_oracle.expected(seg_dir)
+    last_offset = max(b["lastOffset"] for b in expected["batches"])
+    log_bytes = Path(files["log"]).read_bytes()
+    store = tmp_path / "store"
+    key_id = write_keyring(short_dir / "keyring.json")
+    props = short_dir / "plugin.properties"
+    props.write_text(
+        "\n".join(
+            [
+                "storage.backend=file",
+                f"storage.file.root={store}",
+                "bucket=tiered",
+                "prefix=p1/",
+                "encryption.enabled=true",
+                f"encryption.keyring.path={short_dir / 'keyring.json'}",
+                f"encryption.key.id={key_id}",
+                f"bridge.socket.path={short_dir / 'b.sock'}",
+                f"bridge.command={bridge_command()}",
+                f"bridge.log.file={short_dir / 'bridge.log'}",
+                "bridge.restart.backoff.ms=100",
+                "broker.id=7",
+            ]
+        )
+        + "\n"
+    )
+    classpath = os.pathsep.join(
+        [
+            str(JVM_DIR / "target" / "classes"),
+            str(JVM_DIR / "target" / "test-classes"),
+            str(java_build.kafka_libs / "*"),
+        ]
+    )
+    driver = Driver(classpath, tmp_path)
+    try:
+        driver.ok(f"configure {props}")
+        sock_mode = os.stat(short_dir / "b.sock").st_mode & 0o777
+        assert sock_mode == 0o600
+        seg = {**files, "start": 0, "end": last_offset, "topic": "orders", "partition": 2}
+        driver.ok("segment " + json.dumps(seg))
+        # fetching before the copy: Kafka's RemoteResourceNotFoundException
+        missing = driver("fetch 0")
+        assert missing["exception"] == "RemoteResourceNotFoundException", missing
+        copied = driver.ok("copy")
+        assert 0 < copied["custom_metadata_bytes"] <= 128
+        # the generated config the plugin handed to the bridge is owner-only
+        assert (short_dir / "bridge-7.properties").stat().st_mode & 0o777 == 0o600
+        # the store holds encrypted objects only: no 64-byte window of the segment appears in them
+        stored = b"".join(p.read_bytes() for p in store.rglob("*") if p.is_file())
+        assert stored and all(
+            log_bytes[i : i + 64] not in stored for i in range(0, len(log_bytes) - 64, 4096)
+        )
+        full = driver.ok("fetch 0")
+        assert (full["length"], full["sha256"]) == (len(log_bytes), sha(log_bytes))
+        part = driver.ok("fetch 1000 50999")
+        assert (part["length"], part["sha256"]) == (50_000, sha(log_bytes[1000:51000]))
+        # Kafka reads what it needs and closes: the stream is cancelled, the connection reused
+        head = driver.ok("fetch_partial 17 5000")
+        assert head["sha256"] == sha(log_bytes[17:5017])
+        for index_type, path in [
+            ("OFFSET", files["index"]),
+            ("TIMESTAMP", files["timeindex"]),
+            ("PRODUCER_SNAPSHOT", files["snapshot"]),
+            ("LEADER_EPOCH", files["epochs_file"]),
+        ]:
+            got = driver.ok(f"index {index_type}")
+            assert got["sha256"] == sha(Path(path).read_bytes()), index_type
+        if files["txnindex"]:
+            assert driver.ok("index TRANSACTION")["sha256"] == sha(Path(files["txnindex"]).read_bytes())
+        health = driver.ok("health")
+        assert health["status"] == "ok" and health["in_flight"] == 1
+        old_pid = health["pid"]
+
+        # kill -9 the bridge: the next calls find a fresh one the plugin started
+        os.kill(old_pid, signal.SIGKILL)
+        answers = [driver("health") for _ in range(3)]
+        good = [a for a in answers if a["ok"]]
+        assert good, answers
+        assert all(a["exception"] == "RemoteStorageException" for a in answers if not a["ok"]), answers
+        assert good[-1]["pid"] != old_pid and good[-1]["restarts"] >= 1
+        again = driver.ok("fetch 0")
+        assert again["sha256"] == sha(log_bytes)
+
+        driver.ok("delete")
+        gone = driver("fetch 0")
+        assert gone["exception"] == "RemoteResourceNotFoundException", gone
+        assert not any(p.name.endswith(".manifest") for p in store.rglob("*"))
+        new_pid = good[-1]["pid"]
+        driver.ok("close")
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and _alive(new_pid):
+            time.sleep(0.1)
+        assert not _alive(new_pid), "bridge still running after the plugin closed"
+        assert not (short_dir / "b.sock").exists()
+    finally:
+        driver.stop()
+        print(
+            (short_dir / "bridge.log").read_text() if (short_dir / "bridge.log").exists() else "",
+            file=sys.stderr,
+        )
+
+
+def test_plugin_reports_a_bridge_that_cannot_start(bridge_plugin_jar, java_build, short_dir, tmp_path):
+    props = short_dir / "plugin.properties"
+    props.write_text(
+        f"bridge.socket.path={short_dir / 'b.sock'}\n"
+        f"bridge.command={sys.executable} -m rsm.cli.main bridge serve --rsm-class no_such_module:Nope\n"
+        f"bridge.log.file={short_dir / 'bridge.log'}\n"
+        "bridge.restart.backoff.ms=60000\n"
+        "storage.file.root=/nonexistent\n"
+    )
+    classpath = os.pathsep.join(
+        [
+            str(JVM_DIR / "target" / "classes"),
+            str(JVM_DIR / "target" / "test-classes"),
+            str(java_build.kafka_libs / "*"),
+        ]
+    )
+    driver = Driver(classpath, tmp_path)
+    try:
+        driver.ok(f"configure {props}")  # Kafka must not fail to start because the bridge is down
+        seg = {
+            "log": "/x.log", "index": "/x.index", "timeindex": "/x.t", "txnindex": None, "snapshot": "/x.s",
+            "epochs_file": str(props), "start": 0, "end": 1, "topic": "t", "partition": 0,
+        }  # fmt: skip
+        driver("segment " + json.dumps(seg))
+        failed = driver("health")
+        assert failed["exception"] == "RemoteStorageException"
+        assert "backoff" in failed["message"] or "exited" in failed["message"], failed
+        assert "no_such_module" in (short_dir / "bridge.log").read_text()
+    finally:
+        driver.stop()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie child of the (exited) driver JVM counts as gone
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
