@@ -1,0 +1,332 @@
+"""Unit tests of the rsm building blocks: ids, config resolution, custom metadata, keyring, cache, the
+integrity verifier (on segments real Kafka brokers wrote) and the download accounting of ranged fetches."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+from test_rsm_helpers import make_segment, read_all, write_keyring
+
+from rsm import (
+    CustomMetadata,
+    LogConfig,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteStorageException,
+    RemoteStorageManager,
+    TopicIdPartition,
+)
+from rsm import custom_metadata as cm
+from rsm.cache import ByteLRU
+from rsm.config import ConfigSource, RsmConfig
+from rsm.errors import ConfigException, SegmentIntegrityError
+from rsm.keyring import Keyring
+from rsm.layout import Location, SegmentKeys
+from rsm.manifest import Manifest, ManifestError
+from rsm.metadata import uuid_from_base64, uuid_to_base64
+from rsm.transform import PieceKind, SegmentCipher, TransformError, decode_piece, encode_piece
+from rsm.validation import SegmentIntegrityVerifier
+
+FIXTURES = Path("/work/shared/fixtures/public/segments")
+
+
+def test_ids_accept_and_print_kafka_base64() -> None:
+    # Kafka's well-known METADATA_TOPIC_ID is Uuid(0, 1), printed AAAAAAAAAAAAAAAAAAAAAQ
+    assert uuid_to_base64(uuid.UUID(int=1)) == "AAAAAAAAAAAAAAAAAAAAAQ"
+    tip = TopicIdPartition("AAAAAAAAAAAAAAAAAAAAAQ", "__cluster_metadata", 0)  # type: ignore[arg-type]
+    assert tip.topic_id == uuid.UUID(int=1)
+    assert str(tip) == "AAAAAAAAAAAAAAAAAAAAAQ:__cluster_metadata-0"
+    seg_id = uuid.uuid4()
+    sid = RemoteLogSegmentId(tip, uuid_to_base64(seg_id))  # type: ignore[arg-type]
+    assert sid.id == seg_id and uuid_from_base64(sid.id_base64) == seg_id
+    with pytest.raises(ValueError, match="22 base64"):
+        uuid_from_base64("short")
+    md = RemoteLogSegmentMetadata(sid, 0, 9, 1, 1, 1, 100, {2: 5, 1: 0})
+    assert list(md.segment_leader_epochs.items()) == [(1, 0), (2, 5)]
+    replaced = dataclasses.replace(md, custom_metadata=CustomMetadata(b"x"))
+    assert replaced.custom_metadata == CustomMetadata(b"x") and md.custom_metadata is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        md.start_offset = 3  # type: ignore[misc]
+    with pytest.raises(ValueError, match="start <= end"):
+        RemoteLogSegmentMetadata(sid, 10, 9, 1, 1, 1, 100, {})
+
+
+def test_log_config_unchecked_configs() -> None:
+    lc = LogConfig(
+        {"retention.ms": 5, "unchecked.rsm.bucket": "a", "unchecked.other": "x", "cleanup.policy": None}
+    )
+    assert lc.unchecked_configs() == {"unchecked.rsm.bucket": "a", "unchecked.other": "x"}
+    assert lc["retention.ms"] == "5" and "cleanup.policy" not in lc
+
+
+def test_config_resolution_and_sources(tmp_path: Path) -> None:
+    config = RsmConfig(
+        {
+            "rsm.config.storage.backend": "file",
+            "storage.file.root": str(tmp_path),
+            "bucket": "broker-bucket",
+            "chunk.size": "1MiB",
+            "storage.s3.secret.access.key": "s3cr3t",
+        }
+    )
+    lc = LogConfig({"unchecked.rsm.prefix": "team/", "unchecked.rsm.chunk.size": "65536"})
+    s = config.resolve(lc)
+    assert (s.bucket, s.prefix, s.chunk_size, s.compression_enabled) == (
+        "broker-bucket",
+        "team/",
+        65536,
+        True,
+    )
+    entries = {e.name: e for e in config.describe(lc)}
+    assert (
+        entries["prefix"].source is ConfigSource.TOPIC_UNCHECKED
+        and entries["prefix"].key == "unchecked.rsm.prefix"
+    )
+    assert entries["bucket"].source is ConfigSource.BROKER and entries["bucket"].value == "broker-bucket"
+    assert entries["compression.enabled"].source is ConfigSource.DEFAULT
+    assert entries["storage.s3.secret.access.key"].value == "[hidden]"
+    assert "s3cr3t" not in repr(config) and "s3cr3t" not in repr(config.describe(lc))
+    assert config.resolve(None).chunk_size == 1 << 20
+    with pytest.raises(ConfigException, match="unchecked.rsm.chunk.size"):
+        config.resolve(LogConfig({"unchecked.rsm.chunk.size": "12"}))
+    with pytest.raises(ConfigException, match="unchecked.rsm.encryption.enabled"):
+        config.resolve(LogConfig({"unchecked.rsm.encryption.enabled": "maybe"}))
+    with pytest.raises(ConfigException, match="unchecked.rsm.bucket"):
+        config.resolve(LogConfig({"unchecked.rsm.bucket": "a/b"}))
+    with pytest.raises(ConfigException, match="storage.file.root"):
+        RsmConfig({"storage.backend": "file"})
+    policy_entry = {
+        e.name: e for e in config.describe(LogConfig({"unchecked.record.validation.policy": "p"}))
+    }
+    assert policy_entry["record.validation.policy"].source is ConfigSource.TOPIC_UNCHECKED
+
+
+def test_custom_metadata_round_trip_and_bound() -> None:
+    loc = Location("b" * 63, "p" * 60)
+    encoded = cm.encode(loc)
+    assert len(encoded.value) <= 128 and cm.decode(encoded) == loc
+    assert cm.decode(cm.encode(Location("a", ""))) == Location("a", "")
+    with pytest.raises(RemoteStorageException, match="over the broker's limit"):
+        cm.encode(Location("b" * 63, "p" * 70))
+    with pytest.raises(RemoteStorageException, match="not this RSM's"):
+        cm.decode(b"\x07garbage")
+
+
+def test_layout_keys() -> None:
+    tip = TopicIdPartition(uuid.UUID(int=1), "orders", 7)
+    sid = uuid.UUID(int=2)
+    md = RemoteLogSegmentMetadata(RemoteLogSegmentId(tip, sid), 1234, 2000, 1, 1, 1, 10, {})
+    keys = SegmentKeys.of(Location("bkt", "pre/"), md)
+    assert keys.log == "pre/orders-AAAAAAAAAAAAAAAAAAAAAQ/7/00000000000000001234-AAAAAAAAAAAAAAAAAAAAAg.log"
+    assert keys.manifest.endswith(".manifest") and keys.indexes.endswith(".indexes")
+
+
+def test_keyring_wrap_unwrap_and_errors(tmp_path: Path) -> None:
+    path = write_keyring(tmp_path / "k.json", ("a", "b"))
+    ring = Keyring(path)
+    dek = b"\x11" * 32
+    wrapped = ring.wrap("a", dek, b"segment-1")
+    assert dek not in wrapped and ring.unwrap("a", wrapped, b"segment-1") == dek
+    with pytest.raises(RemoteStorageException, match="does not authenticate"):
+        ring.unwrap("b", wrapped, b"segment-1")
+    with pytest.raises(RemoteStorageException, match="does not authenticate"):
+        ring.unwrap("a", wrapped, b"segment-2")
+    with pytest.raises(RemoteStorageException, match="not in the keyring"):
+        ring.wrap("zz", dek, b"x")
+    (tmp_path / "bad.json").write_text(json.dumps({"k": "c2hvcnQ="}))
+    with pytest.raises(ConfigException, match="expected 32"):
+        Keyring(tmp_path / "bad.json")
+    (tmp_path / "notjson.json").write_text("{AAAA secret")
+    with pytest.raises(ConfigException) as info:
+        Keyring(tmp_path / "notjson.json")
+    assert "AAAA" not in str(info.value)
+
+
+def test_pieces_are_bound_to_segment_and_position() -> None:
+    a, b = uuid.uuid4(), uuid.uuid4()
+    key = b"\x01" * 32
+    data = b"hello kafka " * 100
+    stored, codec = encode_piece(
+        data, kind=PieceKind.LOG, number=3, compress=True, level=3, cipher=SegmentCipher(key, a)
+    )
+    assert b"hello kafka" not in bytes(stored)
+    ok = decode_piece(
+        stored,
+        kind=PieceKind.LOG,
+        number=3,
+        codec=codec,
+        size=len(data),
+        cipher=SegmentCipher(key, a),
+        crc=None,
+    )
+    assert ok == data
+    for kwargs in ({"number": 4}, {"kind": PieceKind.INDEX}):
+        args = {"kind": PieceKind.LOG, "number": 3, **kwargs}
+        with pytest.raises(TransformError, match="does not authenticate"):
+            decode_piece(stored, codec=codec, size=len(data), cipher=SegmentCipher(key, a), crc=None, **args)  # type: ignore[arg-type]
+    with pytest.raises(TransformError, match="does not authenticate"):
+        decode_piece(
+            stored,
+            kind=PieceKind.LOG,
+            number=3,
+            codec=codec,
+            size=len(data),
+            cipher=SegmentCipher(key, b),
+            crc=None,
+        )
+
+
+def test_byte_lru_is_bounded_by_bytes() -> None:
+    cache: ByteLRU[bytes] = ByteLRU(100)
+    for i in range(10):
+        cache.put(i, bytes(30))
+    assert cache.bytes <= 100 and len(cache) == 3 and cache.get(9) is not None and cache.get(0) is None
+    cache.get(7)
+    cache.put("x", bytes(30))
+    assert cache.get(7) is not None and cache.get(8) is None
+    cache.put("huge", bytes(101))
+    assert cache.get("huge") is None and cache.bytes <= 100
+
+
+def _real_logs() -> list[Path]:
+    return sorted(p for p in FIXTURES.rglob("*.log") if p.stat().st_size > 0)
+
+
+@pytest.mark.skipif(not FIXTURES.exists(), reason="shared fixtures not present")
+def test_verifier_accepts_real_kafka_segments_and_locates_corruption() -> None:
+    logs = _real_logs()
+    assert logs
+    for path in logs:
+        raw = path.read_bytes()
+        base = int(path.name.split(".")[0])
+        verifier = SegmentIntegrityVerifier(str(path), base, 2**62, len(raw), 4096)
+        for i in range(0, len(raw), 1000):  # odd feed sizes: batches and headers span feeds
+            verifier.feed(raw[i : i + 1000])
+        summary = verifier.finish()
+        assert summary.batches > 0 and summary.first_offset is not None and summary.first_offset >= base
+        # flip a byte in the last batch's body: refused at that batch's position
+        positions, pos = [], 0
+        while pos < len(raw):
+            positions.append(pos)
+            pos += 12 + int.from_bytes(raw[pos + 8 : pos + 12], "big")
+        last = positions[-1]
+        broken = bytearray(raw)
+        broken[-1] ^= 0x01
+        verifier = SegmentIntegrityVerifier(str(path), base, 2**62, len(raw), 4096)
+        with pytest.raises(SegmentIntegrityError) as info:
+            verifier.feed(bytes(broken))
+            verifier.finish()
+        assert info.value.position == last and "CRC" in info.value.reason, path
+
+
+@pytest.mark.skipif(not FIXTURES.exists(), reason="shared fixtures not present")
+def test_real_snappy_and_gzip_segments_round_trip(tmp_path: Path) -> None:
+    """Segments written by real brokers (Java snappy, kafkajs gzip) go through copy and fetch unchanged,
+    and their already-compressed batches are not compressed again."""
+    rsm = RemoteStorageManager()
+    rsm.configure(
+        {"storage.backend": "file", "storage.file.root": str(tmp_path / "store"), "chunk.size": "4096"}
+    )
+    try:
+        for n, path in enumerate(_real_logs()):
+            raw = path.read_bytes()
+            base = int(path.name.split(".")[0])
+            tip = TopicIdPartition(uuid.uuid4(), f"real{n}", 0)
+            seg = make_segment(tmp_path / f"s{n}", tip, batches=1)
+            seg.data.log_segment.write_bytes(raw)
+            md = RemoteLogSegmentMetadata(
+                RemoteLogSegmentId(tip, uuid.uuid4()), base, 2**62, 0, 0, 0, len(raw), {0: base}
+            )
+            data = dataclasses.replace(seg.data, log_segment=seg.data.log_segment)
+            md = dataclasses.replace(md, custom_metadata=rsm.copy_log_segment_data(md, data))
+            assert read_all(rsm.fetch_log_segment(md, 0)) == raw
+            manifest = Manifest.from_bytes(
+                next((tmp_path / "store").rglob(f"real{n}-*/0/*.manifest")).read_bytes()
+            )
+            chunk_bytes = [
+                b - a for a, b in (manifest.log.original_span(i) for i in range(manifest.log.count))
+            ]
+            if manifest.integrity["compressed_batch_bytes"] == len(raw):
+                assert all(int(c) == 0 for c in manifest.log.codecs), path  # stored as they are
+            assert sum(chunk_bytes) == len(raw)
+    finally:
+        rsm.close()
+
+
+def test_ranged_fetch_downloads_only_covering_chunks(tmp_path: Path) -> None:
+    rsm = RemoteStorageManager()
+    keyring = write_keyring(tmp_path / "k.json")
+    rsm.configure(
+        {
+            "storage.backend": "file",
+            "storage.file.root": str(tmp_path / "store"),
+            "chunk.size": "8192",
+            "encryption.keyring.path": str(keyring),
+            "encryption.enabled": "true",
+            "encryption.key.id": "k1",
+            "fetch.prefetch.chunks": "2",
+        }
+    )
+    tip = TopicIdPartition(uuid.uuid4(), "ranges", 0)
+    seg = make_segment(tmp_path / "seg", tip, batches=120, value_size=200)
+    raw = seg.data.log_segment.read_bytes()
+    try:
+        md = dataclasses.replace(
+            seg.metadata, custom_metadata=rsm.copy_log_segment_data(seg.metadata, seg.data)
+        )
+        manifest = Manifest.from_bytes(next((tmp_path / "store").rglob("*.manifest")).read_bytes())
+        index = manifest.log
+        assert index.count >= 6
+        rsm.fetch_log_segment(md, 0, 0).close()  # warm the manifest cache
+        for start, end in [(8192 * 2 + 5, 8192 * 3 + 100), (100, 200), (8192 * 4 - 1, 8192 * 4)]:
+            rsm._chunks.clear()
+            before = rsm.store.stats.snapshot()["bytes_read"]
+            assert read_all(rsm.fetch_log_segment(md, start, end)) == raw[start : end + 1]
+            downloaded = rsm.store.stats.snapshot()["bytes_read"] - before
+            first, last = start // 8192, end // 8192
+            assert downloaded == sum(index.stored_sizes[first : last + 1]), (start, end)
+        # closing a stream early stops downloading: only the first chunk (and its prefetch) is read
+        rsm._chunks.clear()
+        before = rsm.store.stats.snapshot()["bytes_read"]
+        stream = rsm.fetch_log_segment(md, 0)
+        assert stream.read(10) == raw[:10]
+        stream.close()
+        rsm._executor.shutdown(wait=True)  # type: ignore[union-attr]  # let in-flight prefetches finish
+        downloaded = rsm.store.stats.snapshot()["bytes_read"] - before
+        assert downloaded <= sum(index.stored_sizes[:3]) < index.stored_size
+    finally:
+        rsm.close()
+
+
+def test_manifest_rejects_unknown_versions_and_malformed_documents() -> None:
+    with pytest.raises(ManifestError, match="version"):
+        Manifest.from_bytes(
+            json.dumps({"format": "kafka-tiered-rsm/segment-manifest", "version": 99}).encode()
+        )
+    with pytest.raises(ManifestError, match="not a"):
+        Manifest.from_bytes(b'{"format": "x"}')
+    with pytest.raises(ManifestError, match="malformed"):
+        Manifest.from_bytes(
+            json.dumps({"format": "kafka-tiered-rsm/segment-manifest", "version": 1}).encode()
+        )
+
+
+def test_unconfigured_and_closed_manager_refuse_work(tmp_path: Path) -> None:
+    rsm = RemoteStorageManager()
+    tip = TopicIdPartition(uuid.uuid4(), "x", 0)
+    seg = make_segment(tmp_path / "seg", tip, batches=1)
+    with pytest.raises(RemoteStorageException, match="not configured"):
+        rsm.copy_log_segment_data(seg.metadata, seg.data)
+    rsm.configure({"storage.backend": "file", "storage.file.root": str(tmp_path / "store")})
+    rsm.close()
+    with pytest.raises(RemoteStorageException, match="closed"):
+        rsm.fetch_log_segment(seg.metadata, 0)
+    rsm2 = RemoteStorageManager()
+    with pytest.raises(ConfigException, match="encryption.keyring.path"):
+        rsm2.configure(
+            {"storage.backend": "file", "storage.file.root": str(tmp_path), "encryption.enabled": "true"}
+        )
