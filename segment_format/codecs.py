@@ -3,14 +3,18 @@
 cramjam gives the raw algorithms; the framing Kafka uses differs from cramjam's defaults, so it is done
 here by hand:
 
-* gzip: a plain gzip member; the header is written as ``java.util.zip.GZIPOutputStream`` writes it (no
-  name, mtime 0). Any gzip stream (any OS byte, several members) is read.
+* gzip: a plain gzip member, header as ``java.util.zip.GZIPOutputStream`` (Java 16+) writes it (mtime 0,
+  OS 255), deflated by zlib (stdlib) at level 6: byte-identical to the Java client. Any gzip stream (any
+  OS byte, several members) is read.
 * snappy: xerial ``SnappyOutputStream`` framing (16-byte header, then int32 length + raw snappy block per
   32 KiB of input). Raw snappy without the header (librdkafka) is accepted on read.
 * lz4: an LZ4 frame as ``KafkaLZ4BlockOutputStream`` writes it (FLG 0x60, BD 0x40, 64 KiB independent
   blocks, no checksums, 4-byte end mark). For magic 0 Kafka computed the header checksum over the magic
   number too (KAFKA-3160): written that way for magic 0 and not checked when reading magic 0.
-* zstd: a plain zstd frame at level 3.
+* zstd: a streamed zstd frame at level 3, byte-identical to zstd-jni's ``ZstdOutputStream``.
+
+lz4 output is byte-identical to Kafka's too (lz4 HC level 9 both sides); snappy is not (snappy-java and
+cramjam's Rust snappy choose different matches) but its framing is the same.
 """
 
 from __future__ import annotations
@@ -110,7 +114,10 @@ def xxh32(data: bytes, seed: int = 0) -> int:
 
 # ------------------------------------------------------------------------------------------ compress
 def _gzip_compress(data: bytes) -> bytes:
-    deflated = bytes(cramjam.deflate.compress(data, level=GZIP_LEVEL))
+    # The stdlib's zlib is the same deflate implementation java.util.zip uses, so with Java's level and
+    # window the bytes are identical to the Java client's (cramjam's deflate produces different bytes).
+    deflater = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS)
+    deflated = deflater.compress(data) + deflater.flush()
     trailer = struct.pack("<II", zlib.crc32(data) & _M32, len(data) & _M32)
     return GZIP_HEADER + deflated + trailer
 
@@ -169,7 +176,11 @@ def compress(codec: CompressionType | int, data: bytes, *, magic: int = 2) -> by
     if codec is CompressionType.ZSTD:
         if magic < 2:
             raise ValueError("zstd needs magic 2")
-        return bytes(cramjam.zstd.compress(data, level=ZSTD_LEVEL))
+        # zstd-jni's ZstdOutputStream: streamed frame (no content size), data flushed, then an empty
+        # last block on close; the same calls on cramjam's streaming compressor give the same bytes.
+        compressor = cramjam.zstd.Compressor(level=ZSTD_LEVEL)
+        compressor.compress(data)
+        return bytes(compressor.flush()) + bytes(compressor.finish())
     raise ValueError(f"unknown codec {codec}")  # pragma: no cover - IntEnum above is closed
 
 
