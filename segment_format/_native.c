@@ -757,12 +757,12 @@ static PyObject *decode_v2(PyObject *self, PyObject *args) {
             }
         }
         if (codec > 4) {
-            raise_decode(pos, "unknown compression codec %d", codec);
+            raise_decode(pos + 21, "unknown compression codec %d", codec);
             goto done;
         }
         int32_t count = be32(b + 57);
         if (count < 0) {
-            raise_decode(pos, "negative record count %d", count);
+            raise_decode(pos + 57, "negative record count %d", count);
             goto done;
         }
         BatchInfo bi;
