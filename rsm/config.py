@@ -146,7 +146,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("storage.s3.session.token", None, _str, "S3 session token", sensitive=True),
     Setting(
         "storage.s3.multipart.part.size",
-        str(16 << 20),
+        str(8 << 20),
         lambda k, v: _size(k, v, 5 << 20, 5 << 30),
         "part size of multipart uploads (S3 minimum 5 MiB)",
     ),

@@ -65,9 +65,7 @@ class IOStats:
 class ObjectStore:
     """Buckets and keys over an fsspec filesystem."""
 
-    def __init__(
-        self, fs: Any, backend: Backend, root: Path | None = None, part_size: int = 16 << 20
-    ) -> None:
+    def __init__(self, fs: Any, backend: Backend, root: Path | None = None, part_size: int = 8 << 20) -> None:
         self.fs = fs
         self.backend = backend
         self.root = root

@@ -301,23 +301,15 @@ class Violation:
 
 
 def iter_records(path: Path, hints: RecordIntrospectionHints) -> Iterator[tuple[int, RecordProxy]]:
-    """(batch position, record) for every data record of a segment file; control batches are skipped.
+    """(batch position, record) for every data record of a segment file; control batches are skipped."""
+    from segment_format.records import iter_batches
 
-    Uses `segment_format.records` when it is available and kafka-python's independent decoder otherwise.
-    """
-    try:
-        from segment_format.records import iter_batches  # type: ignore[import-not-found]
-    except ImportError:
-        iter_batches = None
-    if iter_batches is not None:
-        with path.open("rb") as f:
-            for position, batch in iter_batches(f, file=str(path)):
-                if getattr(batch, "is_control", False) or getattr(batch, "is_control_batch", False):
-                    continue
-                for rec in batch.records():
-                    yield position, _proxy(rec, hints)
-        return
-    yield from _iter_records_kafka_python(path, hints)
+    with path.open("rb") as f:
+        for position, batch in iter_batches(f, file=str(path)):
+            if batch.is_control_batch:
+                continue
+            for rec in batch.records():
+                yield position, _proxy(rec, hints)
 
 
 def _cut(value: bytes | None, n: int) -> bytes | None:
@@ -341,26 +333,6 @@ def _proxy(rec: Any, hints: RecordIntrospectionHints) -> RecordProxy:
         value=_cut(rec.value, hints.access_value_bytes) if hints.access_value_bytes else None,
         headers=headers,
     )
-
-
-def _iter_records_kafka_python(
-    path: Path, hints: RecordIntrospectionHints
-) -> Iterator[tuple[int, RecordProxy]]:
-    from kafka.record.default_records import DefaultRecordBatch
-
-    with path.open("rb") as f:
-        position = 0
-        while True:
-            head = f.read(12)
-            if len(head) < 12:
-                return
-            _, length = struct.unpack(">qi", head)
-            body = f.read(length)
-            batch = DefaultRecordBatch(head + body)
-            if batch.magic == 2 and not batch.is_control_batch:
-                for rec in batch:
-                    yield position, _proxy(rec, hints)
-            position += 12 + length
 
 
 def run_policy(

@@ -1,0 +1,316 @@
+"""Copy and fetch figures of the RemoteStorageManager, as ratios measured in one run.
+
+    python benchmarks/rsm_copy_fetch.py [--size-mib 256] [--chunk-mib 4] [--no-s3] [--json out.json]
+
+What it reports (issue 4's acceptance):
+- copy MB/s of one segment (default 256 MiB of uncompressed magic-2 batches, ~64 KiB each, values half
+  text half random so zstd has real work) to the file store and to S3 over HTTP (moto's server in its own
+  process), plain / compressed / compressed+encrypted, against the "pipeline limit": the same bytes read
+  in chunks through CRC-32C of every batch + zstd + AES-256-GCM alone, in this process;
+- peak RSS above the process's baseline during each copy, measured in a child process that samples
+  /proc/self/status every 2 ms (page cache is not RSS, so this is the copy's own memory);
+- a 1 MiB fetch in the middle of the encrypted segment with cold caches: bytes downloaded over bytes
+  requested (target <= 1 + chunk / request) and time to first byte.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import random
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import cramjam
+import crc32c
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from rsm import (  # noqa: E402
+    LogConfig,
+    LogSegmentData,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteStorageManager,
+    TopicIdPartition,
+)
+from rsm.keyring import generate_key  # noqa: E402
+
+MiB = 1 << 20
+
+
+# -- data ------------------------------------------------------------------------------------------------
+def _batch_template(rng: random.Random, records: int, value_size: int) -> bytes:
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    builder = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 1 << 30)
+    for i in range(records):
+        text = "".join(
+            f'{{"order":{rng.randrange(10**9)},"sku":"item-{rng.randrange(5000)}","qty":{rng.randrange(99)}}},'
+            for _ in range(value_size // 40)
+        ).encode()
+        value = text[: value_size * 3 // 4] + rng.randbytes(value_size - value_size * 3 // 4)
+        builder.append(i, 1_700_000_000_000 + i, f"user-{rng.randrange(10**6)}".encode(), value, [])
+    return bytes(builder.build())
+
+
+def make_segment(directory: Path, size: int, seed: int = 7) -> tuple[Path, int, int]:
+    """A segment of about `size` bytes of distinct batches (no batch repeats, so zstd sees realistic data:
+    JSON-ish text with random ids plus random bytes)."""
+    rng = random.Random(seed)
+    path = directory / "00000000000000000000.log"
+    offset, written = 0, 0
+    with path.open("wb") as f:
+        while written < size:
+            t = bytearray(_batch_template(rng, 64, 1000))
+            struct.pack_into(">q", t, 0, offset)  # the base offset is outside the CRC
+            f.write(t)
+            written += len(t)
+            offset += 64
+    for name, n in (("index", 8 * 1000), ("timeindex", 12 * 1000), ("snapshot", 10)):
+        (directory / f"00000000000000000000.{name}").write_bytes(os.urandom(n))
+    return path, offset - 1, written
+
+
+def metadata_for(path: Path, last: int, size: int) -> tuple[RemoteLogSegmentMetadata, LogSegmentData]:
+    tip = TopicIdPartition(uuid.uuid4(), "bench", 0)
+    md = RemoteLogSegmentMetadata(RemoteLogSegmentId(tip, uuid.uuid4()), 0, last, 0, 0, 0, size, {0: 0})
+    d = path.parent
+    data = LogSegmentData(path, d / f"{path.stem}.index", d / f"{path.stem}.timeindex", None,
+                          d / f"{path.stem}.snapshot", b"0\n1\n0 0\n")  # fmt: skip
+    return md, data
+
+
+# -- the pipeline limit -------------------------------------------------------------------------------------
+def pipeline_limit(path: Path, chunk: int) -> float:
+    """MB/s of reading the file in chunks through per-batch CRC-32C, zstd and AES-GCM, nothing else."""
+    aead = AESGCM(os.urandom(32))
+    buf = bytearray(chunk)
+    view = memoryview(buf)
+    carry = b""
+    total = 0
+    start = time.perf_counter()
+    with path.open("rb", buffering=0) as f:
+        n_chunk = 0
+        while n := f.readinto(buf):
+            data = carry + bytes(view[:n]) if carry else view[:n]
+            pos = 0
+            while pos + 12 <= len(data):  # CRC-32C of each complete batch in this chunk
+                length = int.from_bytes(data[pos + 8 : pos + 12], "big")
+                if pos + 12 + length > len(data):
+                    break
+                crc32c.crc32c(data[pos + 21 : pos + 12 + length])
+                pos += 12 + length
+            carry = bytes(data[pos:])
+            packed = cramjam.zstd.compress(view[:n], level=3)
+            aead.encrypt(n_chunk.to_bytes(12, "big"), packed, b"aad")
+            total += n
+            n_chunk += 1
+    return total / MiB / (time.perf_counter() - start)
+
+
+# -- copies in a child process (RSS) ---------------------------------------------------------------------
+def _rss() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _copy_child(
+    configs: dict[str, str], topic: dict[str, str], seg: tuple[str, int, int], out: mp.Queue
+) -> None:
+    path, last, size = Path(seg[0]), seg[1], seg[2]
+    md, data = metadata_for(path, last, size)
+    rsm = RemoteStorageManager()
+    rsm.configure(configs)
+    if configs.get("storage.backend") == "s3":  # warm the HTTP client so its set-up is not counted
+        rsm.store.fs.ls(configs["bucket"])
+    baseline = _rss()
+    peak = baseline
+    stop = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not stop.is_set():
+            peak = max(peak, _rss())
+            time.sleep(0.002)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    start = time.perf_counter()
+    rsm.copy_log_segment_data(md, data, LogConfig(topic))
+    elapsed = time.perf_counter() - start
+    stop.set()
+    sampler.join()
+    stored = rsm.store.stats.snapshot()
+    rsm.close()
+    out.put({"seconds": elapsed, "mb_s": size / MiB / elapsed, "rss_peak_above_baseline_mib": (peak - baseline) / MiB,
+             "baseline_rss_mib": baseline / MiB, "stored_bytes": stored})  # fmt: skip
+
+
+def run_copy(configs: dict[str, str], topic: dict[str, str], seg: tuple[str, int, int]) -> dict[str, float]:
+    ctx = mp.get_context("spawn")
+    q: mp.Queue = ctx.Queue()
+    p = ctx.Process(target=_copy_child, args=(configs, topic, seg, q))
+    p.start()
+    result = q.get(timeout=1800)
+    p.join()
+    return result
+
+
+# -- fetch -----------------------------------------------------------------------------------------------
+def measure_fetch(
+    configs: dict[str, str], topic: dict[str, str], seg: tuple[str, int, int], request: int
+) -> dict:
+    path, last, size = Path(seg[0]), seg[1], seg[2]
+    md, data = metadata_for(path, last, size)
+    writer = RemoteStorageManager()
+    writer.configure(configs)
+    custom = writer.copy_log_segment_data(md, data, LogConfig(topic))
+    writer.close()
+    import dataclasses
+
+    md = dataclasses.replace(md, custom_metadata=custom)
+    rsm = RemoteStorageManager()  # cold caches
+    rsm.configure(configs)
+    if configs.get("storage.backend") == "s3":  # an open connection, as a running broker has
+        rsm.store.fs.ls(configs["bucket"])
+    start_pos = size // 2 - request // 2
+    t0 = time.perf_counter()
+    stream = rsm.fetch_log_segment(md, start_pos, start_pos + request - 1, LogConfig(topic))
+    first = stream.read(1)
+    ttfb = time.perf_counter() - t0
+    rest = stream.read()
+    total = time.perf_counter() - t0
+    stream.close()
+    with path.open("rb") as f:
+        f.seek(start_pos)
+        assert first + rest == f.read(request), "fetched bytes differ from the segment"
+    downloaded = rsm.store.stats.snapshot()["bytes_read"]
+    chunk = int(configs["chunk.size"])
+    rsm.close()
+    return {
+        "request_bytes": request,
+        "downloaded_bytes_incl_manifest": downloaded,
+        "ratio": downloaded / request,
+        "target_ratio": 1 + chunk / request,
+        "ttfb_ms": ttfb * 1000,
+        "total_ms": total * 1000,
+    }
+
+
+# -- moto server in its own process -------------------------------------------------------------------------
+def start_moto() -> tuple[subprocess.Popen, str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return proc, f"http://127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("moto server did not start")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size-mib", type=int, default=256)
+    ap.add_argument("--chunk-mib", type=int, default=4)
+    ap.add_argument("--no-s3", action="store_true")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    chunk = args.chunk_mib * MiB
+    results: dict[str, object] = {"size_mib": args.size_mib, "chunk_mib": args.chunk_mib}
+    with tempfile.TemporaryDirectory(prefix="rsm-bench-", dir=os.environ.get("RSM_BENCH_DIR")) as tmp:
+        tmpdir = Path(tmp)
+        (tmpdir / "seg").mkdir()
+        path, last, size = make_segment(tmpdir / "seg", args.size_mib * MiB)
+        seg = (str(path), last, size)
+        keyring = tmpdir / "keyring.json"
+        keyring.write_text(json.dumps({"k1": generate_key()}))
+        path.read_bytes()  # page cache warm for every contender alike
+        limit = max(pipeline_limit(path, chunk) for _ in range(2))
+        results["pipeline_limit_mb_s"] = limit
+        print(
+            f"segment {size / MiB:.0f} MiB, chunk {args.chunk_mib} MiB; pipeline limit (CRC-32C + zstd + AES-GCM): {limit:.0f} MB/s"
+        )
+        variants = {
+            "plain": {"unchecked.rsm.compression.enabled": "false"},
+            "compressed": {"unchecked.rsm.compression.enabled": "true"},
+            "encrypted": {
+                "unchecked.rsm.compression.enabled": "true",
+                "unchecked.rsm.encryption.enabled": "true",
+                "unchecked.rsm.encryption.key.id": "k1",
+            },  # fmt: skip
+        }
+        base = {"chunk.size": str(chunk), "encryption.keyring.path": str(keyring)}
+        stores: dict[str, dict[str, str]] = {}
+        file_root = tmpdir / "store"
+        stores["file"] = {
+            **base,
+            "storage.backend": "file",
+            "storage.file.root": str(file_root),
+            "bucket": "bench",
+        }
+        moto = None
+        if not args.no_s3:
+            moto, endpoint = start_moto()
+            import boto3
+
+            boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing",
+                         aws_secret_access_key="testing").create_bucket(Bucket="bench")  # fmt: skip
+            stores["s3"] = {**base, "storage.backend": "s3", "storage.s3.endpoint.url": endpoint,
+                            "storage.s3.region": "us-east-1", "storage.s3.access.key.id": "testing",
+                            "storage.s3.secret.access.key": "testing", "bucket": "bench"}  # fmt: skip
+        try:
+            copies: dict[str, dict] = {}
+            for store_name, configs in stores.items():
+                for variant, topic in variants.items():
+                    r = run_copy(configs, topic, seg)
+                    r["fraction_of_limit"] = r["mb_s"] / limit
+                    copies[f"{store_name}/{variant}"] = r
+                    print(f"copy {store_name:4s} {variant:10s}: {r['mb_s']:7.0f} MB/s ({r['fraction_of_limit']:.0%} of limit), "
+                          f"peak RSS +{r['rss_peak_above_baseline_mib']:.1f} MiB, stored {r['stored_bytes']['bytes_written'] / MiB:.0f} MiB")  # fmt: skip
+                    if store_name == "file":
+                        import shutil
+
+                        shutil.rmtree(file_root, ignore_errors=True)
+            results["copy"] = copies
+            fetches: dict[str, dict] = {}
+            for store_name, configs in stores.items():
+                f = measure_fetch(configs, variants["encrypted"], seg, MiB)
+                fetches[store_name] = f
+                print(f"fetch {store_name:4s} 1 MiB mid-segment (encrypted): downloaded/requested {f['ratio']:.2f} "
+                      f"(target <= {f['target_ratio']:.0f}), TTFB {f['ttfb_ms']:.1f} ms, total {f['total_ms']:.1f} ms")  # fmt: skip
+            results["fetch"] = fetches
+        finally:
+            if moto is not None:
+                moto.terminate()
+                moto.wait(timeout=30)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
