@@ -37,6 +37,12 @@ FIXTURE_MARKERS: dict[str, str] = {
 }
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # kafka-python's protocol schema loader uses deprecated importlib.resources calls on every import.
+    config.addinivalue_line("filterwarnings", "ignore:read_text is deprecated:DeprecationWarning")
+    config.addinivalue_line("filterwarnings", "ignore:open_text is deprecated:DeprecationWarning")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         names = set(getattr(item, "fixturenames", ()))

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import time
 import uuid
+from pathlib import Path
 
 import pytest
-from harness.kafka import KafkaBroker, KafkaStartError
+from harness.kafka import KafkaBroker, KafkaStartError, tiered_storage_props
 from harness.oracle import JavaOracle
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
 pytestmark = pytest.mark.kafka
+
+DIRECTORY_RSM = "io.github.kafkatieredrsm.oracle.DirectoryRemoteStorageManager"
 
 
 def _produce(broker: KafkaBroker, topic: str, messages: list[tuple[bytes | None, bytes]]) -> None:
@@ -121,3 +125,64 @@ def test_broker_dying_at_start_reports_the_root_cause(kafka_broker_factory) -> N
     message = str(info.value)
     assert "exited with code" in message
     assert "ClassNotFoundException: does.not.Exist" in message
+
+
+def _wait_for(condition, timeout: float, what: str, broker: KafkaBroker):  # noqa: ANN001, ANN202
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}\n{broker.log_tail(40)}")
+
+
+def test_tiered_storage_props_move_segments_to_a_real_rsm(
+    kafka_broker_factory, java_build, java_oracle: JavaOracle, tmp_path: Path
+) -> None:  # noqa: ANN001
+    """The harness's tiered-storage settings work with a real broker and a (reference, Java) RSM."""
+    remote = tmp_path / "remote"
+    broker = kafka_broker_factory(
+        tiered_storage_props(DIRECTORY_RSM, {"dir": str(remote)}), extra_classpath=[java_build.oracle_jar]
+    )
+    topic = "tiered"
+    _create_topic(
+        broker,
+        topic,
+        {
+            "remote.storage.enable": "true",
+            "segment.bytes": str(1024 * 1024),
+            "local.retention.ms": "1000",
+            "retention.ms": "-1",
+        },
+    )
+    messages = [(f"k{i}".encode(), bytes([i % 251]) * 1000) for i in range(3000)]  # ~3 MB: 3+ segments
+    _produce(broker, topic, messages)
+
+    def copied_segments() -> list[Path]:
+        return sorted(p for p in remote.rglob("*.log") if p.name != "operations.log")
+
+    remote_logs = _wait_for(
+        lambda: copied_segments() if len(copied_segments()) >= 2 else None,
+        120,
+        "two segments copied to remote storage",
+        broker,
+    )
+    local_dir = broker.partition_dir(topic)
+    _wait_for(
+        lambda: not (local_dir / "00000000000000000000.log").exists(),
+        120,
+        "the first local segment deleted after its copy",
+        broker,
+    )
+
+    # Records of the deleted local segments now come from the RSM through the broker.
+    records = _consume_all(broker, topic, len(messages))
+    assert [(r.offset, r.key, r.value) for r in records] == [(i, k, v) for i, (k, v) in enumerate(messages)]
+    operations = (remote / "operations.log").read_text().splitlines()
+    assert any(op.startswith("copy 0 ") for op in operations)
+    assert any(op.startswith("fetch 0 ") for op in operations), operations
+
+    # What the broker handed the RSM is a genuine closed segment.
+    first = remote_logs[0]
+    assert java_oracle.check(first)["firstOffset"] == 0

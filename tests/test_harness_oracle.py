@@ -94,10 +94,15 @@ def test_segment_per_codec_round_trips(java_oracle: JavaOracle, tmp_path: Path, 
 
 def test_indexes_follow_kafkas_building_rule(java_oracle: JavaOracle, tmp_path: Path) -> None:
     log = java_oracle.write_segment(tmp_path, "none", records=600, value_size=100, index_interval_bytes=2048)
-    batches = java_oracle.dump(log)
+    index_path, time_index_path = (
+        tmp_path / "00000000000000000000.index",
+        tmp_path / "00000000000000000000.timeindex",
+    )
+    dumps = java_oracle.dump_many([log, index_path, time_index_path])
+    assert list(dumps) == [log, index_path, time_index_path]
+    batches, offset_index, time_index = dumps[log], dumps[index_path], dumps[time_index_path]
+    assert batches == java_oracle.dump(log)
     by_position = {b["position"]: b for b in batches}
-    offset_index = java_oracle.dump(tmp_path / "00000000000000000000.index")
-    time_index = java_oracle.dump(tmp_path / "00000000000000000000.timeindex")
     assert (tmp_path / "00000000000000000000.index").stat().st_size == 8 * len(offset_index) > 0
 
     # Every offset entry maps the last offset of a batch to the position where that batch starts, and

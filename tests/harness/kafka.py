@@ -64,6 +64,41 @@ logger.network.level = WARN
 _ERROR_LINE = re.compile(r"\] (ERROR|FATAL) |^Caused by: ")
 
 
+def tiered_storage_props(
+    rsm_class: str,
+    rsm_config: Mapping[str, str] | None = None,
+    *,
+    task_interval_ms: int = 500,
+    retention_check_interval_ms: int = 1000,
+) -> dict[str, str]:
+    """Broker properties enabling tiered storage on this single-node broker with ``rsm_class``.
+
+    ``rsm_config`` keys are passed to the RSM's ``configure`` (Kafka strips the ``rsm.config.`` prefix).
+    The metadata manager is Kafka's default topic-based one, with a one-partition, replication-factor-1
+    ``__remote_log_metadata`` topic; copy/expiry tasks run every ``task_interval_ms`` and local
+    retention is checked every ``retention_check_interval_ms`` so tests see segments move quickly.
+    Topics opt in with ``remote.storage.enable=true`` (and e.g. ``local.retention.ms``).
+    """
+    props = {
+        "remote.log.storage.system.enable": "true",
+        "remote.log.storage.manager.class.name": rsm_class,
+        "remote.log.metadata.manager.listener.name": "PLAINTEXT",
+        "rlmm.config.remote.log.metadata.topic.replication.factor": "1",
+        "rlmm.config.remote.log.metadata.topic.num.partitions": "1",
+        "rlmm.config.remote.log.metadata.topic.min.isr": "1",
+        "remote.log.manager.task.interval.ms": str(task_interval_ms),
+        "remote.log.manager.copier.thread.pool.size": "2",
+        "remote.log.manager.expiration.thread.pool.size": "2",
+        "remote.log.manager.follower.thread.pool.size": "1",
+        "remote.log.reader.threads": "2",
+        "log.retention.check.interval.ms": str(retention_check_interval_ms),
+        # LogManager's retention task otherwise first runs 30 s after start-up (a testing-only knob).
+        "log.initial.task.delay.ms": "0",
+    }
+    props.update({f"rsm.config.{k}": v for k, v in (rsm_config or {}).items()})
+    return props
+
+
 class KafkaStartError(RuntimeError):
     """The broker did not come up (or could not be formatted); the message carries its log tail."""
 

@@ -145,6 +145,14 @@ class JavaOracle:
         """
         return list(self._run("dump", str(Path(path).resolve())))
 
+    def dump_many(self, paths: list[Path]) -> dict[Path, list[dict[str, Any]]]:
+        """:meth:`dump` for several files in one JVM (saves ~0.5 s per file); keyed by the given paths."""
+        if not paths:
+            return {}
+        resolved = [Path(p).resolve() for p in paths]
+        result = self._run("dump-many", *(str(p) for p in resolved))
+        return {path: list(result[str(res)]) for path, res in zip(paths, resolved, strict=True)}
+
     def check(self, path: Path) -> dict[str, Any]:
         """Kafka's validation of a ``.log`` (every batch ensureValid(), records iterated, offsets rising).
 

@@ -14,6 +14,7 @@ import java.util.Map;
  *
  * <pre>
  *   java -cp oracle.jar:kafka-libs/* io.github.kafkatieredrsm.oracle.Oracle write-segment --out DIR [--codec gzip ...]
+ *   java ... Oracle dump-many FILE...  ({file: dump})
  *   java ... Oracle dump FILE      (.log, .index, .timeindex, .txnindex, .snapshot, leader-epoch-checkpoint)
  *   java ... Oracle check FILE.log (every batch ensureValid(), every record iterated)
  * </pre>
@@ -61,6 +62,18 @@ public final class Oracle {
                 return SegmentWriter.write(new SegmentWriter.Params(opts));
             case "dump":
                 return Dumper.dump(Path.of(positional(args, "dump")));
+            case "dump-many": {
+                // One JVM for many files: {path: dump} (a failure names its file).
+                Map<String, Object> out = new LinkedHashMap<>();
+                for (int i = 1; i < args.length; i++) {
+                    try {
+                        out.put(args[i], Dumper.dump(Path.of(args[i])));
+                    } catch (OracleException e) {
+                        throw new OracleException(args[i] + ": " + e.getMessage(), e);
+                    }
+                }
+                return out;
+            }
             case "check":
                 return Checker.check(Path.of(positional(args, "check")));
             default:
