@@ -242,6 +242,7 @@ class BridgeServer:
         self._conns_lock = threading.Lock()
         self._started = time.monotonic()
         self._requests = 0
+        self._log_configs_received = 0
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -438,6 +439,8 @@ class BridgeServer:
         op = frame.header.get("op")
         rid = frame.request_id
         self._requests += 1
+        if frame.header.get("log_config") is not None:
+            self._log_configs_received += 1
         if self._stopping.is_set():
             self._send_error(conn, rid, ErrorCode.SHUTTING_DOWN, "bridge is shutting down")
             return
@@ -478,6 +481,7 @@ class BridgeServer:
             "connections": len(conns),
             "in_flight": sum(1 for c in conns if c.busy),
             "requests": self._requests,
+            "log_configs_received": self._log_configs_received,
             "server": SERVER_NAME,
         }
 
