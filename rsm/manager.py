@@ -391,7 +391,7 @@ class RemoteStorageManager:
         buf = bytearray(cs)
         view = memoryview(buf)
         with self._errors("upload", metadata, keys.bucket, keys.log):
-            writer = self.store.open_writer(keys.bucket, keys.log)
+            writer = self.store.open_writer(keys.bucket, keys.log, background=True)
             try:
                 with path.open("rb", buffering=0) as f:
                     i = 0

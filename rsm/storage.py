@@ -117,11 +117,16 @@ class ObjectStore:
         return f"{'s3://' if self.backend is Backend.S3 else 'file:'}{bucket}/{key}"
 
     # -- writes ------------------------------------------------------------------------------------------
-    def open_writer(self, bucket: str, key: str) -> ObjectWriter:
-        """A streaming writer: nothing is visible under `key` until `commit()`; `abort()` leaves nothing."""
+    def open_writer(self, bucket: str, key: str, background: bool = False) -> ObjectWriter:
+        """A streaming writer: nothing is visible under `key` until `commit()`; `abort()` leaves nothing.
+
+        `background=True` uploads from a thread (S3 only: there a part upload is a network round trip the
+        caller can overlap with transforming the next chunk; a local write is a memory copy).
+        """
         if self.backend is Backend.FILE:
             return _FileWriter(self, self.path(bucket, key))
-        return _S3Writer(self, self.path(bucket, key))
+        writer = _S3Writer(self, self.path(bucket, key))
+        return BackgroundWriter(writer) if background else writer
 
     def put(self, bucket: str, key: str, data: bytes) -> None:
         """Write a small object in one request (atomically)."""
@@ -166,6 +171,62 @@ class ObjectStore:
             return True
         except FileNotFoundError:
             return False
+
+
+class BackgroundWriter:
+    """Hands writes to a thread so the caller transforms the next chunk while a part uploads.
+
+    At most `depth` pieces wait in the queue, so memory stays bounded. A failure in the thread surfaces
+    at the next `write()` or at `commit()`; `abort()` stops the thread and aborts the object.
+    """
+
+    _DONE = object()
+
+    def __init__(self, inner: ObjectWriter, depth: int = 2) -> None:
+        import queue
+
+        self._inner = inner
+        self._queue: queue.Queue[object] = queue.Queue(maxsize=depth)
+        self._error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rsm-upload", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is self._DONE:
+                return
+            if self._error is not None or self._stop.is_set():
+                continue  # drain without writing after a failure or an abort
+            try:
+                self._inner.write(item)  # type: ignore[arg-type]
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+                self._error = exc
+
+    def _raise_pending(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def write(self, data: bytes | memoryview) -> None:
+        self._raise_pending()
+        self._queue.put(bytes(data) if isinstance(data, memoryview) else data)
+
+    def _finish_thread(self) -> None:
+        self._queue.put(self._DONE)
+        self._thread.join()
+
+    def commit(self) -> None:
+        self._finish_thread()
+        if self._error is not None:
+            self._inner.abort()
+            raise self._error
+        self._inner.commit()
+
+    def abort(self) -> None:
+        self._stop.set()
+        self._finish_thread()
+        self._inner.abort()
 
 
 class _FileWriter:
