@@ -161,6 +161,26 @@ def test_transactional_segment(java_oracle: JavaOracle, tmp_path: Path) -> None:
     assert epochs[1]["startOffset"] == min(b["baseOffset"] for b in batches if b["partitionLeaderEpoch"] == 3)
 
 
+@pytest.mark.parametrize(("codec", "transactional"), [("none", False), ("zstd", True)])
+def test_rebuilt_indexes_equal_the_live_ones(
+    java_oracle: JavaOracle, tmp_path: Path, codec: str, transactional: bool
+) -> None:
+    """Kafka's crash-recovery rebuild of a .log gives the same bytes the live log wrote."""
+    live = tmp_path / "live"
+    log = java_oracle.write_segment(
+        live, codec, records=500, transactional=transactional, index_interval_bytes=3000
+    )
+    rebuilt = tmp_path / "rebuilt"
+    result = java_oracle.rebuild_indexes(log, rebuilt, index_interval_bytes=3000)
+    assert result["truncatedBytes"] == 0
+    expected_files = sorted(
+        p.name for p in live.iterdir() if p.suffix != ".log" and p.name != "expected.json"
+    )
+    assert sorted(result["files"]) == expected_files
+    for name in expected_files:
+        assert (rebuilt / name).read_bytes() == (live / name).read_bytes(), name
+
+
 @pytest.mark.parametrize("magic", [0, 1])
 @pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4"])
 def test_legacy_message_sets(java_oracle: JavaOracle, tmp_path: Path, magic: int, codec: str) -> None:
@@ -207,6 +227,10 @@ def test_check_reports_kafkas_error_with_position(java_oracle: JavaOracle, tmp_p
         f.truncate(log.stat().st_size - 10)
     with pytest.raises(OracleError, match="trailing bytes"):
         java_oracle.check(truncated)
+    # A broker recovering this file would cut the incomplete last batch off.
+    recovered = java_oracle.rebuild_indexes(truncated, tmp_path / "recovered")
+    assert recovered["truncatedBytes"] == batches[-1]["size"] - 10
+    assert recovered["nextOffset"] == batches[-1]["baseOffset"]
 
 
 def test_bad_requests_are_clear_errors(java_oracle: JavaOracle, tmp_path: Path) -> None:

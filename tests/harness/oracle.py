@@ -153,6 +153,24 @@ class JavaOracle:
         result = self._run("dump-many", *(str(p) for p in resolved))
         return {path: list(result[str(res)]) for path, res in zip(paths, resolved, strict=True)}
 
+    def rebuild_indexes(
+        self, log: Path, out_dir: Path, *, index_interval_bytes: int = 4096
+    ) -> dict[str, Any]:
+        """Kafka's own rebuild of a ``.log``'s companion files (``LogSegment.recover``, as after a crash).
+
+        Writes into ``out_dir``: ``<base>.index`` and ``<base>.timeindex`` for ``index_interval_bytes``,
+        ``<base>.txnindex`` when the log holds aborted transactions, ``leader-epoch-checkpoint`` and the
+        producer ``<next offset>.snapshot``. Returns {truncatedBytes, nextOffset, files}; a nonzero
+        ``truncatedBytes`` means Kafka found invalid bytes at the end and would cut them off.
+        """
+        result = self._run(
+            "rebuild-indexes",
+            "--log", str(Path(log).resolve()),
+            "--out", str(Path(out_dir).resolve()),
+            "--index-interval-bytes", str(index_interval_bytes),
+        )  # fmt: skip
+        return dict(result)
+
     def check(self, path: Path) -> dict[str, Any]:
         """Kafka's validation of a ``.log`` (every batch ensureValid(), records iterated, offsets rising).
 

@@ -16,6 +16,7 @@ import java.util.Map;
  *   java -cp oracle.jar:kafka-libs/* io.github.kafkatieredrsm.oracle.Oracle write-segment --out DIR [--codec gzip ...]
  *   java ... Oracle dump-many FILE...  ({file: dump})
  *   java ... Oracle dump FILE      (.log, .index, .timeindex, .txnindex, .snapshot, leader-epoch-checkpoint)
+ *   java ... Oracle rebuild-indexes --log FILE.log --out DIR [--index-interval-bytes N]
  *   java ... Oracle check FILE.log (every batch ensureValid(), every record iterated)
  * </pre>
  *
@@ -74,10 +75,12 @@ public final class Oracle {
                 }
                 return out;
             }
+            case "rebuild-indexes":
+                return IndexRebuilder.rebuild(opts);
             case "check":
                 return Checker.check(Path.of(positional(args, "check")));
             default:
-                throw new OracleException("unknown command " + command + " (write-segment, dump, check)");
+                throw new OracleException("unknown command " + command + " (write-segment, dump, dump-many, rebuild-indexes, check)");
         }
     }
 
