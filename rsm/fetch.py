@@ -24,6 +24,9 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future
 
 from rsm.cache import ByteLRU
+from rsm.errors import RemoteStorageException
+from rsm.keyring import Keyring
+from rsm.layout import MANIFEST_SUFFIX
 from rsm.manifest import Manifest
 from rsm.metadata import IndexType
 from rsm.storage import ObjectStore
@@ -32,8 +35,41 @@ from rsm.transform import PieceKind, SegmentCipher, decode_piece
 log = logging.getLogger(__name__)
 
 
+def cipher_for(manifest: Manifest, keyring: Keyring | None) -> SegmentCipher | None:
+    """The segment's cipher: its data key unwrapped with the keyring key the manifest names."""
+    if manifest.encryption is None:
+        return None
+    if keyring is None:
+        raise RemoteStorageException(
+            f"segment {manifest.segment.segment_id} is encrypted under key id {manifest.encryption.key_id!r} "
+            "but no keyring is configured (encryption.keyring.path)"
+        )
+    uid = manifest.segment_uuid
+    return SegmentCipher(
+        keyring.unwrap(manifest.encryption.key_id, manifest.encryption.wrapped_key, uid.bytes), uid
+    )
+
+
+def list_manifests(store: ObjectStore, bucket: str, prefix: str = "") -> list[str]:
+    """Keys of every committed segment (its manifest) under a key prefix, sorted (= by partition, offset)."""
+    return [k for k in store.list(bucket, prefix) if k.endswith(MANIFEST_SUFFIX)]
+
+
 class SegmentReader:
     """Decoded chunks and indexes of one stored segment copy."""
+
+    @classmethod
+    def open(
+        cls,
+        store: ObjectStore,
+        bucket: str,
+        manifest_key: str,
+        keyring: Keyring | None = None,
+        chunk_cache: ByteLRU[bytes] | None = None,
+    ) -> SegmentReader:
+        """A reader from a manifest alone: no broker, no metadata topic (Spark reader, migration)."""
+        manifest = Manifest.from_bytes(store.get(bucket, manifest_key), store.describe(bucket, manifest_key))
+        return cls(store, bucket, manifest, cipher_for(manifest, keyring), chunk_cache)
 
     def __init__(
         self,
@@ -91,7 +127,21 @@ class SegmentReader:
             crc=entry.crc32c,
         )
 
-    def open(
+    def read_range(self, start: int, stop: int) -> bytes:
+        """Original bytes [start, stop) of the segment, decoding only the chunks covering them."""
+        stop = min(stop, self.size)
+        if start >= stop:
+            return b""
+        cs = self.manifest.log.chunk_size
+        out = bytearray()
+        for i in range(start // cs, (stop - 1) // cs + 1):
+            data = self.chunk(i)
+            lo = max(start - i * cs, 0)
+            hi = min(stop - i * cs, len(data))
+            out += memoryview(data)[lo:hi]
+        return bytes(out)
+
+    def stream(
         self,
         start: int,
         end: int | None,

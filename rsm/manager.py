@@ -40,7 +40,7 @@ from rsm.errors import (
     RemoteStorageException,
     SegmentIntegrityError,
 )
-from rsm.fetch import SegmentReader
+from rsm.fetch import SegmentReader, cipher_for
 from rsm.keyring import Keyring
 from rsm.layout import Location, SegmentKeys
 from rsm.log_config import LogConfig
@@ -178,18 +178,6 @@ class RemoteStorageManager:
         except Exception as exc:  # noqa: BLE001 - every storage failure becomes Kafka's exception
             raise RemoteStorageException(f"{where}: {type(exc).__name__}: {_safe(exc)}") from exc
 
-    def _cipher(self, manifest: Manifest) -> SegmentCipher | None:
-        if manifest.encryption is None:
-            return None
-        if self._keyring is None:
-            raise RemoteStorageException(
-                f"segment {manifest.segment.segment_id} is encrypted under key id {manifest.encryption.key_id!r} "
-                "but no keyring is configured (encryption.keyring.path)"
-            )
-        uid = manifest.segment_uuid
-        key = self._keyring.unwrap(manifest.encryption.key_id, manifest.encryption.wrapped_key, uid.bytes)
-        return SegmentCipher(key, uid)
-
     def _manifest(self, metadata: RemoteLogSegmentMetadata, keys: SegmentKeys) -> Manifest:
         cache_key = (keys.bucket, keys.manifest)
         hit = self._manifests.get(cache_key)
@@ -213,7 +201,7 @@ class RemoteStorageManager:
         keys = SegmentKeys.of(location, metadata)
         manifest = self._manifest(metadata, keys)
         with self._errors("decryption setup", metadata, keys.bucket, keys.manifest):
-            cipher = self._cipher(manifest)
+            cipher = cipher_for(manifest, self._keyring)
         return SegmentReader(self.store, keys.bucket, manifest, cipher, self._chunks), keys
 
     # -- copy --------------------------------------------------------------------------------------------
@@ -519,7 +507,7 @@ class RemoteStorageManager:
                 return mapped
             return exc  # pragma: no cover - _errors always maps
 
-        return reader.open(start_position, end_position, self._executor, self._prefetch, on_error)  # type: ignore[return-value]
+        return reader.stream(start_position, end_position, self._executor, self._prefetch, on_error)  # type: ignore[return-value]
 
     def fetch_index(
         self,

@@ -163,6 +163,22 @@ class ObjectStore:
     def exists(self, bucket: str, key: str) -> bool:
         return bool(self.fs.exists(self.path(bucket, key)))
 
+    def list(self, bucket: str, prefix: str = "") -> list[str]:
+        """Keys under a prefix in a bucket, sorted; temporary files of unfinished writes are left out."""
+        base = self.path(bucket, "")
+        directory = prefix.rpartition("/")[0]
+        try:
+            found = self.fs.find(base + directory) if directory else self.fs.find(base)
+        except FileNotFoundError:
+            return []
+        keys = []
+        for path in found:
+            path = str(path)
+            key = path[len(base) :] if path.startswith(base) else path.split("/", 1)[1]
+            if key.startswith(prefix) and ".tmp-" not in key.rsplit("/", 1)[-1]:
+                keys.append(key)
+        return sorted(keys)
+
     # -- deletes -----------------------------------------------------------------------------------------
     def delete(self, bucket: str, key: str) -> bool:
         """Delete an object; a missing one is fine. Returns whether something was there (file store)."""
