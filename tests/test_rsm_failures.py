@@ -392,3 +392,38 @@ def test_concurrent_fetches_from_many_threads(tmp_path: Path) -> None:
         t.join()
     rsm.close()
     assert not errors, errors[0]
+
+
+def test_tampered_chunk_and_missing_key_fail_clearly(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    keyring = write_keyring(tmp_path / "k.json", ("k1", "k2"))
+    configs = _file_configs(root, **{"encryption.keyring.path": str(keyring)})
+    lc = LogConfig({"unchecked.rsm.encryption.enabled": "true", "unchecked.rsm.encryption.key.id": "k2"})
+    tip = TopicIdPartition(uuid.uuid4(), "tamper", 0)
+    seg = make_segment(tmp_path / "seg", tip, batches=30)
+    rsm = RemoteStorageManager()
+    rsm.configure(configs)
+    try:
+        md = dataclasses.replace(
+            seg.metadata, custom_metadata=rsm.copy_log_segment_data(seg.metadata, seg.data, lc)
+        )
+        log_object = next(root.rglob("*.log"))
+        stored = bytearray(log_object.read_bytes())
+        stored[len(stored) // 2] ^= 0x01  # inside some chunk's ciphertext
+        log_object.write_bytes(bytes(stored))
+        stream = rsm.fetch_log_segment(md, 0)
+        with pytest.raises(RemoteStorageException, match=r"does not authenticate") as info:
+            stream.read()
+        stream.close()
+        assert "tamper-0" in str(info.value) and log_object.name in str(info.value)
+    finally:
+        rsm.close()
+    # the key the segment was wrapped with disappears from the keyring
+    keyring.write_text(json.dumps({"k1": json.loads(keyring.read_text())["k1"]}))
+    rsm = RemoteStorageManager()
+    rsm.configure(configs)
+    try:
+        with pytest.raises(RemoteStorageException, match="key id 'k2' is not in the keyring"):
+            rsm.fetch_log_segment(md, 0)
+    finally:
+        rsm.close()
