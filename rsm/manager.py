@@ -500,6 +500,9 @@ class RemoteStorageManager:
             )
 
         def on_error(exc: BaseException) -> BaseException:
+            # the cached manifest may describe a copy another process has since replaced or deleted:
+            # forget it so the next fetch reads the store afresh
+            self._forget(keys)
             try:
                 with self._errors("fetch", metadata, keys.bucket, keys.log):
                     raise exc

@@ -427,3 +427,31 @@ def test_tampered_chunk_and_missing_key_fail_clearly(tmp_path: Path) -> None:
             rsm.fetch_log_segment(md, 0)
     finally:
         rsm.close()
+
+
+def test_a_copy_replaced_by_another_process_is_reread_not_served_stale(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    configs = _file_configs(root, **{"encryption.keyring.path": str(write_keyring(tmp_path / "k.json"))})
+    lc = LogConfig({"unchecked.rsm.encryption.enabled": "true", "unchecked.rsm.encryption.key.id": "k1"})
+    seg = make_segment(tmp_path / "seg", TopicIdPartition(uuid.uuid4(), "twice", 0), batches=20)
+    raw = seg.data.log_segment.read_bytes()
+    reader, writer = RemoteStorageManager(), RemoteStorageManager()
+    reader.configure(configs)
+    writer.configure(configs)
+    try:
+        md = dataclasses.replace(
+            seg.metadata, custom_metadata=writer.copy_log_segment_data(seg.metadata, seg.data, lc)
+        )
+        assert read_all(reader.fetch_log_segment(md, 0, None, lc)) == raw  # manifest now cached by the reader
+        writer.copy_log_segment_data(seg.metadata, seg.data, lc)  # a retry elsewhere: new data key
+        reader._chunks.clear()
+        try:
+            got = read_all(reader.fetch_log_segment(md, 0, None, lc))
+        except RemoteStorageException:
+            got = read_all(
+                reader.fetch_log_segment(md, 0, None, lc)
+            )  # Kafka retries; the stale manifest is gone
+        assert got == raw
+    finally:
+        reader.close()
+        writer.close()
