@@ -99,6 +99,7 @@ class RemoteStorageManager:
             load_policy(str(policy_class), {k: str(v) for k, v in configs.items()}) if policy_class else None
         )
         with self._lock:
+            old_policy = self._policy
             self._config, self._keyring, self._store, self._policy = config, keyring, store, policy
             self._manifests = ByteLRU(int(config.get("cache.manifest.bytes")), sizeof=lambda v: v[1])  # type: ignore[arg-type]
             self._chunks = ByteLRU(int(config.get("cache.chunk.bytes")))  # type: ignore[arg-type]
@@ -108,6 +109,8 @@ class RemoteStorageManager:
                     max_workers=int(config.get("fetch.threads")),  # type: ignore[arg-type]
                     thread_name_prefix="rsm-fetch",
                 )
+        if old_policy is not None and old_policy is not policy:
+            old_policy.close()
         log.info("RemoteStorageManager configured: %r", config)
 
     def close(self) -> None:
