@@ -76,22 +76,103 @@ static uint32_t crc_sw(uint32_t crc, const uint8_t *p, size_t n) {
     return crc;
 }
 
+/* Advancing a CRC register over runs of zero bytes is linear: build the 32x32 GF(2) operator for `len`
+   zero bytes by repeated squaring of the one-zero-bit operator, then tabulate it per input byte so a
+   shift costs four lookups.  This lets three independent CRC streams run in parallel (the crc32
+   instruction has a latency of 3 cycles but a throughput of 1) and be combined afterwards. */
+#define CRC_LONG 8192
+#define CRC_SHORT 256
+static uint32_t crc_zeros_long[4][256], crc_zeros_short[4][256];
+
+static uint32_t gf2_times(const uint32_t *mat, uint32_t vec) {
+    uint32_t sum = 0;
+    for (int i = 0; vec; i++, vec >>= 1)
+        if (vec & 1) sum ^= mat[i];
+    return sum;
+}
+
+static void gf2_square(uint32_t *out, const uint32_t *mat) {
+    for (int n = 0; n < 32; n++) out[n] = gf2_times(mat, mat[n]);
+}
+
+/* Operator for `len` zero bytes, len a power of two. */
+static void crc_zeros_operator(uint32_t *op, size_t len) {
+    uint32_t a[32], b[32];
+    a[0] = 0x82F63B78u; /* one zero bit (reflected polynomial) */
+    for (int n = 1; n < 32; n++) a[n] = 1u << (n - 1);
+    gf2_square(b, a); /* 2 bits */
+    gf2_square(a, b); /* 4 bits */
+    gf2_square(b, a); /* 1 byte */
+    memcpy(op, b, sizeof b);
+    for (size_t bytes = 1; bytes < len; bytes <<= 1) {
+        gf2_square(a, op);
+        memcpy(op, a, sizeof a);
+    }
+}
+
+static void crc_zeros_table(uint32_t table[4][256], size_t len) {
+    uint32_t op[32];
+    crc_zeros_operator(op, len);
+    for (uint32_t n = 0; n < 256; n++) {
+        table[0][n] = gf2_times(op, n);
+        table[1][n] = gf2_times(op, n << 8);
+        table[2][n] = gf2_times(op, n << 16);
+        table[3][n] = gf2_times(op, n << 24);
+    }
+}
+
+static inline uint32_t crc_shift(uint32_t table[4][256], uint32_t crc) {
+    return table[0][crc & 0xFF] ^ table[1][(crc >> 8) & 0xFF] ^ table[2][(crc >> 16) & 0xFF] ^ table[3][crc >> 24];
+}
+
 #ifdef HAVE_SSE42_PATH
 __attribute__((target("sse4.2"))) static uint32_t crc_hw_run(uint32_t crc, const uint8_t *p, size_t n) {
-    uint64_t c = crc;
+    uint64_t c0 = crc;
     while (n && ((uintptr_t)p & 7)) {
-        c = _mm_crc32_u8((uint32_t)c, *p++);
+        c0 = _mm_crc32_u8((uint32_t)c0, *p++);
         n--;
+    }
+    while (n >= 3 * CRC_LONG) {
+        uint64_t c1 = 0, c2 = 0;
+        for (size_t i = 0; i < CRC_LONG; i += 8) {
+            uint64_t a, b, d;
+            memcpy(&a, p + i, 8);
+            memcpy(&b, p + CRC_LONG + i, 8);
+            memcpy(&d, p + 2 * CRC_LONG + i, 8);
+            c0 = _mm_crc32_u64(c0, a);
+            c1 = _mm_crc32_u64(c1, b);
+            c2 = _mm_crc32_u64(c2, d);
+        }
+        c0 = crc_shift(crc_zeros_long, (uint32_t)c0) ^ (uint32_t)c1;
+        c0 = crc_shift(crc_zeros_long, (uint32_t)c0) ^ (uint32_t)c2;
+        p += 3 * CRC_LONG;
+        n -= 3 * CRC_LONG;
+    }
+    while (n >= 3 * CRC_SHORT) {
+        uint64_t c1 = 0, c2 = 0;
+        for (size_t i = 0; i < CRC_SHORT; i += 8) {
+            uint64_t a, b, d;
+            memcpy(&a, p + i, 8);
+            memcpy(&b, p + CRC_SHORT + i, 8);
+            memcpy(&d, p + 2 * CRC_SHORT + i, 8);
+            c0 = _mm_crc32_u64(c0, a);
+            c1 = _mm_crc32_u64(c1, b);
+            c2 = _mm_crc32_u64(c2, d);
+        }
+        c0 = crc_shift(crc_zeros_short, (uint32_t)c0) ^ (uint32_t)c1;
+        c0 = crc_shift(crc_zeros_short, (uint32_t)c0) ^ (uint32_t)c2;
+        p += 3 * CRC_SHORT;
+        n -= 3 * CRC_SHORT;
     }
     while (n >= 8) {
         uint64_t v;
         memcpy(&v, p, 8);
-        c = _mm_crc32_u64(c, v);
+        c0 = _mm_crc32_u64(c0, v);
         p += 8;
         n -= 8;
     }
-    while (n--) c = _mm_crc32_u8((uint32_t)c, *p++);
-    return (uint32_t)c;
+    while (n--) c0 = _mm_crc32_u8((uint32_t)c0, *p++);
+    return (uint32_t)c0;
 }
 #endif
 
@@ -113,10 +194,29 @@ typedef struct {
     size_t mapped; /* bytes mapped with mmap (0: data came from malloc) */
 } NativeBuffer;
 
+/* Released large mappings are kept (bounded) and handed to the next decode: their pages are already
+   faulted in, so a reader decoding chunk after chunk does not pay the kernel to zero fresh pages for
+   every column of every chunk (the same reuse malloc gives small blocks). */
+#define POOL_SLOTS 32
+#define POOL_LIMIT ((size_t)256 << 20)
+static struct {
+    char *p;
+    size_t cap;
+} pool[POOL_SLOTS];
+static int pool_n = 0;
+static size_t pool_bytes = 0;
+
 static void mem_release(char *p, size_t mapped) {
 #ifdef USE_MMAP
     if (mapped) {
-        munmap(p, mapped);
+        if (pool_n < POOL_SLOTS && pool_bytes + mapped <= POOL_LIMIT) {
+            pool[pool_n].p = p;
+            pool[pool_n].cap = mapped;
+            pool_n++;
+            pool_bytes += mapped;
+        } else {
+            munmap(p, mapped);
+        }
         return;
     }
 #else
@@ -162,8 +262,39 @@ typedef struct {
 /* Large column buffers are anonymous mappings advised to use transparent huge pages: growth is an
    mremap (no copy) and first touch costs one fault per 2 MiB instead of per 4 KiB, which otherwise is
    a third of the kernel's run time.  Small buffers use malloc. */
-#define MMAP_MIN ((size_t)4 << 20)
+#define MMAP_MIN ((size_t)1 << 20)
 #define HUGE_PAGE ((size_t)2 << 20)
+
+#ifdef USE_MMAP
+/* Smallest pooled mapping of at least `need` bytes, removed from the pool; NULL if none. */
+static char *pool_take(size_t need, size_t *cap) {
+    int best = -1;
+    for (int i = 0; i < pool_n; i++)
+        if (pool[i].cap >= need && (best < 0 || pool[i].cap < pool[best].cap)) best = i;
+    if (best < 0) return NULL;
+    char *p = pool[best].p;
+    *cap = pool[best].cap;
+    pool_bytes -= *cap;
+    pool[best] = pool[--pool_n];
+    return p;
+}
+
+/* A fresh mapping of `cap` bytes (a multiple of HUGE_PAGE) aligned to HUGE_PAGE, so that transparent
+   huge pages can back it. */
+static char *map_aligned(size_t cap) {
+    size_t len = cap + HUGE_PAGE;
+    char *raw = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) return NULL;
+    uintptr_t aligned = ((uintptr_t)raw + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1);
+    size_t head = aligned - (uintptr_t)raw;
+    if (head) munmap(raw, head);
+    if (len - head - cap) munmap((char *)aligned + cap, len - head - cap);
+#ifdef MADV_HUGEPAGE
+    madvise((char *)aligned, cap, MADV_HUGEPAGE);
+#endif
+    return (char *)aligned;
+}
+#endif
 
 static int buf_grow(Buf *b, size_t need) {
     size_t cap = b->cap ? b->cap : 4096;
@@ -171,25 +302,30 @@ static int buf_grow(Buf *b, size_t need) {
 #ifdef USE_MMAP
     if (cap >= MMAP_MIN) {
         cap = (cap + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
-        char *np;
-        if (b->mapped) {
-            np = mremap(b->p, b->cap, cap, MREMAP_MAYMOVE);
-        } else {
-            np = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-            if (np != MAP_FAILED) {
-#ifdef MADV_HUGEPAGE
-                madvise(np, cap, MADV_HUGEPAGE);
-#endif
-                if (b->len) memcpy(np, b->p, b->len);
-                free(b->p);
+        size_t got = cap;
+        char *np = pool_take(need, &got);
+        if (!np) {
+            if (b->mapped) {
+                np = mremap(b->p, b->cap, cap, MREMAP_MAYMOVE);
+                if (np == MAP_FAILED) {
+                    PyErr_NoMemory();
+                    return -1;
+                }
+                b->p = np;
+                b->cap = cap;
+                return 0;
+            }
+            np = map_aligned(cap);
+            got = cap;
+            if (!np) {
+                PyErr_NoMemory();
+                return -1;
             }
         }
-        if (np == MAP_FAILED) {
-            PyErr_NoMemory();
-            return -1;
-        }
+        if (b->len) memcpy(np, b->p, b->len);
+        mem_release(b->p, b->mapped ? b->cap : 0);
         b->p = np;
-        b->cap = cap;
+        b->cap = got;
         b->mapped = 1;
         return 0;
     }
@@ -700,6 +836,11 @@ static PyObject *decode_v2(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*npniOn", &view, &start, &verify_crc, &max_rows, &skip_records, &decompress,
                           &data_limit_arg))
         return NULL;
+    if (!PyTuple_Check(decompress) || PyTuple_GET_SIZE(decompress) != 5) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_TypeError, "decompress must be a tuple of 5 callables indexed by codec id");
+        return NULL;
+    }
     const uint8_t *data = view.buf;
     Py_ssize_t n = view.len;
     size_t data_limit = data_limit_arg < 0 || data_limit_arg > INT32_MAX ? (size_t)INT32_MAX : (size_t)data_limit_arg;
@@ -713,6 +854,40 @@ static PyObject *decode_v2(PyObject *self, PyObject *args) {
     if (buf_reserve(&c.key_off, 4) || buf_reserve(&c.val_off, 4) || buf_reserve(&c.hdr_off, 4) ||
         buf_reserve(&c.hk_off, 4) || buf_reserve(&c.hv_off, 4))
         goto done;
+    {
+        /* Pre-pass over the batch headers ahead: reserve column space once instead of growing it.
+           Claimed counts are capped by what the bytes can hold (a record takes >= 7 bytes; compressed
+           ones are assumed to expand at most 64x here; growth handles the rest). */
+        size_t rows_hint = 0, plain = 0, packed = 0;
+        Py_ssize_t q = pos;
+        while (q + 61 <= n) {
+            int32_t bl = be32(data + q + 8);
+            if (data[q + 16] != 2 || bl < 49 || (Py_ssize_t)bl > n - q - 12) break;
+            int32_t cnt = be32(data + q + 57);
+            if (cnt > 0) rows_hint += (size_t)cnt;
+            if (be16(data + q + 21) & 7)
+                packed += (size_t)bl - 49;
+            else
+                plain += (size_t)bl - 49;
+            q += 12 + bl;
+        }
+        size_t row_cap = (plain + 64 * packed) / 7 + 1;
+        if (rows_hint > row_cap) rows_hint = row_cap;
+        if (max_rows >= 0 && rows_hint > (size_t)max_rows) rows_hint = (size_t)max_rows;
+        size_t data_hint = plain + 3 * packed;
+        if (data_hint > data_limit) data_hint = data_limit;
+        if (rows_hint) {
+            size_t r = rows_hint;
+            if (buf_reserve(&c.offset, 8 * r) || buf_reserve(&c.timestamp, 8 * r) || buf_reserve(&c.ts_type, r) ||
+                buf_reserve(&c.key_off, 4 * r + 4) || buf_reserve(&c.val_off, 4 * r + 4) ||
+                buf_reserve(&c.hdr_off, 4 * r + 4) || buf_reserve(&c.leader_epoch, 4 * r) ||
+                buf_reserve(&c.producer_id, 8 * r) || buf_reserve(&c.producer_epoch, 2 * r) ||
+                buf_reserve(&c.base_sequence, 4 * r) || buf_reserve(&c.batch_base_offset, 8 * r) ||
+                buf_reserve(&c.val_data, data_hint) || bits_reserve(&c.key_valid, r) ||
+                bits_reserve(&c.val_valid, r) || bits_reserve(&c.is_txn, r) || bits_reserve(&c.is_control, r))
+                goto done;
+        }
+    }
     memset(c.key_off.p, 0, 4);
     memset(c.val_off.p, 0, 4);
     memset(c.hdr_off.p, 0, 4);
@@ -791,13 +966,20 @@ static PyObject *decode_v2(PyObject *self, PyObject *args) {
         } else {
             PyObject *mv = PyMemoryView_FromMemory((char *)rs, re - rs, PyBUF_READ);
             if (!mv) goto done;
-            PyObject *out = PyObject_CallFunction(decompress, "iO", codec, mv);
+            PyObject *out = PyObject_CallOneArg(PyTuple_GET_ITEM(decompress, codec), mv);
             Py_DECREF(mv);
             if (!out) {
                 PyObject *et, *ev, *tb;
                 PyErr_Fetch(&et, &ev, &tb);
                 PyErr_NormalizeException(&et, &ev, &tb);
-                PyObject *s = ev ? PyObject_Str(ev) : NULL;
+                /* segment_format errors carry a bare `reason`; anything else is quoted as str(). */
+                PyObject *s = NULL;
+                if (ev && PyObject_HasAttrString(ev, "reason")) {
+                    PyObject *r = PyObject_GetAttrString(ev, "reason");
+                    if (r && PyUnicode_Check(r)) s = r;
+                    else Py_XDECREF(r);
+                }
+                if (!s && ev) s = PyObject_Str(ev);
                 const char *msg = s ? PyUnicode_AsUTF8(s) : NULL;
                 if (!msg) PyErr_Clear();
                 raise_decode(pos, "cannot decompress %s records: %s", codec_names[codec], msg ? msg : "unknown error");
@@ -892,10 +1074,22 @@ static PyObject *py_crc32c(PyObject *self, PyObject *args) {
 
 static PyObject *py_crc32c_hardware(PyObject *self, PyObject *noargs) { return PyBool_FromLong(crc_hw); }
 
+static PyObject *py_set_crc32c_hardware(PyObject *self, PyObject *arg) {
+    int want = PyObject_IsTrue(arg);
+    if (want < 0) return NULL;
+    int before = crc_hw;
+#ifdef HAVE_SSE42_PATH
+    crc_hw = want && __builtin_cpu_supports("sse4.2");
+#endif
+    return PyBool_FromLong(before);
+}
+
 static PyMethodDef native_methods[] = {
     {"decode_v2", decode_v2, METH_VARARGS, decode_v2_doc},
     {"crc32c", py_crc32c, METH_VARARGS, "crc32c(data, crc=0) -> int: CRC-32C of data, continuing from crc."},
     {"crc32c_hardware", py_crc32c_hardware, METH_NOARGS, "True when CRC-32C uses the SSE4.2 instruction."},
+    {"_set_crc32c_hardware", py_set_crc32c_hardware, METH_O,
+     "Testing hook: use (True, if supported) or avoid the SSE4.2 path; returns the previous setting."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -905,6 +1099,8 @@ static struct PyModuleDef native_module = {
 
 PyMODINIT_FUNC PyInit__native(void) {
     crc_init();
+    crc_zeros_table(crc_zeros_long, CRC_LONG);
+    crc_zeros_table(crc_zeros_short, CRC_SHORT);
     if (PyType_Ready(&NativeBufferType) < 0) return NULL;
     PyObject *m = PyModule_Create(&native_module);
     if (!m) return NULL;

@@ -24,9 +24,10 @@ is the batch's and the reason locates the record inside the decompressed bytes.
 
 from __future__ import annotations
 
+import functools
 import logging
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -48,16 +49,16 @@ _LEGACY_HEADER = struct.Struct(">qi")
 _MAGIC_POSITION = 16
 
 
-def _decompress_batch(codec: int, payload: memoryview) -> bytes:
+def _decompressor(codec: CompressionType) -> Callable[[memoryview], bytes]:
     """Callback for the kernel: decompress one magic-2 records section the way Kafka's client does.
 
-    The kernel turns any exception into a DecodeError at the batch's position, quoting its message.
+    The kernel turns any exception into a DecodeError at the batch's position quoting its reason.
     """
-    try:
-        return decompress(CompressionType(codec), payload, magic=2)
-    except CorruptRecordError as exc:
-        where = "" if exc.position is None else f" (at byte {exc.position} of the compressed records)"
-        raise ValueError(f"{exc.reason}{where}") from exc
+    return functools.partial(decompress, codec, magic=2)
+
+
+# Indexed by codec id; the kernel calls these with a memoryview of a batch's records section.
+_DECOMPRESSORS = tuple(_decompressor(codec) for codec in CompressionType)
 
 
 def _buffer(obj: Any) -> pa.Buffer | None:
@@ -173,7 +174,7 @@ def iter_record_batches(
                 verify_crc,
                 -1 if remaining is None else remaining,
                 skip,
-                _decompress_batch,
+                _DECOMPRESSORS,
                 max_column_bytes,
             )
         except _native.DecodeError as exc:

@@ -498,12 +498,20 @@ def test_kafka_python_builder(codec: int) -> None:
     } == {(42, 3, 7, True)}
 
 
-def test_native_crc32c_matches_crc32c_package() -> None:
-    for size in (0, 1, 7, 8, 9, 63, 64, 65, 4096, 100_003):
-        blob = os.urandom(size)
-        assert _native.crc32c(blob) == crc32c.crc32c(blob)
-        assert _native.crc32c(blob[5:], 0) == crc32c.crc32c(blob[5:])
-        assert _native.crc32c(blob[size // 2 :], _native.crc32c(blob[: size // 2])) == crc32c.crc32c(blob)
+@pytest.mark.parametrize("hardware", [True, False])
+def test_native_crc32c_matches_crc32c_package(hardware: bool) -> None:
+    before = _native._set_crc32c_hardware(hardware)
+    try:
+        # sizes around the 3-way interleaved block lengths (3 x 256 and 3 x 8192 bytes)
+        for size in (0, 1, 7, 8, 9, 63, 64, 65, 767, 768, 769, 4096, 24_575, 24_576, 24_577, 100_003):
+            blob = os.urandom(size + 3)
+            for view in (blob[3:], memoryview(blob)[1 : size + 1]):
+                assert _native.crc32c(view) == crc32c.crc32c(bytes(view))
+            assert _native.crc32c(blob[size // 2 :], _native.crc32c(blob[: size // 2])) == crc32c.crc32c(blob)
+        data = b"".join(Batch(i, [Rec(0, 0, b"k", os.urandom(3000))]).encode() for i in range(20))
+        assert decode_batches(data).num_rows == 20
+    finally:
+        _native._set_crc32c_hardware(before)
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -1,0 +1,101 @@
+"""Small shared helpers for benchmark scripts: one core, one process, best-of timings, rich tables.
+
+Benchmarks in this repository report speed targets as ratios measured in one run (never as timed test
+assertions), so the helpers here are about making one run trustworthy: pin the process to one CPU,
+repeat each measurement and keep the fastest (the least disturbed by other work on the machine), print
+a table and a PASS/FAIL line per target.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from rich.console import Console
+from rich.table import Table
+
+__all__ = ["Target", "best_time", "console", "pin_to_one_cpu", "print_table", "report_targets"]
+
+# Wide enough for the result tables when output goes to a file or a CI log (no terminal to measure).
+console = Console(width=None if sys.stdout.isatty() else 200)
+
+
+def pin_to_one_cpu(cpu: int | None = None) -> int | None:
+    """Pin this process to one CPU (the given one, else the highest allowed); returns it, or None.
+
+    Pinning keeps "per core" figures honest: no thread of numpy/arrow/zlib can borrow a second core.
+    """
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    allowed = sorted(os.sched_getaffinity(0))
+    chosen = cpu if cpu is not None else allowed[-1]
+    os.sched_setaffinity(0, {chosen})
+    return chosen
+
+
+def best_time(
+    fn: Callable[[], object], *, repeat: int = 5, min_seconds: float = 0.0, max_repeat: int = 50
+) -> float:
+    """Fastest of ``repeat`` runs of ``fn`` (more runs, up to ``max_repeat``, until ``min_seconds`` spent).
+
+    The garbage collector is paused during each run so a collection triggered by earlier garbage is
+    not charged to whatever happens to be measured.
+    """
+    best = float("inf")
+    spent = 0.0
+    runs = 0
+    while runs < repeat or (spent < min_seconds and runs < max_repeat):
+        gc.collect()
+        gc.disable()
+        try:
+            start = time.perf_counter()
+            fn()
+            elapsed = time.perf_counter() - start
+        finally:
+            gc.enable()
+        best = min(best, elapsed)
+        spent += elapsed
+        runs += 1
+    return best
+
+
+@dataclass(frozen=True)
+class Target:
+    """One acceptance target: ``value`` compared against ``threshold`` (>= or <=)."""
+
+    name: str
+    value: float
+    threshold: float
+    at_least: bool = True
+    unit: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.value >= self.threshold if self.at_least else self.value <= self.threshold
+
+    def line(self) -> str:
+        op = ">=" if self.at_least else "<="
+        verdict = "PASS" if self.passed else "FAIL"
+        return f"{verdict}: {self.name}: {self.value:,.2f}{self.unit} (target {op} {self.threshold:,.2f}{self.unit})"
+
+
+def print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
+    """Print a rich table; numbers are right-aligned as given (format them before)."""
+    table = Table(title=title, title_justify="left")
+    for i, name in enumerate(columns):
+        table.add_column(name, justify="left" if i == 0 else "right")
+    for row in rows:
+        table.add_row(*(str(cell) for cell in row))
+    console.print(table)
+
+
+def report_targets(targets: Sequence[Target]) -> bool:
+    """Print one PASS/FAIL line per target; True when all passed."""
+    for target in targets:
+        style = "green" if target.passed else "bold red"
+        console.print(target.line(), style=style, highlight=False)
+    return all(t.passed for t in targets)
