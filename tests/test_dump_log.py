@@ -1,0 +1,115 @@
+"""``rsm dump-log``: human and JSON output, --print-data-log, --verify exit status on corruption."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from fixtures_data import fixture_path
+
+from rsm.cli.main import main as rsm_main
+from segment_format import SegmentWriter, build_batch, build_control_batch
+from segment_format.records import ControlRecordType
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = rsm_main(["dump-log", *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture
+def segment(tmp_path: Path) -> Path:
+    with SegmentWriter(tmp_path, 0, index_interval_bytes=100) as w:
+        for i in range(10):
+            w.append(build_batch([(f"k{i}".encode(), f"value-{i}".encode(), [("hk", b"hv")], 1000 + i)],
+                                 base_offset=i, producer_id=3, producer_epoch=0, base_sequence=i))  # fmt: skip
+        w.append(build_control_batch(ControlRecordType.COMMIT, base_offset=10, producer_id=3, producer_epoch=0,
+                                     coordinator_epoch=4, timestamp=2000))  # fmt: skip
+    return w.log_path
+
+
+def test_json_lines_with_records(capsys, segment: Path) -> None:  # type: ignore[no-untyped-def]
+    code, out, _ = run(capsys, "--json", "--print-data-log", str(segment))
+    assert code == 0
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert len(lines) == 11
+    first = lines[0]
+    assert (first["baseOffset"], first["count"], first["producerId"], first["isValid"]) == (0, 1, 3, True)
+    assert first["compressCodec"] == "none" and first["timestampType"] == "CreateTime"
+    rec = first["records"][0]
+    assert base64.b64decode(rec["key"]) == b"k0" and base64.b64decode(rec["value"]) == b"value-0"
+    assert rec["headers"] == [{"key": "hk", "value": base64.b64encode(b"hv").decode()}]
+    assert lines[-1]["isControl"] and lines[-1]["records"][0]["controlType"] == "COMMIT"
+    assert lines[-1]["records"][0]["coordinatorEpoch"] == 4
+    code, out, _ = run(capsys, "--json", str(segment))
+    assert "records" not in json.loads(out.splitlines()[0])
+
+
+def test_index_files_and_human_output(capsys, segment: Path) -> None:  # type: ignore[no-untyped-def]
+    code, out, _ = run(
+        capsys,
+        "--json",
+        "--verify",
+        str(segment.with_suffix(".index")),
+        str(segment.with_suffix(".timeindex")),
+    )
+    assert code == 0
+    entries = [json.loads(line) for line in out.splitlines()]
+    assert any("position" in e for e in entries) and any("timestamp" in e for e in entries)
+    code, out, _ = run(capsys, "--print-data-log", str(segment))
+    assert code == 0
+    assert "baseOffset: 0 lastOffset: 0 count: 1" in out and "payload: value-3" in out
+    assert "controlType: COMMIT" in out
+
+
+def test_verify_fails_on_bad_crc_naming_file_and_byte(capsys, segment: Path) -> None:  # type: ignore[no-untyped-def]
+    data = bytearray(segment.read_bytes())
+    data[-3] ^= 0xFF
+    segment.write_bytes(bytes(data))
+    code, _, err = run(capsys, "--verify", str(segment))
+    assert code == 1 and str(segment) in err and "byte " in err and "crc" in err
+    code, out, _ = run(capsys, "--json", str(segment))  # without --verify: reported, not fatal
+    assert code == 0 and json.loads(out.splitlines()[-1])["isValid"] is False
+
+
+def test_verify_fails_on_truncation_and_bad_index(capsys, segment: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    index = segment.with_suffix(".index")
+    raw = bytearray(index.read_bytes())
+    assert len(raw) >= 8
+    raw[7] ^= 0x01  # first entry's position now points inside a batch
+    index.write_bytes(bytes(raw))
+    code, _, err = run(capsys, "--verify", str(index))
+    assert code == 1 and "index entry 0" in err
+    segment.write_bytes(segment.read_bytes()[:-5])
+    code, out, err = run(capsys, "--json", "--verify", str(segment))
+    assert code == 1 and "truncated" in err
+    assert json.loads(out.splitlines()[-1])["position"] is not None
+
+
+def test_real_fixture_files(capsys, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    d = fixture_path("public", "segments", "NikhilDighe9975_kafka_setup", "nikhilDemo-0")
+    code, out, _ = run(capsys, "--json", "--verify", *(str(d / n) for n in (
+        "00000000000000000000.log", "00000000000000000000.timeindex", "00000000000000000003.snapshot",
+        "leader-epoch-checkpoint")))  # fmt: skip
+    assert code == 0
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert [x["producerId"] for x in lines if "lastTimestamp" in x] == [10000, 7000]
+    assert {"file": str(d / "leader-epoch-checkpoint"), "epoch": 0, "startOffset": 0} in lines
+    bad = fixture_path(
+        "public", "kafka-rust", "fetch2.mytopic.nocompression.invalid_crc.kafka.0900.messageset.bin"
+    )
+    copy = tmp_path / "00000000000000000000.log"
+    shutil.copy(bad, copy)
+    assert run(capsys, "--verify", str(copy))[0] == 1
+
+
+def test_unknown_file_kind_is_an_error(capsys, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    other = tmp_path / "partition.metadata"
+    other.write_text("version: 0\n")
+    code, _, err = run(capsys, str(other))
+    assert code == 1 and "do not know how to dump" in err
