@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.table import Table
 
-__all__ = ["Target", "best_time", "console", "pin_to_one_cpu", "print_table", "report_targets"]
+__all__ = ["Target", "best_time", "best_times", "console", "pin_to_one_cpu", "print_table", "report_targets"]
 
 # Wide enough for the result tables when output goes to a file or a CI log (no terminal to measure).
 console = Console(width=None if sys.stdout.isatty() else 200)
@@ -59,6 +59,33 @@ def best_time(
             gc.enable()
         best = min(best, elapsed)
         spent += elapsed
+        runs += 1
+    return best
+
+
+def best_times(
+    fns: Sequence[Callable[[], object]], *, repeat: int = 5, min_seconds: float = 0.0, max_repeat: int = 50
+) -> list[float]:
+    """Fastest run of each function, running them in turn (a, b, a, b, ...).
+
+    For a ratio of two measurements this matters on a shared machine: both sides see the same spells
+    of interference, instead of one side getting a quiet minute and the other a busy one.
+    """
+    best = [float("inf")] * len(fns)
+    spent = 0.0
+    runs = 0
+    while runs < repeat or (spent < min_seconds and runs < max_repeat):
+        for i, fn in enumerate(fns):
+            gc.collect()
+            gc.disable()
+            try:
+                start = time.perf_counter()
+                fn()
+                elapsed = time.perf_counter() - start
+            finally:
+                gc.enable()
+            best[i] = min(best[i], elapsed)
+            spent += elapsed
         runs += 1
     return best
 

@@ -32,7 +32,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import Target, best_time, console, pin_to_one_cpu, print_table, report_targets  # noqa: E402
+from benchmarks._common import (  # noqa: E402
+    Target,
+    best_time,
+    best_times,
+    console,
+    pin_to_one_cpu,
+    print_table,
+    report_targets,
+)
 
 # One core for the whole process, before pyarrow/numpy start any helper thread (they inherit it), and
 # no BLAS thread pool at all.
@@ -141,7 +149,7 @@ def measure(value_size: int, records: int, reference_records: int, repeat: int) 
 
         decoded = decode_batches(segment)
         assert decoded.num_rows == records, (decoded.num_rows, records)
-        columnar = best_time(lambda segment=segment: decode_batches(segment), repeat=repeat, min_seconds=0.5)
+        del decoded
 
         prefix, n_prefix = [], 0
         for b in batches:
@@ -152,14 +160,18 @@ def measure(value_size: int, records: int, reference_records: int, repeat: int) 
         prefix_bytes = b"".join(prefix)
         reference = best_time(lambda data=prefix_bytes: decode_reference(data), repeat=max(2, repeat // 2))
 
-        decompress_s = None
-        if codec is not CompressionType.NONE:
+        def decode_all(segment: bytes = segment) -> None:
+            decode_batches(segment)
 
-            def decompress_all(payloads: list[memoryview] = payloads, codec: CompressionType = codec) -> None:
-                for p in payloads:
-                    decompress(codec, p, magic=2)
+        def decompress_all(payloads: list[memoryview] = payloads, codec: CompressionType = codec) -> None:
+            for p in payloads:
+                decompress(codec, p, magic=2)
 
-            decompress_s = best_time(decompress_all, repeat=repeat, min_seconds=0.5)
+        if codec is CompressionType.NONE:
+            columnar, decompress_s = best_time(decode_all, repeat=repeat, min_seconds=0.5), None
+        else:
+            # measured in turn so both see the same interference from the rest of the machine
+            columnar, decompress_s = best_times([decode_all, decompress_all], repeat=repeat, min_seconds=1.0)
         rows.append(
             Row(
                 value_size,
