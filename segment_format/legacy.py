@@ -119,6 +119,7 @@ class LegacyRecordBatch:
     position: int = 0
     file: str | None = None
     _records: list[Record] | None = field(default=None, repr=False)
+    _inner: list[tuple[_Message, bytes]] | None = field(default=None, repr=False)
 
     @classmethod
     def from_bytes(cls, data: bytes, *, position: int = 0, file: str | None = None) -> LegacyRecordBatch:
@@ -225,6 +226,22 @@ class LegacyRecordBatch:
     def control_type(self) -> None:
         return None
 
+    def ensure_valid_deep(self) -> None:
+        """ensure_valid, plus the CRC-32 of every inner message of a compressed wrapper."""
+        self.ensure_valid()
+        if not self.is_compressed:
+            return
+        self.records()
+        for msg, raw in self._inner or ():
+            computed = crc32(memoryview(raw)[16:])
+            if computed != msg.crc:
+                raise CorruptRecordError(
+                    f"inner message at offset {msg.offset} of the wrapper at offset {self.offset} is corrupt: "
+                    f"stored crc = {msg.crc}, computed crc = {computed}",
+                    file=self.file,
+                    position=self.position,
+                )
+
     def records(self) -> list[Record]:
         """The record(s): itself, or a wrapper's inner messages with absolute offsets."""
         if self._records is None:
@@ -254,6 +271,7 @@ class LegacyRecordBatch:
                 f"wrapper at offset {self.offset}: {exc.reason}", file=self.file, position=self.position
             ) from None
         messages: list[_Message] = []
+        inner_raw: list[bytes] = []
         pos = 0
         where = f"{self.file or '<bytes>'} (inner set of the wrapper at byte {self.position})"
         while pos < len(inner):
@@ -263,6 +281,8 @@ class LegacyRecordBatch:
                     "compressed message nested inside a compressed wrapper", file=where, position=msg.position
                 )
             messages.append(msg)
+            inner_raw.append(inner[msg.position : pos])
+        self._inner = list(zip(messages, inner_raw, strict=True))
         shift = self.offset - messages[-1].offset if self.magic > 0 and messages else 0
         append_time = self.magic > 0 and bool(self.attributes & 0x08)
         out = []

@@ -121,7 +121,10 @@ class SegmentVerifier:
             self._need = None
 
     def _check(self, batch: AnyRecordBatch) -> None:
-        batch.ensure_valid()
+        if self.deep and batch.magic < 2:
+            batch.ensure_valid_deep()
+        else:
+            batch.ensure_valid()
         pos = batch.position
         if batch.magic == 2:
             if batch.last_offset_delta < 0:

@@ -471,3 +471,19 @@ def test_segment_writer_tracks_aborted_transactions(tmp_path) -> None:  # type: 
         w.append(build_control_batch(ControlRecordType.COMMIT, base_offset=5, producer_id=1, producer_epoch=0,
                                      timestamp=1))  # fmt: skip
     assert TransactionIndex.read(w.txn_index_path).entries == [AbortedTxn(2, 2, 4, 0)]
+
+
+def test_deep_verify_checks_inner_crcs_of_legacy_wrappers() -> None:
+    from segment_format.legacy import build_legacy_message
+
+    inner = bytearray(build_legacy_message(0, b"k", b"v", magic=1, timestamp=5))
+    inner[12] ^= 1  # inner message CRC wrong, wrapper CRC right
+    wrapper = build_legacy_message(0, None, compress(CompressionType.GZIP, bytes(inner)), magic=1, timestamp=5,
+                                   attributes=int(CompressionType.GZIP))  # fmt: skip
+    shallow = SegmentVerifier(deep=False)
+    shallow.update(wrapper)
+    assert shallow.finish().record_count == 1
+    deep = SegmentVerifier(file="w.log", deep=True)
+    with pytest.raises(CorruptRecordError, match="inner message at offset 0") as info:
+        deep.update(wrapper)
+    assert info.value.file == "w.log" and info.value.position == 0

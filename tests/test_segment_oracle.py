@@ -226,7 +226,9 @@ def test_our_segments_are_accepted_and_read_back_by_kafka(
 def test_legacy_segments_written_by_kafka(
     magic: int, codec: str, java_oracle, tmp_path: Path, capsys
 ) -> None:  # type: ignore[no-untyped-def]
-    log = java_oracle.write_segment(tmp_path, codec, records=120, magic=magic, seed=3)
+    log = java_oracle.write_segment(
+        tmp_path, codec, records=200, magic=magic, seed=3, index_interval_bytes=1024
+    )
     expected = java_oracle.expected(tmp_path)
     ours = our_records(log)
     assert [(r["offset"], r["key"], r["value"]) for r in ours] == [
@@ -238,7 +240,9 @@ def test_legacy_segments_written_by_kafka(
     fields = [f for f in BATCH_FIELDS if f != "count"]  # Kafka does not count legacy batches (countOrNull)
     for o, t in zip(dump_json(capsys, str(log)), java_oracle.dump(log), strict=True):
         assert {k: o[k] for k in fields} == {k: t[k] for k in fields}
-    assert build_indexes(log)[0] == log.with_suffix(".index").read_bytes()
+    offset_index, time_index = build_indexes(log, index_interval_bytes=1024)
+    assert offset_index == log.with_suffix(".index").read_bytes() and len(offset_index) > 0
+    assert time_index == log.with_suffix(".timeindex").read_bytes()
 
 
 def test_our_legacy_batches_are_accepted_by_kafka(java_oracle, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
