@@ -134,6 +134,10 @@ def spark() -> Iterator[SparkSession]:
 
 
 @pytest.fixture(scope="session")
-def java_oracle(java_build: JavaBuild) -> JavaOracle:
-    """Kafka's own classes writing, dumping and checking segment files."""
-    return JavaOracle(java_build)
+def java_oracle(java_build: JavaBuild) -> Iterator[JavaOracle]:
+    """Kafka's own classes writing, dumping, re-indexing and checking segment files (one JVM)."""
+    oracle = JavaOracle(java_build)
+    try:
+        yield oracle
+    finally:
+        oracle.close()

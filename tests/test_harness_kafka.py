@@ -10,7 +10,7 @@ import pytest
 from harness.kafka import KafkaBroker, KafkaStartError, tiered_storage_props
 from harness.oracle import JavaOracle
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
+from kafka.admin import ConfigResource, ConfigResourceType
 
 pytestmark = pytest.mark.kafka
 
@@ -48,11 +48,10 @@ def _consume_all(broker: KafkaBroker, topic: str, expected: int) -> list:
 
 
 def _create_topic(broker: KafkaBroker, topic: str, configs: dict[str, str] | None = None) -> None:
-    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers, request_timeout_ms=30_000)
+    description = broker.create_topic(topic, configs=configs)
+    assert description["name"] == topic and description["partitions"][0]["leader_id"] == broker.node_id
+    admin = broker.admin_client()
     try:
-        admin.create_topics(
-            [NewTopic(topic, num_partitions=1, replication_factor=1, topic_configs=configs or {})]
-        )
         assert topic in admin.list_topics()
     finally:
         admin.close()

@@ -7,12 +7,16 @@ segment_format package's own differential tests live elsewhere.
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import struct
+import time
 from pathlib import Path
 
 import crc32c
 import pytest
+from harness.maven import JavaBuild
 from harness.oracle import Codec, JavaOracle, OracleError
 
 pytestmark = pytest.mark.oracle
@@ -240,3 +244,24 @@ def test_bad_requests_are_clear_errors(java_oracle: JavaOracle, tmp_path: Path) 
         java_oracle.write_segment(tmp_path, "zstd", magic=1)
     with pytest.raises(OracleError, match="no such file"):
         java_oracle.dump(tmp_path / "00000000000000000000.log")
+
+
+def test_oracle_server_restarts_and_one_shot_mode_agrees(java_build: JavaBuild, tmp_path: Path) -> None:
+    with JavaOracle(java_build) as oracle:
+        log = oracle.write_segment(tmp_path, "snappy", records=40)
+        first = oracle.dump(log)
+        pid = oracle.server_pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while oracle.server_pid == pid and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert oracle.dump(log) == first  # a fresh JVM answered
+        assert oracle.server_pid not in (None, pid)
+    assert oracle.server_pid is None
+
+    one_shot = JavaOracle(java_build, persistent=False)
+    assert one_shot.dump(log) == first
+    assert one_shot.check(log)["records"] == 40
+    with pytest.raises(OracleError, match="no such file"):
+        one_shot.dump(tmp_path / "00000000000000000099.log")

@@ -24,9 +24,11 @@ import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from harness.maven import JavaBuild, build_test_java, log_tail
 from harness.ports import LOOPBACK, free_ports, port_open
+from harness.procs import dies_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -254,7 +256,7 @@ class KafkaBroker:
         ]
         if not (self.data_dir / "meta.properties").exists():
             self._format(classpath, java_opts)
-        cmd = ["java", *java_opts, "-cp", classpath, "kafka.Kafka", str(self.config_file)]
+        cmd = dies_with_parent(["java", *java_opts, "-cp", classpath, "kafka.Kafka", str(self.config_file)])
         stdout = (self.logs_dir / "stdout.log").open("ab")
         try:
             self._process = subprocess.Popen(
@@ -283,18 +285,20 @@ class KafkaBroker:
     def _format(self, classpath: str, java_opts: list[str]) -> None:
         self.cluster_id = new_cluster_id()
         format_log = self.logs_dir / "format.log"
-        cmd = [
-            "java",
-            *java_opts,
-            "-cp",
-            classpath,
-            "kafka.tools.StorageTool",
-            "format",
-            "-t",
-            self.cluster_id,
-            "-c",
-            str(self.config_file),
-        ]
+        cmd = dies_with_parent(
+            [
+                "java",
+                *java_opts,
+                "-cp",
+                classpath,
+                "kafka.tools.StorageTool",
+                "format",
+                "-t",
+                self.cluster_id,
+                "-c",
+                str(self.config_file),
+            ]
+        )
         with format_log.open("wb") as out:
             rc = subprocess.run(
                 cmd,
@@ -340,6 +344,57 @@ class KafkaBroker:
                 raise RuntimeError("no broker registered yet")
             if cluster.get("controller_id", -1) in (None, -1):
                 raise RuntimeError("no controller yet")
+        finally:
+            admin.close()
+
+    # ------------------------------------------------------------------ client helpers
+    def admin_client(self, **kwargs: Any) -> Any:
+        """A kafka-python ``KafkaAdminClient`` for this broker (close it when done)."""
+        from kafka import KafkaAdminClient  # noqa: PLC0415
+
+        kwargs.setdefault("request_timeout_ms", 30_000)
+        return KafkaAdminClient(bootstrap_servers=self.bootstrap_servers, **kwargs)
+
+    def create_topic(
+        self,
+        topic: str,
+        partitions: int = 1,
+        configs: Mapping[str, str] | None = None,
+        *,
+        timeout: float = 60.0,
+    ) -> dict[str, Any]:
+        """Create ``topic`` and wait until every partition has a leader; returns its description.
+
+        CreateTopics answers before the new topic reaches the broker's metadata cache, so a produce
+        or describe right after it can miss the topic: this waits it out.
+        """
+        from kafka.admin import NewTopic  # noqa: PLC0415
+
+        admin = self.admin_client()
+        try:
+            admin.create_topics(
+                [
+                    NewTopic(
+                        topic,
+                        num_partitions=partitions,
+                        replication_factor=1,
+                        topic_configs=dict(configs or {}),
+                    )
+                ]
+            )
+            deadline = time.monotonic() + timeout
+            while True:
+                (description,) = admin.describe_topics([topic])
+                parts = description.get("partitions") or []
+                if (
+                    description.get("error_code") == 0
+                    and len(parts) == partitions
+                    and all(p.get("error_code") == 0 and p.get("leader_id", -1) >= 0 for p in parts)
+                ):
+                    return dict(description)
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"topic {topic} has no leader after {timeout:.0f}s: {description}")
+                time.sleep(0.1)
         finally:
             admin.close()
 

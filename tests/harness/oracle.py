@@ -5,20 +5,26 @@
 producer state, transaction index, snapshot, indexes, exactly as a broker writes them) or ``LogSegment``
 (legacy magic 0/1), dumps any segment file through Kafka's readers (``FileRecords``, ``OffsetIndex``,
 ``TimeIndex``, ``TransactionIndex``, ``ProducerStateManager.readSnapshot``, the leader-epoch
-checkpoint), and checks a ``.log`` with Kafka's validation. One JVM per call (about half a second).
+checkpoint), rebuilds indexes the way crash recovery does, and checks a ``.log`` with Kafka's
+validation. One JVM serves all calls (a JVM per call costs about half a second).
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import enum
 import json
 import logging
 import os
+import select
 import subprocess
+import threading
 from pathlib import Path
 from typing import Any
 
-from harness.maven import JavaBuild, build_test_java
+from harness.maven import JavaBuild, build_test_java, log_tail
+from harness.procs import dies_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -47,18 +53,42 @@ def segment_name(base_offset: int, suffix: str) -> str:
 
 
 class JavaOracle:
-    """Writes, dumps and checks segment files with Kafka's own Java classes."""
+    """Writes, dumps and checks segment files with Kafka's own Java classes.
 
-    def __init__(self, build: JavaBuild | None = None, java: str = "java") -> None:
+    By default one JVM serves every call (``Oracle serve``: a JSON request line in, a JSON line out),
+    started on first use and restarted if it dies; ``persistent=False`` starts a JVM per call.
+    Call :meth:`close` (the pytest fixture does) to stop it; an atexit hook is the safety net.
+    """
+
+    def __init__(
+        self, build: JavaBuild | None = None, java: str = "java", *, persistent: bool = True
+    ) -> None:
         self.build = build or build_test_java()
         self.java = java
+        self.persistent = persistent
+        self._server: subprocess.Popen[bytes] | None = None
+        self._server_log: Path | None = None
+        self._lock = threading.Lock()
+        atexit.register(self.close)
+
+    def _command(self, *args: str) -> list[str]:
+        return dies_with_parent([self.java, *JVM_OPTS, "-cp", self.build.classpath, MAIN_CLASS, *args])
+
+    @staticmethod
+    def _env() -> dict[str, str]:
+        return {k: v for k, v in os.environ.items() if k not in ("CLASSPATH", "JAVA_TOOL_OPTIONS")}
 
     def _run(self, *args: str) -> Any:
-        cmd = [self.java, *JVM_OPTS, "-cp", self.build.classpath, MAIN_CLASS, *args]
-        env = {k: v for k, v in os.environ.items() if k not in ("CLASSPATH", "JAVA_TOOL_OPTIONS")}
+        if self.persistent:
+            return self._call_server(list(args))
         try:
             proc = subprocess.run(
-                cmd, capture_output=True, text=True, timeout=CALL_TIMEOUT_S, stdin=subprocess.DEVNULL, env=env
+                self._command(*args),
+                capture_output=True,
+                text=True,
+                timeout=CALL_TIMEOUT_S,
+                stdin=subprocess.DEVNULL,
+                env=self._env(),
             )
         except subprocess.TimeoutExpired as exc:
             raise OracleError(
@@ -78,6 +108,76 @@ class JavaOracle:
             return json.loads(proc.stdout)
         except json.JSONDecodeError as exc:
             raise OracleError(f"oracle {args[0]} printed no JSON: {proc.stdout[:500]!r}") from exc
+
+    def _start_server(self) -> subprocess.Popen[bytes]:
+        logs = self.build.oracle_jar.parent.parent / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        self._server_log = logs / f"oracle-serve-{os.getpid()}-{id(self):x}.log"
+        with self._server_log.open("wb") as err:
+            self._server = subprocess.Popen(
+                self._command("serve"),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                env=self._env(),
+            )
+        log.info("java oracle server started (pid %s)", self._server.pid)
+        return self._server
+
+    def _call_server(self, request: list[str]) -> Any:
+        with self._lock:
+            server = self._server if self._server and self._server.poll() is None else self._start_server()
+            assert server.stdin is not None and server.stdout is not None
+            try:
+                server.stdin.write(json.dumps(request).encode() + b"\n")
+                server.stdin.flush()
+                ready, _, _ = select.select([server.stdout], [], [], CALL_TIMEOUT_S)
+                line = server.stdout.readline() if ready else b""
+            except OSError:
+                line = b""
+            if not line:
+                timed_out = server.poll() is None
+                self._stop_server()
+                what = f"timed out after {CALL_TIMEOUT_S:.0f}s" if timed_out else "died"
+                tail = log_tail(self._server_log, 30) if self._server_log else ""
+                raise OracleError(f"oracle server {what} on {' '.join(request)}\n{tail}")
+        response = json.loads(line)
+        if not response["ok"]:
+            prefix = "oracle internal error: " if response.get("internal") else ""
+            raise OracleError(prefix + response["error"])
+        return response["result"]
+
+    def _stop_server(self) -> None:
+        server, self._server = self._server, None
+        if server is None:
+            return
+        if server.stdin:
+            with contextlib.suppress(OSError):
+                server.stdin.close()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(timeout=10)
+        if server.stdout:
+            server.stdout.close()
+
+    @property
+    def server_pid(self) -> int | None:
+        """Pid of the persistent JVM while it runs."""
+        server = self._server
+        return server.pid if server is not None and server.poll() is None else None
+
+    def close(self) -> None:
+        """Stop the persistent JVM (if any); the oracle restarts it on the next call."""
+        with self._lock:
+            self._stop_server()
+
+    def __enter__(self) -> JavaOracle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def write_segment(
         self,
