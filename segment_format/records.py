@@ -181,7 +181,11 @@ def _decode_records(
     where: str | None,
     pos_base: int,
 ) -> list[Record]:
-    """Decode ``count`` v2 records filling exactly ``buf`` (errors name ``pos_base`` + index in buf)."""
+    """Decode ``count`` v2 records filling exactly ``buf`` (errors name ``pos_base`` + index in buf).
+
+    Varints of one or two bytes (almost all of them: lengths below 8 KiB, small deltas) are decoded
+    inline; longer ones go through ``raw``. Zigzag decoding is ``(u >> 1) ^ -(u & 1)``.
+    """
     end = len(buf)
     pos = 0
     out: list[Record] = []
@@ -189,8 +193,8 @@ def _decode_records(
     new_record = Record
     new_header = Header
 
-    def varint(p: int, max_bytes: int = 5) -> tuple[int, int]:
-        # Inline for the common one-byte case is done by callers; this handles the general case.
+    def raw(p: int, max_bytes: int) -> tuple[int, int]:
+        """Unsigned LEB128 at ``p`` (general case)."""
         result = 0
         shift = 0
         start = p
@@ -201,20 +205,26 @@ def _decode_records(
             p += 1
             result |= (b & 0x7F) << shift
             if b < 0x80:
-                if max_bytes == 5:
-                    result &= 0xFFFFFFFF
-                return (result >> 1) ^ -(result & 1), p
+                return (result & 0xFFFFFFFF if max_bytes == 5 else result), p
             shift += 7
         raise CorruptRecordError("varint too long in record", file=where, position=pos_base + start)
 
+    def varint(p: int) -> tuple[int, int]:
+        u, p = raw(p, 5)
+        return (u >> 1) ^ -(u & 1), p
+
     for i in range(count):
         rec_start = pos
-        if pos < end and buf[pos] < 0x80:
-            b = buf[pos]
-            length = (b >> 1) ^ -(b & 1)
+        # -- length
+        b = buf[pos] if pos < end else 0x80
+        if b < 0x80:
             pos += 1
+        elif pos + 1 < end and buf[pos + 1] < 0x80:
+            b = (b & 0x7F) | (buf[pos + 1] << 7)
+            pos += 2
         else:
-            length, pos = varint(pos)
+            b, pos = raw(pos, 5)
+        length = (b >> 1) ^ -(b & 1)
         body_start = pos
         rec_end = pos + length
         if length < 0 or rec_end > end:
@@ -229,19 +239,36 @@ def _decode_records(
             )
         attributes = buf[pos]
         pos += 1
-        ts_delta, pos = varint(pos, 10)
+        # -- timestamp delta (varlong)
         b = buf[pos] if pos < rec_end else 0x80
         if b < 0x80:
-            offset_delta = (b >> 1) ^ -(b & 1)
             pos += 1
+        elif pos + 1 < rec_end and buf[pos + 1] < 0x80:
+            b = (b & 0x7F) | (buf[pos + 1] << 7)
+            pos += 2
         else:
-            offset_delta, pos = varint(pos)
+            b, pos = raw(pos, 10)
+        ts_delta = (b >> 1) ^ -(b & 1)
+        # -- offset delta
         b = buf[pos] if pos < rec_end else 0x80
         if b < 0x80:
-            key_len = (b >> 1) ^ -(b & 1)
             pos += 1
+        elif pos + 1 < rec_end and buf[pos + 1] < 0x80:
+            b = (b & 0x7F) | (buf[pos + 1] << 7)
+            pos += 2
         else:
-            key_len, pos = varint(pos)
+            b, pos = raw(pos, 5)
+        offset_delta = (b >> 1) ^ -(b & 1)
+        # -- key
+        b = buf[pos] if pos < rec_end else 0x80
+        if b < 0x80:
+            pos += 1
+        elif pos + 1 < rec_end and buf[pos + 1] < 0x80:
+            b = (b & 0x7F) | (buf[pos + 1] << 7)
+            pos += 2
+        else:
+            b, pos = raw(pos, 5)
+        key_len = (b >> 1) ^ -(b & 1)
         if key_len >= 0:
             if pos + key_len > rec_end:
                 raise CorruptRecordError(
@@ -251,12 +278,16 @@ def _decode_records(
             pos += key_len
         else:
             key = None
+        # -- value
         b = buf[pos] if pos < rec_end else 0x80
         if b < 0x80:
-            value_len = (b >> 1) ^ -(b & 1)
             pos += 1
+        elif pos + 1 < rec_end and buf[pos + 1] < 0x80:
+            b = (b & 0x7F) | (buf[pos + 1] << 7)
+            pos += 2
         else:
-            value_len, pos = varint(pos)
+            b, pos = raw(pos, 5)
+        value_len = (b >> 1) ^ -(b & 1)
         if value_len >= 0:
             if pos + value_len > rec_end:
                 raise CorruptRecordError(
@@ -266,6 +297,7 @@ def _decode_records(
             pos += value_len
         else:
             value = None
+        # -- headers
         b = buf[pos] if pos < rec_end else 0x80
         if b < 0x80:
             header_count = (b >> 1) ^ -(b & 1)
@@ -277,6 +309,14 @@ def _decode_records(
                 f"record {i} has {header_count} headers", file=where, position=pos_base + pos
             )
         if header_count:
+            if (
+                header_count > rec_end - pos
+            ):  # each header takes at least 2 bytes: never loop on a bogus count
+                raise CorruptRecordError(
+                    f"record {i} claims {header_count} headers in {rec_end - pos} bytes",
+                    file=where,
+                    position=pos_base + pos,
+                )
             headers = []
             for _ in range(header_count):
                 hk_len, pos = varint(pos)
