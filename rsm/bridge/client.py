@@ -119,15 +119,24 @@ class BridgeClient:
         try:
             rid = self._next_id()
             protocol.send_frame(conn.sock, FrameType.REQUEST, rid, {"op": op, **header})
-            first = protocol.recv_frame(conn.sock)
+            first = protocol.recv_frame_head(conn.sock)
         except (OSError, ProtocolError) as exc:
             conn.close()
             self._release(conn)
             raise _storage_error(f"bridge connection failed during {op}: {exc}") from exc
         if first.type == FrameType.ERROR:
+            try:
+                protocol.recv_payload(conn.sock, first)
+            except (OSError, ProtocolError):
+                conn.close()
             self._release(conn)
             raise protocol.exception_for(first.header.get("code", ""), first.header.get("message", ""))
-        return FrameStream(self, conn, rid, first)
+        try:
+            return FrameStream(self, conn, rid, first)
+        except (OSError, ProtocolError) as exc:
+            conn.close()
+            self._release(conn)
+            raise _storage_error(f"bridge stream of {op} failed: {exc}") from exc
 
     def health(self) -> dict[str, Any]:
         return self.call(Op.HEALTH)
@@ -191,13 +200,23 @@ def _storage_error(message: str) -> Exception:
 
 
 class FrameStream(io.RawIOBase):
-    """A streamed answer read lazily frame by frame; close() before the end sends CANCEL."""
+    """A streamed answer read lazily frame by frame; close() before the end sends CANCEL.
 
-    def __init__(self, client: BridgeClient, conn: BridgeConnection, rid: int, first: protocol.Frame) -> None:
+    DATA payloads are received straight into the caller's buffer when it is large, and through a small
+    scratch buffer for small reads, so bytes are copied once out of the kernel either way.
+    """
+
+    _SCRATCH = 64 * 1024
+
+    def __init__(
+        self, client: BridgeClient, conn: BridgeConnection, rid: int, first: protocol.FrameHead
+    ) -> None:
         super().__init__()
         self._client = client
         self._conn: BridgeConnection | None = conn
         self._rid = rid
+        self._remaining = 0  # payload bytes of the current DATA frame still in the socket
+        self._scratch = bytearray(self._SCRATCH)
         self._buf = memoryview(b"")
         self._done = False
         self.cancelled = False
@@ -206,23 +225,25 @@ class FrameStream(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def _accept(self, frame: protocol.Frame) -> None:
-        if frame.request_id != self._rid:
-            raise ProtocolError(f"frame for request {frame.request_id} while reading {self._rid}")
-        if frame.type == FrameType.DATA:
-            self._buf = memoryview(frame.payload)
-        elif frame.type == FrameType.END:
+    def _accept(self, head: protocol.FrameHead) -> None:
+        if head.request_id != self._rid:
+            raise ProtocolError(f"frame for request {head.request_id} while reading {self._rid}")
+        if head.type == FrameType.DATA:
+            self._remaining = head.payload_length
+            return
+        assert self._conn is not None
+        protocol.recv_payload(self._conn.sock, head)
+        if head.type == FrameType.END:
             self._done = True
-            self.cancelled = bool(frame.header.get("cancelled"))
+            self.cancelled = bool(head.header.get("cancelled"))
             self._finish(reuse=True)
-        elif frame.type == FrameType.ERROR:
+        elif head.type == FrameType.ERROR:
             self._done = True
             self._finish(reuse=True)
-            raise OSError(
-                f"bridge stream failed: {protocol.exception_for(frame.header.get('code', ''), frame.header.get('message', ''))}"
-            )
+            error = protocol.exception_for(head.header.get("code", ""), head.header.get("message", ""))
+            raise OSError(f"bridge stream failed: {error}")
         else:
-            raise ProtocolError(f"unexpected {frame.type.name} frame in a stream")
+            raise ProtocolError(f"unexpected {head.type.name} frame in a stream")
 
     def _finish(self, reuse: bool) -> None:
         conn, self._conn = self._conn, None
@@ -232,24 +253,47 @@ class FrameStream(io.RawIOBase):
             conn.close()
         self._client._release(conn)
 
-    def _next_frame(self) -> None:
-        assert self._conn is not None
-        try:
-            frame = protocol.recv_frame(self._conn.sock)
-        except (OSError, ConnectionClosed, ProtocolError) as exc:
-            self._done = True
-            self._finish(reuse=False)
-            raise OSError(f"bridge connection lost mid-stream: {exc}") from exc
-        self._accept(frame)
+    def _fail(self, exc: BaseException) -> OSError:
+        self._done = True
+        self._finish(reuse=False)
+        return OSError(f"bridge connection lost mid-stream: {exc}")
 
     def readinto(self, b: Any) -> int:
         out = memoryview(b).cast("B")
-        while not self._buf and not self._done:
-            self._next_frame()
-        n = min(len(out), len(self._buf))
-        out[:n] = self._buf[:n]
-        self._buf = self._buf[n:]
-        return n
+        if not len(out):
+            return 0
+        if self._buf:
+            n = min(len(out), len(self._buf))
+            out[:n] = self._buf[:n]
+            self._buf = self._buf[n:]
+            return n
+        try:
+            while not self._remaining:
+                if self._done:
+                    return 0
+                assert self._conn is not None
+                self._accept(protocol.recv_frame_head(self._conn.sock))
+            assert self._conn is not None
+            sock = self._conn.sock
+            if len(out) >= self._SCRATCH:
+                n = sock.recv_into(out, min(len(out), self._remaining))
+                if not n:
+                    raise ConnectionClosed("EOF inside a DATA frame")
+                self._remaining -= n
+                return n
+            n = sock.recv_into(self._scratch, min(self._SCRATCH, self._remaining))
+            if not n:
+                raise ConnectionClosed("EOF inside a DATA frame")
+            self._remaining -= n
+        except (ConnectionClosed, ProtocolError, OSError) as exc:
+            if isinstance(exc, OSError) and self._done:
+                raise
+            raise self._fail(exc) from exc
+        self._buf = memoryview(self._scratch)[:n]
+        k = min(len(out), n)
+        out[:k] = self._buf[:k]
+        self._buf = self._buf[k:]
+        return k
 
     def close(self) -> None:
         if not self.closed and self._conn is not None and not self._done:
@@ -263,15 +307,17 @@ class FrameStream(io.RawIOBase):
             protocol.send_frame(conn.sock, FrameType.CANCEL, self._rid)
             drained = 0
             while not self._done:
-                frame = protocol.recv_frame(conn.sock)
-                if frame.type == FrameType.DATA:
-                    drained += len(frame.payload)
-                    if drained > _MAX_DRAIN_BYTES:
-                        raise ProtocolError("server kept streaming after CANCEL")
-                    continue
-                self._buf = memoryview(b"")
+                while self._remaining:
+                    n = conn.sock.recv_into(self._scratch, min(self._SCRATCH, self._remaining))
+                    if not n:
+                        raise ConnectionClosed("EOF while draining")
+                    self._remaining -= n
+                    drained += n
+                if drained > _MAX_DRAIN_BYTES:
+                    raise ProtocolError("server kept streaming after CANCEL")
                 with contextlib.suppress(OSError):
-                    self._accept(frame)
+                    self._accept(protocol.recv_frame_head(conn.sock))
+            self._buf = memoryview(b"")
         except (OSError, ProtocolError):
             self._done = True
             self._finish(reuse=False)

@@ -172,8 +172,21 @@ def _recv_exact_into(sock: socket.socket, view: memoryview, what: str) -> None:
         got += n
 
 
-def recv_frame(sock: socket.socket) -> Frame:
-    """Read one frame. Raises ConnectionClosed on EOF and ProtocolError on a malformed frame."""
+@dataclass(frozen=True)
+class FrameHead:
+    """A frame whose header is read but whose payload (``payload_length`` bytes) is still in the socket.
+
+    Streaming readers use it to receive DATA payloads straight into the caller's buffer.
+    """
+
+    type: FrameType
+    request_id: int
+    header: dict[str, Any]
+    payload_length: int
+
+
+def recv_frame_head(sock: socket.socket) -> FrameHead:
+    """Read a frame's prefix and JSON header, leaving its payload unread."""
     prefix = bytearray(PREFIX_SIZE)
     view = memoryview(prefix)
     first = sock.recv_into(view, PREFIX_SIZE)
@@ -181,10 +194,6 @@ def recv_frame(sock: socket.socket) -> Frame:
         raise ConnectionClosed("connection closed between frames")
     if first < PREFIX_SIZE:
         _recv_exact_into(sock, view[first:], "frame prefix")
-    return _finish_frame(sock, bytes(prefix))
-
-
-def _finish_frame(sock: socket.socket, prefix: bytes) -> Frame:
     length, type_code, request_id, header_length = PREFIX.unpack(prefix)
     if length < _AFTER_LENGTH or length > MAX_FRAME_BYTES:
         raise ProtocolError(f"frame length {length} outside [{_AFTER_LENGTH}, {MAX_FRAME_BYTES}]")
@@ -194,19 +203,31 @@ def _finish_frame(sock: socket.socket, prefix: bytes) -> Frame:
         frame_type = FrameType(type_code)
     except ValueError:
         raise ProtocolError(f"unknown frame type {type_code} (request {request_id})") from None
-    body = bytearray(length - _AFTER_LENGTH)
-    if body:
-        _recv_exact_into(sock, memoryview(body), f"{frame_type.name} frame body")
     header: dict[str, Any] = {}
     if header_length:
+        raw = bytearray(header_length)
+        _recv_exact_into(sock, memoryview(raw), f"{frame_type.name} frame header")
         try:
-            header = json.loads(bytes(body[:header_length]))
+            header = json.loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ProtocolError(f"{frame_type.name} frame {request_id}: header is not JSON: {exc}") from None
         if not isinstance(header, dict):
             raise ProtocolError(f"{frame_type.name} frame {request_id}: header is not a JSON object")
-    payload = memoryview(body)[header_length:] if header_length else body
-    return Frame(frame_type, request_id, header, payload)
+    return FrameHead(frame_type, request_id, header, length - _AFTER_LENGTH - header_length)
+
+
+def recv_payload(sock: socket.socket, head: FrameHead) -> bytearray:
+    """Read the whole payload of a frame whose head was read with recv_frame_head."""
+    payload = bytearray(head.payload_length)
+    if payload:
+        _recv_exact_into(sock, memoryview(payload), f"{head.type.name} frame payload")
+    return payload
+
+
+def recv_frame(sock: socket.socket) -> Frame:
+    """Read one frame. Raises ConnectionClosed on EOF and ProtocolError on a malformed frame."""
+    head = recv_frame_head(sock)
+    return Frame(head.type, head.request_id, head.header, recv_payload(sock, head))
 
 
 # ------------------------------------------------------------------------------------------ handshake

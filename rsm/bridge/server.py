@@ -43,6 +43,7 @@ BRIDGE_KEY_PREFIX = "bridge."  # keys for the plugin/bridge themselves, not pass
 SERVER_NAME = "rsm-bridge-python/0.1.0"
 _SENSITIVE_MARKERS = ("password", "secret", "token", "credential", "access.key", "session", "private")
 _UNIX_PATH_MAX = 107
+SMALL_FRAMES_UNTIL = 1024 * 1024
 
 Handler = Callable[["RequestContext"], "dict[str, Any] | None"]
 
@@ -536,26 +537,31 @@ class BridgeServer:
         view = memoryview(buf)
         sent = 0
         stream = None
+        # small frames for the first MiB (Kafka reads its fetch size, 1 MiB by default, then closes: a
+        # small frame bounds what is read from storage for nothing), full-size frames after that
+        size = min(MIN_DATA_FRAME_BYTES, self.frame_bytes)
         try:
             try:
                 stream = self._open_stream(frame.header)
-                n = _read_full(stream, view)
+                n = _read_full(stream, view[:size])
             except Exception as exc:  # noqa: BLE001 - mapped to an ERROR frame
                 self._report_failure(conn, rid, op, exc)
                 return
             while n:
                 protocol.send_frame(conn.sock, FrameType.DATA, rid, None, view[:n])
                 sent += n
-                if n < len(buf):
+                if n < size:
                     break  # short read = end of stream
-                self._check_cancel(conn, rid)
+                if sent >= SMALL_FRAMES_UNTIL:
+                    size = len(buf)
+                self._await_room(conn, rid)
                 if self._stopping.is_set():
                     self._send_error(
                         conn, rid, ErrorCode.SHUTTING_DOWN, f"bridge stopping after {sent} bytes"
                     )
                     return
                 try:
-                    n = _read_full(stream, view)
+                    n = _read_full(stream, view[:size])
                 except Exception as exc:  # noqa: BLE001 - mapped to an ERROR frame
                     self._report_failure(conn, rid, op, exc)
                     return
@@ -567,10 +573,20 @@ class BridgeServer:
                 with contextlib.suppress(Exception):
                     stream.close()
 
+    def _await_room(self, conn: _Connection, rid: int) -> None:
+        """Wait until the client has drained most of the socket buffer (or sent a CANCEL).
+
+        Reading the next piece from storage only when it can be sent keeps read-ahead to about one
+        frame: a reader that closes early (Kafka reads its fetch size and closes) wastes little.
+        """
+        while True:
+            readable, writable, _ = select.select([conn.sock], [conn.sock], [], 0.5)
+            if readable:
+                self._check_cancel(conn, rid)
+            if writable or self._stopping.is_set():
+                return
+
     def _check_cancel(self, conn: _Connection, rid: int) -> None:
-        readable, _, _ = select.select([conn.sock], [], [], 0)
-        if not readable:
-            return
         frame = protocol.recv_frame(conn.sock)  # raises ConnectionClosed when the client went away
         if frame.type == FrameType.CANCEL and frame.request_id == rid:
             raise _Cancelled()

@@ -444,12 +444,11 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
             }
             switch (f.type) {
                 case BridgeConnection.DATA:
-                    if (buf == null || buf.length < f.payloadLength) {
-                        buf = new byte[Math.max(f.payloadLength, 64 * 1024)];
-                    }
-                    System.arraycopy(f.payload, f.payloadOffset, buf, 0, f.payloadLength);
-                    pos = 0;
-                    limit = f.payloadLength;
+                    // served straight from the connection's receive buffer: it is only overwritten by
+                    // the next read on this connection, which happens once this frame is consumed
+                    buf = f.payload;
+                    pos = f.payloadOffset;
+                    limit = f.payloadOffset + f.payloadLength;
                     break;
                 case BridgeConnection.END:
                     finish();

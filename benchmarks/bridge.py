@@ -1,0 +1,321 @@
+"""What the bridge costs: fetches through `rsm bridge serve` vs the same RemoteStorageManager in process.
+
+    python benchmarks/bridge.py [--size-mib 128] [--readers 10] [--fetches 40] [--json out.json]
+
+One segment is tiered into a file store once; then, in the same run, two identical workloads read it with
+``--readers`` concurrent threads (Kafka runs ten remote reader threads):
+- ``kafka-like``: fetch from a random position with no end, read 1 MiB (Kafka's default partition fetch
+  size), close the stream early (the bridge cancels the rest);
+- ``sequential``: every reader streams the whole segment from position 0.
+"in-process" calls ``RemoteStorageManager.fetch_log_segment`` directly; "bridge" sends the same calls
+through a bridge process over its Unix socket with the Python client (``rsm.bridge.client``), the path the
+JVM plugin takes. Reported: MB/s, fetch latency (p50/p99, time to first byte) and CPU seconds per GiB
+(client + bridge processes). Runs for plain segments (the cheapest RSM work, the bridge's worst case)
+and compressed+encrypted ones, each with a hot chunk cache (the segment is in memory: reads are memory
+copies, a ceiling no inter-process path can match) and a cold one (reads decode chunks from the store,
+as remote reads of old data do). Target, on the cold runs: the bridge keeps at least 80% of the
+in-process throughput.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import random
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import Target, print_table, report_targets  # noqa: E402
+
+from rsm import (  # noqa: E402
+    LogSegmentData,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteStorageManager,
+    TopicIdPartition,
+)
+from rsm.bridge.client import BridgeClient  # noqa: E402
+
+MiB = 1 << 20
+READ_BYTES = 1 * MiB
+
+
+def make_segment(directory: Path, size: int, seed: int = 11) -> tuple[Path, int, int]:
+    """A segment of ~size bytes: uncompressed magic-2 batches of 64 records with 1000-byte values."""
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    rng = random.Random(seed)
+    path = directory / "00000000000000000000.log"
+    offset = written = 0
+    with path.open("wb") as f:
+        while written < size:
+            builder = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 1 << 30)
+            for i in range(64):
+                value = rng.randbytes(500) + (b'{"k":%d,"text":"abcdefgh"}' % rng.randrange(10**9)) * 17
+                builder.append(
+                    i, 1_700_000_000_000 + offset + i, f"key-{offset + i}".encode(), value[:1000], []
+                )
+            batch = bytearray(builder.build())
+            struct.pack_into(">q", batch, 0, offset)  # base offset is outside the CRC
+            f.write(batch)
+            written += len(batch)
+            offset += 64
+    for name, n in (("index", 8 * 1000), ("timeindex", 12 * 1000), ("snapshot", 10)):
+        (directory / f"00000000000000000000.{name}").write_bytes(os.urandom(n))
+    return path, offset - 1, written
+
+
+def metadata_for(path: Path, last: int, size: int) -> tuple[RemoteLogSegmentMetadata, LogSegmentData]:
+    tip = TopicIdPartition(uuid.uuid4(), "bench", 0)
+    md = RemoteLogSegmentMetadata(RemoteLogSegmentId(tip, uuid.uuid4()), 0, last, 0, 0, 0, size, {0: 0})
+    d = path.parent
+    data = LogSegmentData(
+        path,
+        d / f"{path.stem}.index",
+        d / f"{path.stem}.timeindex",
+        None,
+        d / f"{path.stem}.snapshot",
+        b"0\n1\n0 0\n",
+    )
+    return md, data
+
+
+def _read(stream: Any, limit: int | None) -> tuple[int, float]:
+    """Read up to limit bytes (all when None); returns (bytes, seconds to the first byte)."""
+    t0 = time.perf_counter()
+    first = None
+    total = 0
+    buf = bytearray(256 * 1024)
+    view = memoryview(buf)
+    while limit is None or total < limit:
+        want = len(buf) if limit is None else min(len(buf), limit - total)
+        n = stream.readinto(view[:want])
+        if not n:
+            break
+        if first is None:
+            first = time.perf_counter() - t0
+        total += n
+    return total, first or 0.0
+
+
+def run_workload(
+    fetch: Callable[[RemoteLogSegmentMetadata, int], Any],
+    md: RemoteLogSegmentMetadata,
+    size: int,
+    readers: int,
+    fetches: int,
+    sequential: bool,
+    seed: int,
+) -> dict[str, float]:
+    rng = random.Random(seed)
+    plans = [
+        [0] * max(1, fetches // 20)
+        if sequential
+        else [rng.randrange(0, size - READ_BYTES) for _ in range(fetches)]
+        for _ in range(readers)
+    ]
+    latencies: list[float] = []
+    ttfbs: list[float] = []
+    moved = [0]
+    lock = threading.Lock()
+    barrier = threading.Barrier(readers + 1)
+
+    def reader(plan: list[int]) -> None:
+        barrier.wait()
+        for pos in plan:
+            t0 = time.perf_counter()
+            stream = fetch(md, pos)
+            n, ttfb = _read(stream, None if sequential else READ_BYTES)
+            stream.close()
+            elapsed = time.perf_counter() - t0
+            with lock:
+                latencies.append(elapsed)
+                ttfbs.append(ttfb + 0.0)
+                moved[0] += n
+
+    threads = [threading.Thread(target=reader, args=(p,)) for p in plans]
+    for t in threads:
+        t.start()
+    cpu0 = os.times()
+    barrier.wait()
+    start = time.perf_counter()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - start
+    cpu1 = os.times()
+    latencies.sort()
+    return {
+        "bytes": moved[0],
+        "wall_s": wall,
+        "mb_s": moved[0] / MiB / wall,
+        "p50_ms": statistics.median(latencies) * 1000,
+        "p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000,
+        "ttfb_p50_ms": statistics.median(ttfbs) * 1000,
+        "client_cpu_s": (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system),
+    }
+
+
+def proc_cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start_bridge(work: Path, configs: dict[str, str]) -> tuple[subprocess.Popen, Path]:
+    props = work / "server.properties"
+    props.write_text("".join(f"rsm.config.{k}={v}\n" for k, v in configs.items()))
+    sock = work / "b.sock"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rsm.cli.main",
+            "bridge",
+            "serve",
+            "--config",
+            str(props),
+            "--socket",
+            str(sock),
+        ],
+        env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1])),
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            BridgeClient(sock).health()
+            return proc, sock
+        except Exception:  # noqa: BLE001 - not up yet
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("bridge did not start")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--size-mib", type=int, default=128)
+    parser.add_argument("--readers", type=int, default=10)
+    parser.add_argument("--fetches", type=int, default=40, help="1 MiB fetches per reader (kafka-like)")
+    parser.add_argument("--prefetch", type=int, default=0, help="the RSM's fetch.prefetch.chunks")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+
+    results: dict[str, Any] = {}
+    targets: list[Target] = []
+    info: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="rsmbench-", dir="/tmp") as tmp:
+        work = Path(tmp)
+        seg_dir = work / "seg"
+        seg_dir.mkdir()
+        path, last, size = make_segment(seg_dir, args.size_mib * MiB)
+        keyring = work / "keyring.json"
+        keyring.write_text(json.dumps({"k1": base64.b64encode(os.urandom(32)).decode()}))
+        keyring.chmod(0o600)
+        # fetch.prefetch.chunks=0: with prefetch on, a reader that stops after 1 MiB leaves a whole 4 MiB
+        # chunk decoded for nothing, and how often depends on reader pacing, not on the bridge (see the
+        # --prefetch option to measure it anyway)
+        base = {
+            "storage.backend": "file",
+            "storage.file.root": str(work / "store"),
+            "bucket": "bench",
+            "fetch.prefetch.chunks": str(args.prefetch),
+        }
+        plain = {**base, "prefix": "plain/", "compression.enabled": "false", "encryption.enabled": "false"}
+        enc = {
+            **base,
+            "prefix": "enc/",
+            "compression.enabled": "true",
+            "encryption.enabled": "true",
+            "encryption.keyring.path": str(keyring),
+            "encryption.key.id": "k1",
+        }
+        # hot: the chunk cache holds the whole segment (reads are memory copies); cold: it holds 2 chunks,
+        # so most reads decode chunks from the store, as remote reads of old data do in production
+        hot = {"cache.chunk.bytes": str(2 * args.size_mib * MiB)}
+        cold = {"cache.chunk.bytes": str(8 * MiB)}
+        variants = {
+            "plain, hot cache": {**plain, **hot},
+            "plain, cold cache": {**plain, **cold},
+            "compressed+encrypted, hot cache": {**enc, **hot},
+            "compressed+encrypted, cold cache": {**enc, **cold},
+        }
+        rows = []
+        for name, configs in variants.items():
+            md, data = metadata_for(path, last, size)
+            rsm = RemoteStorageManager()
+            rsm.configure(configs)
+            custom = rsm.copy_log_segment_data(md, data, None)
+            md = RemoteLogSegmentMetadata(**{**md.__dict__, "custom_metadata": custom})
+            proc, sock = start_bridge(work, configs)
+            client = BridgeClient(sock, pool_size=args.readers + 2)
+            try:
+                for workload, sequential in (("kafka-like 1 MiB", False), ("sequential", True)):
+                    out: dict[str, dict[str, float]] = {}
+                    for mode, fetch in (
+                        ("in-process", rsm.fetch_log_segment),
+                        ("bridge", client.fetch_log_segment),
+                    ):
+                        # warm-up (caches, connections), then the measured run
+                        run_workload(fetch, md, size, args.readers, max(2, args.fetches // 10), sequential, 1)
+                        bridge_cpu0 = proc_cpu(proc.pid)
+                        r = run_workload(fetch, md, size, args.readers, args.fetches, sequential, 2)
+                        r["bridge_cpu_s"] = proc_cpu(proc.pid) - bridge_cpu0 if mode == "bridge" else 0.0
+                        r["cpu_s_per_gib"] = (r["client_cpu_s"] + r["bridge_cpu_s"]) / (
+                            r["bytes"] / (1 << 30)
+                        )
+                        out[mode] = r
+                        rows.append(
+                            (
+                                f"{name} / {workload} / {mode}",
+                                f"{r['mb_s']:,.0f}",
+                                f"{r['p50_ms']:.1f}",
+                                f"{r['p99_ms']:.1f}",
+                                f"{r['ttfb_p50_ms']:.2f}",
+                                f"{r['cpu_s_per_gib']:.2f}",
+                                f"{r['bridge_cpu_s'] / (r['bytes'] / (1 << 30)):.2f}",
+                            )
+                        )
+                    ratio = out["bridge"]["mb_s"] / out["in-process"]["mb_s"]
+                    results[f"{name} / {workload}"] = {**out, "bridge_over_in_process": ratio}
+                    if "cold" in name:
+                        targets.append(
+                            Target(f"bridge / in-process throughput, {name}, {workload}", ratio, 0.8)
+                        )
+                    else:
+                        info.append(
+                            f"{name}, {workload}: bridge / in-process = {ratio:.2f} (no target: memory copies)"
+                        )
+            finally:
+                client.close()
+                proc.terminate()
+                proc.wait(30)
+                rsm.close()
+    print_table(
+        f"{args.readers} concurrent readers, {args.size_mib} MiB segment, file store",
+        ("run", "MB/s", "p50 ms", "p99 ms", "TTFB p50 ms", "CPU s/GiB", "of which bridge"),
+        rows,
+    )
+    for line in info:
+        print(line)
+    ok = report_targets(targets)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
