@@ -678,17 +678,18 @@ static int parse_records(Columns *c, const BatchInfo *bi, const uint8_t *start, 
                     return PARSE_STOP;
                 }
                 if (buf_reserve(&c->hk_data, (size_t)hkl) || buf_reserve(&c->hv_data, hvs)) return PARSE_ERR;
-                memcpy(c->hk_data.p + c->hk_data.len, hkp, (size_t)hkl);
-                c->hk_data.len += (size_t)hkl;
+                if (hkl > 0) {
+                    memcpy(c->hk_data.p + c->hk_data.len, hkp, (size_t)hkl);
+                    c->hk_data.len += (size_t)hkl;
+                }
                 int32_t o = (int32_t)c->hk_data.len;
                 memcpy(c->hk_off.p + c->hk_off.len, &o, 4);
                 c->hk_off.len += 4;
-                if (hvl >= 0) {
+                if (hvs > 0) {
                     memcpy(c->hv_data.p + c->hv_data.len, hvp, hvs);
                     c->hv_data.len += hvs;
-                } else {
-                    c->hv_nulls++;
                 }
+                if (hvl < 0) c->hv_nulls++;
                 bits_push(&c->hv_valid, hvl >= 0);
                 o = (int32_t)c->hv_data.len;
                 memcpy(c->hv_off.p + c->hv_off.len, &o, 4);
