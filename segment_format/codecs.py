@@ -43,6 +43,9 @@ GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"  # Java 16+ GZIPOutput
 # Snappy cannot expand data more than ~21x (a 3-byte copy of 64 bytes); claimed sizes beyond this bound
 # are corrupt, and refusing them keeps a bogus length from allocating its size.
 SNAPPY_MAX_RATIO = 32
+# Kafka holds a batch's decompressed records in one Java array, so they cannot exceed 2 GiB; a stream
+# claiming or producing more is refused before it is materialised (decompression bombs).
+MAX_DECOMPRESSED_SIZE = 0x7FFFFFFF
 
 
 class CompressionType(enum.IntEnum):
@@ -194,7 +197,7 @@ def _snappy_raw(data: bytes | memoryview) -> bytes:
         claimed = cramjam.snappy.decompress_raw_len(data)
     except Exception as exc:
         raise _corrupt("snappy", str(exc) or type(exc).__name__) from None
-    if claimed > SNAPPY_MAX_RATIO * len(data) + 64:
+    if claimed > SNAPPY_MAX_RATIO * len(data) + 64 or claimed > MAX_DECOMPRESSED_SIZE:
         raise _corrupt("snappy", f"claims {claimed} bytes from {len(data)} compressed")
     try:
         return bytes(cramjam.snappy.decompress_raw(data))
@@ -289,18 +292,39 @@ def _gzip_decompress(data: bytes | memoryview) -> bytes:
     buf = bytes(data)
     while buf:
         d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        budget = MAX_DECOMPRESSED_SIZE - sum(len(o) for o in out)
         try:
-            out.append(d.decompress(buf))
-            out.append(d.flush())
+            out.append(d.decompress(buf, budget + 1))
         except zlib.error as exc:
             raise _corrupt("gzip", str(exc)) from None
+        if len(out[-1]) > budget:
+            raise _corrupt("gzip", f"decompresses to more than {MAX_DECOMPRESSED_SIZE} bytes")
         if not d.eof:
             raise _corrupt("gzip", "truncated stream")
         buf = d.unused_data
+        if buf[:2] != b"\x1f\x8b":  # like GZIPInputStream: bytes after a member that are not a member end it
+            break
     return b"".join(out)
 
 
+def _zstd_frame_content_size(data: bytes | memoryview) -> int | None:
+    """Content size a zstd frame header declares (None when absent or unreadable)."""
+    if len(data) < 6 or bytes(data[:4]) != b"\x28\xb5\x2f\xfd":
+        return None
+    fhd = data[4]
+    fcs_flag, single_segment, dict_flag = fhd >> 6, (fhd >> 5) & 1, fhd & 3
+    pos = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[dict_flag]
+    size = (1 if single_segment else 0, 2, 4, 8)[fcs_flag]
+    if size == 0 or pos + size > len(data):
+        return None
+    value = int.from_bytes(bytes(data[pos : pos + size]), "little")
+    return value + 256 if size == 2 else value
+
+
 def _zstd_decompress(data: bytes | memoryview) -> bytes:
+    claimed = _zstd_frame_content_size(data)
+    if claimed is not None and claimed > MAX_DECOMPRESSED_SIZE:
+        raise _corrupt("zstd", f"frame claims {claimed} bytes")
     try:
         return bytes(cramjam.zstd.decompress(data))
     except Exception as exc:

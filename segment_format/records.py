@@ -326,12 +326,9 @@ def _decode_records(
                         file=where,
                         position=pos_base + pos,
                     )
-                try:
-                    hkey = buf[pos : pos + hk_len].decode("utf-8")
-                except UnicodeDecodeError:
-                    raise CorruptRecordError(
-                        f"record {i} header key is not UTF-8", file=where, position=pos_base + pos
-                    ) from None
+                # Kafka decodes keys leniently (Java replaces bad UTF-8); surrogateescape keeps any bytes
+                # round-tripping through the writer instead of refusing a batch Kafka accepts.
+                hkey = buf[pos : pos + hk_len].decode("utf-8", "surrogateescape")
                 pos += hk_len
                 hv_len, pos = varint(pos)
                 if hv_len >= 0:

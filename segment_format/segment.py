@@ -69,7 +69,8 @@ class SegmentVerifier:
     Checks every batch CRC, that sizes are consistent and nothing is truncated, that offsets increase
     and stay within ``[expected_start_offset, expected_end_offset]`` (the segment's base offset is the
     default lower bound). With ``deep`` every record is decoded too (varints, lengths, compression).
-    Memory stays at one batch plus one chunk.
+    Memory stays at one batch plus one chunk; when ``total_size`` (the segment's size) is given a
+    length running past it is refused as soon as it is read.
     """
 
     def __init__(
@@ -80,8 +81,10 @@ class SegmentVerifier:
         expected_start_offset: int | None = None,
         expected_end_offset: int | None = None,
         deep: bool = False,
+        total_size: int | None = None,
     ) -> None:
         self.file = file
+        self.total_size = total_size
         self.base_offset = base_offset
         self.lower = expected_start_offset if expected_start_offset is not None else base_offset
         self.upper = expected_end_offset
@@ -112,6 +115,14 @@ class SegmentVerifier:
                 if len(self._buf) < HEADER_PREFIX:
                     return
                 self._need = _check_prefix(bytes(self._buf[:HEADER_PREFIX]), self._buf_pos, self.file)
+                if self.total_size is not None and self._buf_pos + self._need > self.total_size:
+                    # known size: refuse a bogus length now instead of buffering the rest of the stream
+                    raise CorruptRecordError(
+                        f"truncated log entry: size {self._need} but only {self.total_size - self._buf_pos} "
+                        "bytes left",
+                        file=self.file,
+                        position=self._buf_pos,
+                    )
             if len(self._buf) < self._need:
                 return
             data = bytes(self._buf[: self._need])
@@ -287,6 +298,7 @@ class LogSegment:
             expected_start_offset=expected_start_offset,
             expected_end_offset=expected_end_offset,
             deep=deep,
+            total_size=self.size_in_bytes,
         )
         with open(self.path, "rb") as fh:
             while chunk := fh.read(READ_CHUNK):

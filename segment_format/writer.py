@@ -97,7 +97,7 @@ def encode_record(
     body += _bytes_field(value)
     body += write_varint(len(headers))
     for h in headers:
-        hk = h.key.encode("utf-8")
+        hk = h.key.encode("utf-8", "surrogateescape")
         body += write_varint(len(hk)) + hk
         body += _bytes_field(h.value)
     return write_varint(len(body)) + bytes(body)

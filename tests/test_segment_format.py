@@ -487,3 +487,34 @@ def test_deep_verify_checks_inner_crcs_of_legacy_wrappers() -> None:
     with pytest.raises(CorruptRecordError, match="inner message at offset 0") as info:
         deep.update(wrapper)
     assert info.value.file == "w.log" and info.value.position == 0
+
+
+def test_verifier_with_total_size_refuses_bogus_length_early() -> None:
+    good = build_batch(sample_records(2), base_offset=0)
+    bogus = struct.pack(">qiib", 2, 1 << 30, 0, 2) + b"\x00" * 100
+    v = SegmentVerifier(file="s.log", base_offset=0, total_size=len(good) + len(bogus) + 10_000)
+    v.update(good)
+    with pytest.raises(CorruptRecordError, match="truncated") as info:
+        v.update(bogus)
+    assert info.value.position == len(good)
+
+
+def test_gzip_trailing_bytes_after_member_are_ignored_like_java() -> None:
+    data = compress(CompressionType.GZIP, b"payload") + b"\x00\x00\x00"
+    assert decompress(CompressionType.GZIP, data) == b"payload"
+    two = compress(CompressionType.GZIP, b"a") + compress(CompressionType.GZIP, b"b")
+    assert decompress(CompressionType.GZIP, two) == b"ab"
+
+
+def test_zstd_frame_claiming_huge_content_is_refused() -> None:
+    frame = bytearray(b"\x28\xb5\x2f\xfd\xe0") + (1 << 40).to_bytes(8, "little") + b"\x01\x00\x00"
+    with pytest.raises(CorruptRecordError, match="claims"):
+        decompress(CompressionType.ZSTD, bytes(frame))
+
+
+def test_header_keys_that_are_not_utf8_round_trip() -> None:
+    key = b"bad-\xff-key".decode("utf-8", "surrogateescape")
+    data = build_batch([(b"k", b"v", [(key, b"x")], 1)], base_offset=0)
+    assert b"bad-\xff-key" in data
+    (rec,) = parse_batch(data).records()
+    assert rec.headers[0].key == key
