@@ -245,19 +245,27 @@ def test_legacy_segments_written_by_kafka(
     assert time_index == log.with_suffix(".timeindex").read_bytes()
 
 
-def test_our_legacy_batches_are_accepted_by_kafka(java_oracle, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("magic", [0, 1])
+def test_our_legacy_batches_are_accepted_by_kafka(magic: int, java_oracle, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     data = b""
     offset = 0
-    for i, (magic, codec) in enumerate(
-        [(1, CompressionType.GZIP), (1, CompressionType.NONE), (1, CompressionType.LZ4)]
-    ):
+    codecs = [CompressionType.GZIP, CompressionType.NONE, CompressionType.LZ4, CompressionType.SNAPPY]
+    for i, codec in enumerate(codecs):
         recs = [(f"k{i}{j}".encode(), b"v" * (10 + j), [], 1000 + j) for j in range(4)]
         data += build_batch(recs, base_offset=offset, magic=magic, compression=codec)
         offset += 4
     log = tmp_path / "00000000000000000000.log"
     log.write_bytes(data)
     checked = java_oracle.check(log)
-    assert checked["records"] == 12 and checked["lastOffset"] == 11
+    assert checked["records"] == 16 and checked["lastOffset"] == 15
+    dumped = java_oracle.dump(log)
+    assert {b["magic"] for b in dumped} == {magic}
+    theirs = [r for b in dumped for r in b["records"]]
+    assert [(r["offset"], r["key"], r["value"]) for r in theirs] == [
+        (r["offset"], r["key"], r["value"]) for r in our_records(log)
+    ]
+    if magic == 1:
+        assert [r["timestamp"] for r in theirs] == [r["timestamp"] for r in our_records(log)]
 
 
 def test_kafka_and_we_both_refuse_a_corrupted_segment(java_oracle, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
