@@ -165,6 +165,24 @@ def test_transactional_segment(java_oracle: JavaOracle, tmp_path: Path) -> None:
     assert epochs[1]["startOffset"] == min(b["baseOffset"] for b in batches if b["partitionLeaderEpoch"] == 3)
 
 
+def test_open_transaction_is_kept_in_the_snapshot(java_oracle: JavaOracle, tmp_path: Path) -> None:
+    log = java_oracle.write_segment(
+        tmp_path, "gzip", records=100, transactional=True, open_transaction=True, seed=5
+    )
+    expected = java_oracle.expected(tmp_path)
+    batches = java_oracle.dump(log)
+    _assert_dump_matches_expected(batches, expected)
+    ongoing = [r for r in expected["records"] if r.get("ongoing")]
+    assert ongoing and not any(r["aborted"] for r in ongoing)
+    assert batches[-1]["isTransactional"] and not batches[-1]["isControl"]
+    producer = batches[-1]["producerId"]
+    first_open = min(r["offset"] for r in ongoing)
+    snapshot = java_oracle.dump(tmp_path / f"{batches[-1]['lastOffset'] + 1:020d}.snapshot")
+    by_producer = {e["producerId"]: e for e in snapshot}
+    assert by_producer[producer]["currentTxnFirstOffset"] == first_open
+    assert all(e["currentTxnFirstOffset"] == -1 for pid, e in by_producer.items() if pid != producer)
+
+
 @pytest.mark.parametrize(("codec", "transactional"), [("none", False), ("zstd", True)])
 def test_rebuilt_indexes_equal_the_live_ones(
     java_oracle: JavaOracle, tmp_path: Path, codec: str, transactional: bool

@@ -191,13 +191,16 @@ class JavaOracle:
         seed: int = 0,
         magic: int = 2,
         base_offset: int = 0,
+        open_transaction: bool = False,
     ) -> Path:
         """Write a closed segment with Kafka's code into ``out_dir``; return the ``.log`` path.
 
         ``out_dir`` then holds ``<base>.log``, ``.index``, ``.timeindex`` (``.txnindex`` when a
         transaction was aborted), for magic 2 the producer ``<next offset>.snapshot`` and
         ``leader-epoch-checkpoint``, and ``expected.json`` (see :meth:`expected`). ``records`` counts
-        data records; with ``transactional`` COMMIT/ABORT control records come on top.
+        data records; with ``transactional`` COMMIT/ABORT control records come on top, and with
+        ``open_transaction`` too, the last transaction (2 more records) is left without its marker
+        (records marked ``ongoing`` in expected.json; the snapshot keeps its first offset).
         """
         try:
             codec = Codec(codec)
@@ -216,6 +219,7 @@ class JavaOracle:
             "--seed", str(seed),
             "--magic", str(magic),
             "--base-offset", str(base_offset),
+            "--open-transaction", "true" if open_transaction else "false",
         )  # fmt: skip
         return Path(result["log"])
 

@@ -66,6 +66,7 @@ final class SegmentWriter {
         final long seed;
         final byte magic;
         final long baseOffset;
+        final boolean openTransaction;
 
         Params(Map<String, String> o) throws OracleException {
             if (!o.containsKey("out")) {
@@ -84,11 +85,15 @@ final class SegmentWriter {
             seed = Long.parseLong(o.getOrDefault("seed", "0"));
             magic = Byte.parseByte(o.getOrDefault("magic", "2"));
             baseOffset = Long.parseLong(o.getOrDefault("base-offset", "0"));
+            openTransaction = Boolean.parseBoolean(o.getOrDefault("open-transaction", "false"));
             if (records < 1) {
                 throw new OracleException("--records must be >= 1");
             }
             if (magic < 0 || magic > 2) {
                 throw new OracleException("--magic must be 0, 1 or 2");
+            }
+            if (openTransaction && !transactional) {
+                throw new OracleException("--open-transaction needs --transactional true");
             }
             if (magic < 2 && transactional) {
                 throw new OracleException("transactions need magic 2");
@@ -169,6 +174,7 @@ final class SegmentWriter {
             expected.put("indexIntervalBytes", p.indexIntervalBytes);
             expected.put("seed", p.seed);
             expected.put("baseOffset", p.baseOffset);
+            expected.put("openTransaction", p.openTransaction);
             expected.put("files", copied);
             expected.put("batches", expectedBatches);
             expected.put("records", expectedRecords);
@@ -278,9 +284,25 @@ final class SegmentWriter {
                 }
             }
         }
+        Producer left = null;
+        if (p.openTransaction) {
+            // Leave one transaction open at the end: a last batch no marker follows.
+            left = txn.get(0);
+            List<PlannedRecord> planned = planRecords(2, true);
+            MemoryRecords records = buildBatch(left, planned);
+            LogAppendInfo info = log.appendAsLeader(records, leaderEpoch);
+            recordExpected(info.firstOffset(), left, planned, leaderEpoch, records);
+            left.sequence += planned.size();
+            left.inTxn = true;
+        }
         for (Producer producer : txn) {
-            if (producer.inTxn) {
+            if (producer.inTxn && producer != left) {
                 endTxn(log, producer, ControlRecordType.COMMIT, leaderEpoch);
+            }
+        }
+        for (Map<String, Object> r : expectedRecords) {
+            if (r.remove("pending") != null) {
+                r.put("ongoing", true); // in the transaction left open
             }
         }
     }
