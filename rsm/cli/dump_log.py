@@ -186,10 +186,10 @@ def _verify_offset_index(path: Path, index: OffsetIndex) -> None:
     log_path = path.with_suffix(".log")
     if not log_path.exists():
         return
-    batches = {b.position: b for b in LogSegment(log_path).batches()}
+    spans = {b.position: (b.base_offset, b.last_offset) for b in LogSegment(log_path).batches()}
     for i, e in enumerate(index):
-        batch = batches.get(e.position)
-        if batch is None or not batch.base_offset <= e.offset <= batch.last_offset:
+        span = spans.get(e.position)
+        if span is None or not span[0] <= e.offset <= span[1]:
             raise CorruptRecordError(
                 f"index entry {i} ({e.offset} -> {e.position}) does not point at the batch holding that offset "
                 f"in {log_path.name}",
@@ -203,15 +203,16 @@ def _verify_time_index(path: Path, tindex: TimeIndex) -> None:
     log_path = path.with_suffix(".log")
     if not log_path.exists():
         return
-    batches = list(LogSegment(log_path).batches())
+    # (base offset, last offset, max timestamp) only: batch bytes are not kept
+    spans = [(b.base_offset, b.last_offset, b.max_timestamp) for b in LogSegment(log_path).batches()]
     for i, t in enumerate(tindex):
-        if not any(b.base_offset <= t.offset <= b.last_offset for b in batches):
+        if not any(base <= t.offset <= last for base, last, _ in spans):
             raise CorruptRecordError(
                 f"time index entry {i} ({t.timestamp}, {t.offset}) names an offset not in {log_path.name}",
                 file=str(path),
                 position=i * 12,
             )
-        if not any(b.max_timestamp >= t.timestamp for b in batches if b.last_offset <= t.offset):
+        if not any(ts >= t.timestamp for _, last, ts in spans if last <= t.offset):
             raise CorruptRecordError(
                 f"time index entry {i}: timestamp {t.timestamp} not reached by offset {t.offset}",
                 file=str(path),
