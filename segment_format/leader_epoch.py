@@ -69,6 +69,13 @@ class LeaderEpochCheckpoint:
         path = Path(path)
         return cls.from_bytes(path.read_bytes(), file=str(path))
 
+    def write(self, path: Path) -> None:
+        """Write the file atomically (temporary file + rename), as Kafka replaces its checkpoint files."""
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_bytes(self.to_bytes())
+        tmp.replace(path)
+
     def to_bytes(self) -> bytes:
         lines = [str(VERSION), str(len(self.entries))] + [f"{e.epoch} {e.start_offset}" for e in self.entries]
         return ("\n".join(lines) + "\n").encode()

@@ -89,6 +89,13 @@ class OffsetIndex:
             return OffsetPosition(self.base_offset, 0)
         return self.entries[i - 1]
 
+    def write(self, path: Path) -> None:
+        """Write the file atomically (temporary file + rename), as Kafka replaces its index files."""
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_bytes(self.to_bytes())
+        tmp.replace(path)
+
     def to_bytes(self) -> bytes:
         """The trimmed file bytes Kafka leaves for a closed segment."""
         return b"".join(_ENTRY.pack(e.offset - self.base_offset, e.position) for e in self.entries)

@@ -81,6 +81,13 @@ class ProducerSnapshot:
         path = Path(path)
         return cls.from_bytes(path.read_bytes(), file=str(path))
 
+    def write(self, path: Path) -> None:
+        """Write the file atomically (temporary file + rename), as Kafka replaces its snapshot files."""
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_bytes(self.to_bytes())
+        tmp.replace(path)
+
     def to_bytes(self) -> bytes:
         body = struct.pack(">i", len(self.entries)) + b"".join(
             _ENTRY.pack(

@@ -92,6 +92,13 @@ class TimeIndex:
             return TimestampOffset(NO_TIMESTAMP, self.base_offset)
         return self.entries[i - 1]
 
+    def write(self, path: Path) -> None:
+        """Write the file atomically (temporary file + rename), as Kafka replaces its time index files."""
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_bytes(self.to_bytes())
+        tmp.replace(path)
+
     def to_bytes(self) -> bytes:
         """The trimmed file bytes Kafka leaves for a closed segment."""
         return b"".join(_ENTRY.pack(e.timestamp, e.offset - self.base_offset) for e in self.entries)

@@ -28,6 +28,13 @@ class AbortedTxn:
     last_offset: int
     last_stable_offset: int
 
+    def write(self, path: Path) -> None:
+        """Write the file atomically (temporary file + rename), as Kafka replaces its transaction index files."""
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_bytes(self.to_bytes())
+        tmp.replace(path)
+
     def to_bytes(self) -> bytes:
         return _ENTRY.pack(
             VERSION, self.producer_id, self.first_offset, self.last_offset, self.last_stable_offset

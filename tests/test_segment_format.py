@@ -518,3 +518,25 @@ def test_header_keys_that_are_not_utf8_round_trip() -> None:
     assert b"bad-\xff-key" in data
     (rec,) = parse_batch(data).records()
     assert rec.headers[0].key == key
+
+
+def test_index_files_write_and_read_back(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    oi = OffsetIndex(10, [])
+    oi.append(20, 4100)
+    oi.write(tmp_path / "00000000000000000010.index")
+    assert OffsetIndex.read(tmp_path / "00000000000000000010.index").entries == oi.entries
+    ti = TimeIndex(10)
+    ti.maybe_append(500, 20)
+    ti.write(tmp_path / "00000000000000000010.timeindex")
+    assert TimeIndex.read(tmp_path / "00000000000000000010.timeindex").entries == ti.entries
+    txn = TransactionIndex([AbortedTxn(1, 10, 12, 10)])
+    txn.write(tmp_path / "00000000000000000010.txnindex")
+    assert TransactionIndex.read(tmp_path / "00000000000000000010.txnindex").entries == txn.entries
+    ck = LeaderEpochCheckpoint.from_bytes(b"0\n2\n0 0\n4 15\n")
+    ck.write(tmp_path / "leader-epoch-checkpoint")
+    assert (tmp_path / "leader-epoch-checkpoint").read_bytes() == b"0\n2\n0 0\n4 15\n"
+    assert ck.lookup(14) == ck.entries[0] and ck.lookup(15) == ck.entries[1]
+    snap = ProducerSnapshot([ProducerStateEntry(7, 1, 9, 30, 2, 1234, 5, 28)])
+    snap.write(tmp_path / "00000000000000000031.snapshot")
+    assert ProducerSnapshot.read(tmp_path / "00000000000000000031.snapshot").entries == snap.entries
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")) == []
