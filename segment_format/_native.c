@@ -390,6 +390,7 @@ typedef struct {
     Buf hv_off, hv_data;
     Bits hv_valid;
     Py_ssize_t hv_nulls;
+    Py_ssize_t hk_bad_utf8; /* header keys that are not valid UTF-8 (Kafka decodes them leniently) */
     Buf leader_epoch, producer_id, producer_epoch, base_sequence, batch_base_offset;
     Bits is_txn, is_control;
 } Columns;
@@ -631,7 +632,7 @@ static int parse_records(Columns *c, const BatchInfo *bi, const uint8_t *start, 
         /* Headers: parse (and validate) even when not emitting. */
         size_t hk_mark = c->hk_data.len, hv_mark = c->hv_data.len, hko_mark = c->hk_off.len,
                hvo_mark = c->hv_off.len, hvb_mark = c->hv_valid.bits;
-        Py_ssize_t hn_mark = c->headers, hvn_mark = c->hv_nulls;
+        Py_ssize_t hn_mark = c->headers, hvn_mark = c->hv_nulls, bad_mark = c->hk_bad_utf8;
         if (hcount > 0) {
             if (emit && (buf_reserve(&c->hk_off, 4 * (size_t)hcount) || buf_reserve(&c->hv_off, 4 * (size_t)hcount) ||
                          bits_reserve(&c->hv_valid, (size_t)hcount)))
@@ -648,10 +649,7 @@ static int parse_records(Columns *c, const BatchInfo *bi, const uint8_t *start, 
                 }
                 const uint8_t *hkp = p;
                 p += hkl;
-                if (!utf8_valid(hkp, (size_t)hkl)) {
-                    what = "header key is not valid UTF-8";
-                    goto fail;
-                }
+
                 if ((r = read_varint(&p, rend, &hvl))) {
                     what = r == -1 ? "header value length runs past the end of the record" : "header value length varint is too long";
                     goto fail;
@@ -674,11 +672,13 @@ static int parse_records(Columns *c, const BatchInfo *bi, const uint8_t *start, 
                     c->hv_valid.bits = hvb_mark;
                     c->headers = hn_mark;
                     c->hv_nulls = hvn_mark;
+                    c->hk_bad_utf8 = bad_mark;
                     *done = i;
                     return PARSE_STOP;
                 }
                 if (buf_reserve(&c->hk_data, (size_t)hkl) || buf_reserve(&c->hv_data, hvs)) return PARSE_ERR;
                 if (hkl > 0) {
+                    if (!utf8_valid(hkp, (size_t)hkl)) c->hk_bad_utf8++;
                     memcpy(c->hk_data.p + c->hk_data.len, hkp, (size_t)hkl);
                     c->hk_data.len += (size_t)hkl;
                 }
@@ -1041,6 +1041,7 @@ static PyObject *decode_v2(PyObject *self, PyObject *args) {
         put_int(result, "rows", c.rows) || put_int(result, "headers", c.headers) ||
         put_int(result, "key_nulls", c.key_nulls) || put_int(result, "value_nulls", c.val_nulls) ||
         put_int(result, "header_value_nulls", c.hv_nulls) ||
+        put_int(result, "header_key_bad_utf8", c.hk_bad_utf8) ||
         put_buf(result, "offset", &c.offset) || put_buf(result, "timestamp", &c.timestamp) ||
         put_buf(result, "timestamp_type", &c.ts_type) || put_buf(result, "key_offsets", &c.key_off) ||
         put_buf(result, "key_data", &c.key_data) || put_bits(result, "key_validity", &c.key_valid, keep_kv) ||

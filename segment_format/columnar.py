@@ -71,6 +71,17 @@ def _binary(type_: pa.DataType, n: int, validity: Any, offsets: Any, data: Any, 
     )
 
 
+def _lenient_utf8(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
+
+
+def _header_key(key: str) -> str:
+    """A header key from segment_format.records (bad UTF-8 kept as surrogate escapes) as Java reads it."""
+    if key.isascii():
+        return key
+    return _lenient_utf8(key.encode("utf-8", "surrogateescape"))
+
+
 def _record_batch(cols: dict[str, Any]) -> pa.RecordBatch:
     """Wrap the kernel's column buffers (no copy) into a RecordBatch with RECORD_SCHEMA."""
     n = cols["rows"]
@@ -80,6 +91,12 @@ def _record_batch(cols: dict[str, Any]) -> pa.RecordBatch:
         return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(cols[name])], 0)
 
     header_keys = _binary(pa.string(), nh, None, cols["header_key_offsets"], cols["header_key_data"], 0)
+    if cols["header_key_bad_utf8"]:
+        # Kafka decodes header keys with Java's new String(bytes, UTF_8), which replaces malformed
+        # input with U+FFFD; an Arrow string must be valid UTF-8. Rare, so done in Python.
+        header_keys = pa.array(
+            [_lenient_utf8(k) for k in header_keys.view(pa.binary()).to_pylist()], pa.string()
+        )
     header_values = _binary(
         pa.binary(),
         nh,
@@ -289,7 +306,7 @@ def decode_reference(
                 timestamps.append(record.timestamp)
                 keys.append(record.key)
                 values.append(record.value)
-                headers.append([{"key": h.key, "value": h.value} for h in record.headers])
+                headers.append([{"key": _header_key(h.key), "value": h.value} for h in record.headers])
                 (ts_type, epoch, producer_id, producer_epoch, sequence, txn, ctrl, base) = batch_fields
                 timestamp_types.append(ts_type)
                 epochs.append(epoch)

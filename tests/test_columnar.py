@@ -390,7 +390,6 @@ def _first_record_edit(edit: bytes) -> bytes:
             "header",
         ),  # header count missing
         (_varint(6) + b"\x00\x00\x00\x00\x00\x01", "header"),  # header count 1 without header
-        (_varint(9) + b"\x00\x00\x00\x00\x00\x02" + _varint(1) + b"\xff" + _varint(-1), "utf-8"),
     ],
 )
 def test_malformed_records(edit: bytes, reason: str) -> None:
@@ -399,6 +398,17 @@ def test_malformed_records(edit: bytes, reason: str) -> None:
     assert 1000 <= fast.position < 1000 + len(data)
     assert 1000 <= ref.position <= 1000 + len(data)  # may point at the missing byte
     assert reason in fast.reason.lower()
+
+
+def test_header_key_bad_utf8_is_replaced_like_java() -> None:
+    """Java reads header keys with new String(bytes, UTF_8): malformed bytes become U+FFFD."""
+    record = _varint(1) + b"\xff" + _varint(-1) + _varint(2) + b"ok" + _varint(1) + b"v"
+    data = _first_record_edit(_varint(6 + len(record)) + b"\x00\x00\x00\x00\x00\x04" + record)
+    fast, ref = decode_batches(data), decode_reference(data)
+    _assert_same(fast, ref)
+    assert fast.column("headers").to_pylist() == [
+        [{"key": "\ufffd", "value": None}, {"key": "ok", "value": b"v"}]
+    ]
 
 
 def test_bogus_record_count_allocates_nothing() -> None:
