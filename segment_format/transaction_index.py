@@ -28,13 +28,6 @@ class AbortedTxn:
     last_offset: int
     last_stable_offset: int
 
-    def write(self, path: Path) -> None:
-        """Write the file atomically (temporary file + rename), as Kafka replaces its transaction index files."""
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(self.to_bytes())
-        tmp.replace(path)
-
     def to_bytes(self) -> bytes:
         return _ENTRY.pack(
             VERSION, self.producer_id, self.first_offset, self.last_offset, self.last_stable_offset
@@ -87,6 +80,13 @@ class TransactionIndex:
         return [
             t for t in self.entries if t.last_offset >= fetch_offset and t.first_offset < upper_bound_offset
         ]
+
+    def write(self, path: Path) -> None:
+        """Write the file atomically (temporary file + rename), as Kafka replaces its transaction index files."""
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_bytes(self.to_bytes())
+        tmp.replace(path)
 
     def to_bytes(self) -> bytes:
         return b"".join(t.to_bytes() for t in self.entries)
