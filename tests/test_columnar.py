@@ -593,3 +593,16 @@ def test_writer_segments_with_legacy_and_markers(
         )
     )
     assert got == expected
+    for max_rows in (0, 1, len(expected) // 2, len(expected) - 1):
+        _assert_same(decode_batches(data, max_rows=max_rows), fast.slice(0, max_rows))
+        parts = list(iter_record_batches(data, rows_per_batch=3, max_rows=max_rows))
+        assert pa.Table.from_batches(parts, schema=RECORD_SCHEMA).equals(
+            pa.Table.from_batches([fast.slice(0, max_rows)])
+        )
+
+
+def test_invalid_arguments() -> None:
+    with pytest.raises(ValueError):
+        decode_batches(b"", max_rows=-1)
+    with pytest.raises(ValueError):
+        list(iter_record_batches(b"", rows_per_batch=0))
