@@ -467,6 +467,12 @@ static inline int read_varint(const uint8_t **pp, const uint8_t *end, int32_t *o
 
 static inline int read_varlong(const uint8_t **pp, const uint8_t *end, int64_t *out) {
     const uint8_t *p = *pp;
+    if (p < end && !(*p & 0x80)) {
+        uint64_t v = *p;
+        *out = (int64_t)((v >> 1) ^ (0ull - (v & 1)));
+        *pp = p + 1;
+        return 0;
+    }
     uint64_t value = 0;
     int shift = 0;
     for (;;) {
@@ -532,6 +538,29 @@ typedef struct {
 
 enum { PARSE_OK = 0, PARSE_ERR = -1, PARSE_STOP = 1 };
 
+/* The batch-level booleans of rows [from, c->rows): set once per batch, not per record. */
+static void set_bit_range(Bits *b, size_t from, size_t to) {
+    while (from < to && (from & 7)) {
+        b->p[from >> 3] |= (uint8_t)(1u << (from & 7));
+        from++;
+    }
+    if (to - from >= 8) {
+        memset(b->p + (from >> 3), 0xFF, (to - from) >> 3);
+        from += (to - from) & ~(size_t)7;
+    }
+    while (from < to) {
+        b->p[from >> 3] |= (uint8_t)(1u << (from & 7));
+        from++;
+    }
+}
+
+static void fill_flags(Columns *c, const BatchInfo *bi, Py_ssize_t from) {
+    size_t to = (size_t)c->rows;
+    if (bi->transactional) set_bit_range(&c->is_txn, (size_t)from, to);
+    if (bi->control) set_bit_range(&c->is_control, (size_t)from, to);
+    c->is_txn.bits = c->is_control.bits = to;
+}
+
 /* Parses `count` records from [p, end).  Rows for the first `skip` records are not emitted.  Stops
    (PARSE_STOP, *done = records consumed) when max_rows is reached or a data column would exceed
    data_limit.  On error sets DecodeError: errpos is the position to report; if compressed, positions
@@ -554,6 +583,7 @@ static int parse_records(Columns *c, const BatchInfo *bi, const uint8_t *start, 
         return PARSE_ERR;
 
     const int8_t tstype = bi->log_append_time ? 1 : 0;
+    const Py_ssize_t row_start = c->rows;
     int32_t i;
     const char *what = NULL;
     const uint8_t *rec_start = p;
@@ -625,6 +655,7 @@ static int parse_records(Columns *c, const BatchInfo *bi, const uint8_t *start, 
             size_t kl = klen > 0 ? (size_t)klen : 0, vl = vlen > 0 ? (size_t)vlen : 0;
             if ((max_rows >= 0 && c->rows >= max_rows) || c->key_data.len + kl > data_limit ||
                 c->val_data.len + vl > data_limit) {
+                fill_flags(c, bi, row_start);
                 *done = i;
                 return PARSE_STOP;
             }
@@ -673,6 +704,7 @@ static int parse_records(Columns *c, const BatchInfo *bi, const uint8_t *start, 
                     c->headers = hn_mark;
                     c->hv_nulls = hvn_mark;
                     c->hk_bad_utf8 = bad_mark;
+                    fill_flags(c, bi, row_start);
                     *done = i;
                     return PARSE_STOP;
                 }
@@ -731,8 +763,6 @@ static int parse_records(Columns *c, const BatchInfo *bi, const uint8_t *start, 
         ((int16_t *)c->producer_epoch.p)[row] = bi->producer_epoch;
         ((int32_t *)c->base_sequence.p)[row] = bi->base_sequence;
         ((int64_t *)c->batch_base_offset.p)[row] = bi->base_offset;
-        bits_push(&c->is_txn, bi->transactional);
-        bits_push(&c->is_control, bi->control);
         c->rows++;
         c->offset.len += 8;
         c->timestamp.len += 8;
@@ -747,14 +777,17 @@ static int parse_records(Columns *c, const BatchInfo *bi, const uint8_t *start, 
         c->batch_base_offset.len += 8;
     }
     if (p != end) {
+        fill_flags(c, bi, row_start);
         raise_decode(compressed ? batch_pos : data_pos + (p - start),
                      "%zd bytes remain after the batch's %d records%s", (Py_ssize_t)(end - p), count,
                      compressed ? " (in the decompressed records)" : "");
         return PARSE_ERR;
     }
+    fill_flags(c, bi, row_start);
     *done = count;
     return PARSE_OK;
 fail:
+    fill_flags(c, bi, row_start);
     if (compressed)
         raise_decode(batch_pos, "record %d at byte %zd of the decompressed records: %s", i,
                      (Py_ssize_t)(rec_start - start), what);

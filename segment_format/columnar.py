@@ -249,7 +249,12 @@ def decode_batches(
     if len(parts) == 1:
         return parts[0]
     try:
-        return pa.concat_batches(parts)
+        if hasattr(pa, "concat_batches"):  # pyarrow >= 19
+            return pa.concat_batches(parts)
+        combined = pa.Table.from_batches(parts, schema=RECORD_SCHEMA).combine_chunks().to_batches()
+        if len(combined) != 1:
+            raise pa.ArrowInvalid("columns did not combine into one chunk")
+        return combined[0]
     except pa.ArrowInvalid as exc:  # offsets overflow
         raise ValueError(f"decoded records of {file or 'data'} exceed 2 GiB in a column: {exc}") from exc
 
