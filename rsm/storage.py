@@ -125,7 +125,7 @@ class ObjectStore:
         """
         if self.backend is Backend.FILE:
             return _FileWriter(self, self.path(bucket, key))
-        writer = _S3Writer(self, self.path(bucket, key))
+        writer = _S3Writer(self, bucket, key)
         return BackgroundWriter(writer) if background else writer
 
     def put(self, bucket: str, key: str, data: bytes) -> None:
@@ -283,27 +283,64 @@ class _FileWriter:
 
 
 class _S3Writer:
-    """s3fs's buffered file: parts go up as the buffer fills; complete on commit, abort otherwise."""
+    """A multipart upload driven directly (through s3fs's client): parts of `part_size` go up as the
+    buffer fills, the upload completes on commit and is aborted otherwise; an object smaller than one part
+    is a single PUT. Each part buffer is handed to the client as is and a new one started, so an upload
+    holds about one part in memory (s3fs's buffered file holds and copies several)."""
 
-    def __init__(self, store: ObjectStore, path: str) -> None:
+    def __init__(self, store: ObjectStore, bucket: str, key: str) -> None:
         self._store = store
-        self._path = path
-        self._file = store.fs.open(path, "wb", block_size=store.part_size)
+        self._bucket = bucket
+        self._key = key
+        self._buf = bytearray()
+        self._upload_id: str | None = None
+        self._parts: list[dict[str, object]] = []
         self._size = 0
 
+    def _call(self, method: str, **kwargs: object) -> dict[str, object]:
+        return self._store.fs.call_s3(method, Bucket=self._bucket, Key=self._key, **kwargs)
+
     def write(self, data: bytes | memoryview) -> None:
-        self._file.write(data)
+        self._buf += data
         self._size += len(data)
+        if len(self._buf) >= self._store.part_size:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._upload_id is None:
+            self._upload_id = str(self._call("create_multipart_upload")["UploadId"])
+        body = bytes(self._buf)  # botocore copies anything that is not bytes; the bytearray goes at once
+        self._buf = bytearray()
+        number = len(self._parts) + 1
+        out = self._call("upload_part", UploadId=self._upload_id, PartNumber=number, Body=body)
+        self._parts.append({"PartNumber": number, "ETag": out["ETag"]})
 
     def commit(self) -> None:
-        self._file.close()
+        try:
+            if self._upload_id is None:
+                self._call("put_object", Body=bytes(self._buf))
+            else:
+                if self._buf:
+                    self._flush()
+                self._call(
+                    "complete_multipart_upload",
+                    UploadId=self._upload_id,
+                    MultipartUpload={"Parts": self._parts},
+                )
+        except BaseException:
+            self.abort()
+            raise
+        self._buf = bytearray()
         self._store.stats.wrote(self._size, 1)
+        self._store.fs.invalidate_cache(f"{self._bucket}/{self._key}")
 
     def abort(self) -> None:
+        self._buf = bytearray()
+        if self._upload_id is None:
+            return
         try:
-            self._file.discard()  # aborts the multipart upload, if one was started
-        except Exception:  # noqa: BLE001
-            log.warning("could not abort the upload of %s", self._path, exc_info=True)
-        finally:
-            # fsspec's finaliser would otherwise "close" (= complete) the upload when the object is collected
-            self._file.closed = True
+            self._call("abort_multipart_upload", UploadId=self._upload_id)
+        except Exception:  # noqa: BLE001 - the upload already failed; S3 lifecycle rules reap leftovers
+            log.warning(
+                "could not abort the multipart upload of s3://%s/%s", self._bucket, self._key, exc_info=True
+            )
