@@ -204,6 +204,7 @@ def iter_record_batches(
         position, skip = cols["position"], cols["skip"]
         if cols["stop"] == _STOP_LEGACY:
             end = _legacy_run_end(view, position)
+            logger.debug("%s: legacy entries at %d..%d decoded by the reference path", file, position, end)
             legacy = decode_reference(
                 view[position:end],
                 file=file,

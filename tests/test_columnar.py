@@ -606,3 +606,26 @@ def test_invalid_arguments() -> None:
         decode_batches(b"", max_rows=-1)
     with pytest.raises(ValueError):
         list(iter_record_batches(b"", rows_per_batch=0))
+
+
+def test_buffers_outlive_later_decodes() -> None:
+    """Column memory is owned by the arrays: decoding more data (reusing released memory) never
+    changes a RecordBatch still alive, and the input bytes are not referenced."""
+    first_input = bytearray(
+        b"".join(
+            Batch(i * 100, [Rec(j, j, b"a%d" % j, b"A" * 5000) for j in range(100)]).encode()
+            for i in range(30)
+        )
+    )
+    first = decode_batches(bytes(first_input))
+    snapshot = first.to_pylist()
+    first_input[:] = b"\x00" * len(first_input)
+    other = b"".join(
+        Batch(i * 100, [Rec(j, j, b"b", b"B" * 7000) for j in range(100)]).encode() for i in range(30)
+    )
+    for _ in range(5):
+        decoded = decode_batches(other)
+        assert decoded.column("value")[0].as_py() == b"B" * 7000
+        del decoded
+    first.validate(full=True)
+    assert first.to_pylist() == snapshot
