@@ -21,6 +21,7 @@ Every method is thread-safe; the bridge calls them from many threads at once.
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import threading
 import time
@@ -287,7 +288,8 @@ class RemoteStorageManager:
             with self._errors("manifest write", metadata, keys.bucket, keys.manifest):
                 self.store.put(keys.bucket, keys.manifest, manifest.to_bytes())
         except BaseException:
-            for key in written:
+            # the manifest first: a manifest PUT that failed on our side may still have landed
+            for key in [keys.manifest, *written]:
                 with contextlib.suppress(Exception):
                     self.store.delete(keys.bucket, key)
             raise
@@ -532,8 +534,6 @@ class RemoteStorageManager:
             )
         with self._errors(f"{index_type.name} index fetch", metadata, keys.bucket, keys.indexes):
             data = reader.index(index_type)
-        import io
-
         return io.BytesIO(data)
 
     # -- delete ------------------------------------------------------------------------------------------
