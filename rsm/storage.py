@@ -8,8 +8,12 @@ filesystem to inject failures.
 Writes are atomic per object:
 - file store: bytes go to a temporary name in the destination directory and are renamed over the final
   name (a rename within one directory is atomic on POSIX);
-- S3: objects larger than the part size go up as a multipart upload, completed only on commit and aborted
-  on failure; smaller ones are one PUT. S3 never shows a partial object.
+- S3: objects larger than the part size go up as a multipart upload (driven through s3fs's client, one
+  part buffered at a time), completed only on commit and aborted on any failure; smaller ones are one
+  PUT. S3 never shows a partial object.
+
+Credentials for S3 come from the config or, when absent, from the standard AWS chain (environment,
+shared files, instance roles) through botocore; they are never logged.
 """
 
 from __future__ import annotations
