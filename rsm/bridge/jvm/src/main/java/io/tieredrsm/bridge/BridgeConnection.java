@@ -128,6 +128,28 @@ final class BridgeConnection implements AutoCloseable {
         }
     }
 
+    /**
+     * True when the bridge closed this idle connection (it died or restarted): checked before a pooled
+     * connection is reused, so a call does not fail only because it picked a connection to a dead bridge.
+     */
+    boolean isStale() {
+        if (broken || !channel.isOpen()) {
+            return true;
+        }
+        try {
+            channel.configureBlocking(false);
+            try {
+                ByteBuffer probe = ByteBuffer.allocate(1);
+                int n = channel.read(probe);
+                return n != 0; // -1: closed by the bridge; >0: unexpected bytes on an idle connection
+            } finally {
+                channel.configureBlocking(true);
+            }
+        } catch (IOException e) {
+            return true;
+        }
+    }
+
     @Override
     public void close() {
         broken = true;

@@ -33,6 +33,7 @@ final class BridgeProcess {
     private long lastStartMs;
     private long backoffMs;
     private int restarts;
+    private boolean stopped;
 
     BridgeProcess(List<String> command, Path configFile, Path socketPath, Path logFile, long startupTimeoutMs,
                   long backoffMinMs, long backoffMaxMs, String clientName) {
@@ -64,6 +65,9 @@ final class BridgeProcess {
      * when a command is configured, a new one is started, unless the previous start was too recent.
      */
     synchronized void ensureRunning() throws RemoteStorageException {
+        if (stopped) {
+            throw new RemoteStorageException("the bridge RSM is closed");
+        }
         if (probe()) {
             return;
         }
@@ -120,6 +124,8 @@ final class BridgeProcess {
             throw new RemoteStorageException("cannot start the bridge with " + command + ": " + e.getMessage(), e);
         }
         LOG.info("started bridge pid " + process.pid() + ": " + String.join(" ", cmd));
+        Process started = process;
+        started.onExit().thenRunAsync(() -> restartAfterExit(started));
         if (!waitForSocket(process, startupTimeoutMs)) {
             if (!process.isAlive()) {
                 throw new RemoteStorageException("bridge exited with code " + process.exitValue()
@@ -127,6 +133,21 @@ final class BridgeProcess {
             }
             throw new RemoteStorageException("bridge did not answer on " + socketPath + " within "
                     + startupTimeoutMs + " ms; see " + logFile);
+        }
+    }
+
+    /** A bridge we started exited on its own: start a new one now rather than at the next call. */
+    private void restartAfterExit(Process exited) {
+        synchronized (this) {
+            if (stopped || process != exited) {
+                return;
+            }
+        }
+        LOG.warn("bridge pid " + exited.pid() + " exited with code " + exited.exitValue() + "; restarting it");
+        try {
+            ensureRunning();
+        } catch (RemoteStorageException e) {
+            LOG.warn("bridge restart deferred to the next call: " + e.getMessage());
         }
     }
 
@@ -161,6 +182,7 @@ final class BridgeProcess {
 
     /** Stops the bridge this plugin started (SIGTERM, then SIGKILL after the grace period). */
     synchronized void stop(long graceMs) {
+        stopped = true;
         if (process == null) {
             return;
         }

@@ -186,9 +186,12 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
             Thread.currentThread().interrupt();
             throw new RemoteStorageException("interrupted while waiting for a bridge connection", e);
         }
-        BridgeConnection c = idle.pollFirst();
-        if (c != null) {
-            return c;
+        BridgeConnection c;
+        while ((c = idle.pollFirst()) != null) {
+            if (!c.isStale()) {
+                return c;
+            }
+            c.close();
         }
         try {
             return connect();
