@@ -1,13 +1,14 @@
 /*
  * Compiled columnar kernel for segment_format.
  *
- * decode_v2(data, start, verify_crc, max_rows, skip_records, decompress, data_limit)
+ * decode_v2(data, start, verify_crc, max_rows, skip_records, decompress, data_limit, partial_ok)
  *   walks magic-2 record batches in `data` from byte `start`, checks each header and CRC-32C, hands
- *   compressed record sections to the Python callable `decompress(codec, memoryview) -> bytes-like`,
+ *   compressed record sections to the Python callable `decompress[codec](memoryview) -> bytes-like`,
  *   and parses every record into column buffers (see `Columns`).  It returns a dict of buffers that
  *   segment_format/columnar.py wraps zero-copy into pyarrow arrays.  It stops at the end of `data`, at a
- *   legacy (magic 0/1) entry, after `max_rows` rows, or before a column's data would exceed
- *   `data_limit` bytes (Arrow `binary` uses 32-bit offsets).
+ *   legacy (magic 0/1) entry, after `max_rows` rows, before a column's data would exceed
+ *   `data_limit` bytes (Arrow `binary` uses 32-bit offsets), or (with partial_ok) at a batch cut short
+ *   by the end of `data` (streaming).
  *
  * Every varint, length and count is bounds-checked against the bytes actually present; nothing is
  * allocated from a claimed size before it is checked.  Malformed input raises DecodeError(position,
@@ -853,22 +854,25 @@ static int put_int(PyObject *d, const char *name, Py_ssize_t v) {
     return r;
 }
 
-enum { STOP_END = 0, STOP_LEGACY = 1, STOP_MAX_ROWS = 2, STOP_LIMIT = 3 };
+enum { STOP_END = 0, STOP_LEGACY = 1, STOP_MAX_ROWS = 2, STOP_LIMIT = 3, STOP_PARTIAL = 4 };
 
 PyDoc_STRVAR(decode_v2_doc,
-             "decode_v2(data, start, verify_crc, max_rows, skip_records, decompress, data_limit) -> dict\n\n"
-             "Decode magic-2 batches from data[start:] into column buffers. max_rows < 0 means no limit.\n"
-             "The result holds 'stop' (0 end, 1 legacy entry, 2 max_rows, 3 data limit), 'position' (where\n"
+             "decode_v2(data, start, verify_crc, max_rows, skip_records, decompress, data_limit, partial_ok=False)\n"
+             "-> dict\n\n"
+             "Decode magic-2 batches from data[start:] into column buffers. max_rows < 0 means no limit;\n"
+             "decompress is a tuple of 5 callables indexed by codec id; partial_ok stops (instead of failing)\n"
+             "at a batch cut short by the end of data. The result holds 'stop' (0 end, 1 legacy entry,\n"
+             "2 max_rows, 3 data limit, 4 partial batch), 'position' (where\n"
              "decoding stopped: the end, or the batch to resume at), 'skip' (records of that batch already\n"
              "returned), 'rows', 'headers', null counts and the NativeBuffer columns.");
 
 static PyObject *decode_v2(PyObject *self, PyObject *args) {
     Py_buffer view;
     Py_ssize_t start, max_rows, data_limit_arg;
-    int verify_crc, skip_records;
+    int verify_crc, skip_records, partial_ok = 0;
     PyObject *decompress;
-    if (!PyArg_ParseTuple(args, "y*npniOn", &view, &start, &verify_crc, &max_rows, &skip_records, &decompress,
-                          &data_limit_arg))
+    if (!PyArg_ParseTuple(args, "y*npniOn|p", &view, &start, &verify_crc, &max_rows, &skip_records, &decompress,
+                          &data_limit_arg, &partial_ok))
         return NULL;
     if (!PyTuple_Check(decompress) || PyTuple_GET_SIZE(decompress) != 5) {
         PyBuffer_Release(&view);
@@ -933,6 +937,10 @@ static PyObject *decode_v2(PyObject *self, PyObject *args) {
         Py_ssize_t remaining = n - pos;
         const uint8_t *b = data + pos;
         if (remaining < 17) {
+            if (partial_ok) {
+                stop = STOP_PARTIAL;
+                break;
+            }
             raise_decode(pos, "truncated batch: %zd bytes left, fewer than a batch header up to its magic", remaining);
             goto done;
         }
@@ -951,6 +959,10 @@ static PyObject *decode_v2(PyObject *self, PyObject *args) {
             goto done;
         }
         if ((Py_ssize_t)blen > remaining - 12) {
+            if (partial_ok) {
+                stop = STOP_PARTIAL;
+                break;
+            }
             raise_decode(pos, "truncated batch: length %d but only %zd bytes follow", blen, remaining - 12);
             goto done;
         }

@@ -27,8 +27,9 @@ from __future__ import annotations
 import functools
 import logging
 import struct
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Generator, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 
@@ -37,14 +38,20 @@ from segment_format.arrow_schema import HEADER_TYPE, HEADERS_TYPE, RECORD_SCHEMA
 from segment_format.codecs import CompressionType, decompress
 from segment_format.errors import CorruptRecordError
 
-__all__ = ["RECORD_SCHEMA", "decode_batches", "decode_reference", "iter_record_batches"]
+__all__ = [
+    "RECORD_SCHEMA",
+    "decode_batches",
+    "decode_reference",
+    "iter_record_batches",
+    "iter_stream_record_batches",
+]
 
 logger = logging.getLogger(__name__)
 
 #: Arrow ``binary``/``string`` columns address their data with int32 offsets.
 MAX_COLUMN_BYTES = 2**31 - 1
 
-_STOP_END, _STOP_LEGACY, _STOP_MAX_ROWS, _STOP_LIMIT = 0, 1, 2, 3
+_STOP_END, _STOP_LEGACY, _STOP_MAX_ROWS, _STOP_LIMIT, _STOP_PARTIAL = 0, 1, 2, 3, 4
 _LEGACY_HEADER = struct.Struct(">qi")
 _MAGIC_POSITION = 16
 
@@ -136,17 +143,20 @@ def _record_batch(cols: dict[str, Any]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=RECORD_SCHEMA)
 
 
-def _legacy_run_end(view: memoryview, position: int) -> int:
+def _legacy_run_end(view: memoryview, position: int, partial_ok: bool) -> int:
     """End of the run of consecutive legacy (magic 0/1) entries starting at ``position``.
 
-    Stops at the first magic-2 batch or at anything it cannot frame (the reference decoder then
-    reports that problem with its position).
+    Stops at the first magic-2 batch, and at an entry cut short by the end of ``view``: before it when
+    ``partial_ok`` (streaming: more bytes will come), else after it so the reference decoder reports
+    the truncation with its position.
     """
     end = len(view)
     while position + _MAGIC_POSITION < end and view[position + _MAGIC_POSITION] in (0, 1):
         _, size = _LEGACY_HEADER.unpack_from(view, position)
-        if size < 0 or position + 12 + size > end:
-            return end
+        if size < 0:
+            return end  # corrupt: let the reference decoder say so
+        if position + 12 + size > end:
+            return position if partial_ok else end
         position += 12 + size
     return position
 
@@ -156,6 +166,81 @@ def _as_view(data: bytes | bytearray | memoryview) -> memoryview:
     if view.ndim != 1 or view.itemsize != 1:
         view = view.cast("B")
     return view
+
+
+@dataclass
+class _Budget:
+    """Rows still wanted (None: all), shared by the calls of one iteration."""
+
+    remaining: int | None
+
+    def take(self, rows: int) -> None:
+        if self.remaining is not None:
+            self.remaining -= rows
+
+    @property
+    def exhausted(self) -> bool:
+        return self.remaining is not None and self.remaining <= 0
+
+
+def _check_limits(max_rows: int | None, rows_per_batch: int | None) -> None:
+    if max_rows is not None and max_rows < 0:
+        raise ValueError(f"max_rows must be >= 0, not {max_rows}")
+    if rows_per_batch is not None and rows_per_batch <= 0:
+        raise ValueError(f"rows_per_batch must be > 0, not {rows_per_batch}")
+
+
+def _decode_range(
+    view: memoryview,
+    *,
+    file: str | None,
+    base_position: int,
+    verify_crc: bool,
+    budget: _Budget,
+    rows_per_batch: int | None,
+    max_column_bytes: int,
+    partial_ok: bool,
+) -> Generator[pa.RecordBatch, None, int]:
+    """Yield the records of ``view``; return how many bytes were consumed (all, unless partial_ok)."""
+    position, skip = 0, 0
+    while position < len(view) and not budget.exhausted:
+        try:
+            cols = _native.decode_v2(
+                view,
+                position,
+                verify_crc,
+                -1 if budget.remaining is None else budget.remaining,
+                skip,
+                _DECOMPRESSORS,
+                max_column_bytes,
+                partial_ok,
+            )
+        except _native.DecodeError as exc:
+            where, reason = exc.args
+            raise CorruptRecordError(reason, file=file, position=base_position + where) from exc
+        if cols["rows"]:
+            budget.take(cols["rows"])
+            yield from _slices(_record_batch(cols), rows_per_batch)
+        position, skip = cols["position"], cols["skip"]
+        if cols["stop"] == _STOP_PARTIAL:
+            return position
+        if cols["stop"] == _STOP_LEGACY:
+            end = _legacy_run_end(view, position, partial_ok)
+            if end == position:  # a legacy entry cut short: wait for more bytes
+                return position
+            logger.debug("%s: legacy entries at %d..%d decoded by the reference path", file, position, end)
+            legacy = decode_reference(
+                view[position:end],
+                file=file,
+                base_position=base_position + position,
+                verify_crc=verify_crc,
+                max_rows=budget.remaining,
+            )
+            budget.take(legacy.num_rows)
+            if legacy.num_rows:
+                yield from _slices(legacy, rows_per_batch)
+            position = end
+    return position
 
 
 def iter_record_batches(
@@ -176,47 +261,74 @@ def iter_record_batches(
     RecordBatch also starts before any binary column would pass ``max_column_bytes`` (2 GiB - 1, the
     limit of Arrow's 32-bit offsets), so each yielded batch is valid ``binary``.
     """
-    if max_rows is not None and max_rows < 0:
-        raise ValueError(f"max_rows must be >= 0, not {max_rows}")
-    if rows_per_batch is not None and rows_per_batch <= 0:
-        raise ValueError(f"rows_per_batch must be > 0, not {rows_per_batch}")
-    view = _as_view(data)
-    position, skip = 0, 0
-    remaining = max_rows
-    while position < len(view) and (remaining is None or remaining > 0):
-        try:
-            cols = _native.decode_v2(
-                view,
-                position,
-                verify_crc,
-                -1 if remaining is None else remaining,
-                skip,
-                _DECOMPRESSORS,
-                max_column_bytes,
-            )
-        except _native.DecodeError as exc:
-            where, reason = exc.args
-            raise CorruptRecordError(reason, file=file, position=base_position + where) from exc
-        if cols["rows"]:
-            if remaining is not None:
-                remaining -= cols["rows"]
-            yield from _slices(_record_batch(cols), rows_per_batch)
-        position, skip = cols["position"], cols["skip"]
-        if cols["stop"] == _STOP_LEGACY:
-            end = _legacy_run_end(view, position)
-            logger.debug("%s: legacy entries at %d..%d decoded by the reference path", file, position, end)
-            legacy = decode_reference(
-                view[position:end],
-                file=file,
-                base_position=base_position + position,
-                verify_crc=verify_crc,
-                max_rows=remaining,
-            )
-            if remaining is not None:
-                remaining -= legacy.num_rows
-            if legacy.num_rows:
-                yield from _slices(legacy, rows_per_batch)
-            position = end
+    _check_limits(max_rows, rows_per_batch)
+    yield from _decode_range(
+        _as_view(data),
+        file=file,
+        base_position=base_position,
+        verify_crc=verify_crc,
+        budget=_Budget(max_rows),
+        rows_per_batch=rows_per_batch,
+        max_column_bytes=max_column_bytes,
+        partial_ok=False,
+    )
+
+
+def iter_stream_record_batches(
+    source: BinaryIO | Iterable[bytes],
+    *,
+    file: str | None = None,
+    base_position: int = 0,
+    verify_crc: bool = True,
+    max_rows: int | None = None,
+    rows_per_batch: int | None = None,
+    read_size: int = 8 << 20,
+) -> Iterator[pa.RecordBatch]:
+    """Decode batches from a binary stream (or an iterable of byte chunks) without loading it whole.
+
+    Chunks need not end on batch boundaries (a fetched range of a remote segment, a file read in
+    pieces): each read is decoded up to its last complete batch and the tail is kept for the next one,
+    so memory stays around ``read_size`` plus one batch. The stream must start on a batch boundary at
+    file position ``base_position``; a batch still incomplete at the end is a CorruptRecordError.
+    """
+    _check_limits(max_rows, rows_per_batch)
+    if read_size <= 0:
+        raise ValueError(f"read_size must be > 0, not {read_size}")
+    chunks: Iterable[bytes]
+    if hasattr(source, "read"):
+        stream = source
+
+        def reader() -> Iterator[bytes]:
+            while chunk := stream.read(read_size):
+                yield chunk
+
+        chunks = reader()
+    else:
+        chunks = source
+    budget = _Budget(max_rows)
+    settings = {"file": file, "verify_crc": verify_crc, "budget": budget, "rows_per_batch": rows_per_batch}
+    pending = b""
+    position = base_position
+    for chunk in chunks:
+        if not chunk:
+            continue
+        data = pending + bytes(chunk) if pending else chunk
+        view = _as_view(data)
+        consumed = yield from _decode_range(
+            view, base_position=position, max_column_bytes=MAX_COLUMN_BYTES, partial_ok=True, **settings
+        )
+        if budget.exhausted:
+            return
+        position += consumed
+        pending = bytes(view[consumed:])
+    if pending:
+        yield from _decode_range(
+            _as_view(pending),
+            base_position=position,
+            max_column_bytes=MAX_COLUMN_BYTES,
+            partial_ok=False,
+            **settings,
+        )
 
 
 def _slices(batch: pa.RecordBatch, rows_per_batch: int | None) -> Iterator[pa.RecordBatch]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import struct
 from dataclasses import dataclass, field
@@ -17,7 +18,12 @@ from hypothesis import strategies as st
 from segment_format import _native
 from segment_format.arrow_schema import RECORD_SCHEMA, TimestampType
 from segment_format.codecs import CompressionType, compress
-from segment_format.columnar import decode_batches, decode_reference, iter_record_batches
+from segment_format.columnar import (
+    decode_batches,
+    decode_reference,
+    iter_record_batches,
+    iter_stream_record_batches,
+)
 from segment_format.errors import CorruptRecordError
 
 FIXTURES = Path(os.environ.get("RSM_FIXTURES", "/work/shared/fixtures"))
@@ -629,3 +635,41 @@ def test_buffers_outlive_later_decodes() -> None:
         del decoded
     first.validate(full=True)
     assert first.to_pylist() == snapshot
+
+
+# ----------------------------------------------------------------------------------------------------
+# Streaming: chunks that do not end on batch boundaries
+
+
+def _table(parts: list[pa.RecordBatch]) -> pa.Table:
+    return pa.Table.from_batches(parts, schema=RECORD_SCHEMA)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(written_segments(), st.lists(st.integers(1, 200), min_size=1, max_size=30), st.data())
+def test_stream_chunks_equal_whole(
+    segment: tuple[bytes, list[tuple[int, bytes | None, bool]]], cuts: list[int], data: st.DataObject
+) -> None:
+    raw, _ = segment
+    whole = decode_batches(raw)
+    chunks, position = [], 0
+    for size in cuts:
+        chunks.append(raw[position : position + size])
+        position += size
+    chunks.append(raw[position:])
+    assert _table(list(iter_stream_record_batches(chunks))).equals(_table([whole]))
+    read_size = data.draw(st.integers(1, 300))
+    streamed = list(iter_stream_record_batches(io.BytesIO(raw), read_size=read_size, rows_per_batch=4))
+    assert _table(streamed).equals(_table([whole]))
+    max_rows = data.draw(st.integers(0, whole.num_rows))
+    limited = list(iter_stream_record_batches(io.BytesIO(raw), read_size=read_size, max_rows=max_rows))
+    assert _table(limited).equals(_table([whole.slice(0, max_rows)]))
+
+
+def test_stream_truncated_at_end_is_an_error() -> None:
+    raw = _sample()
+    with pytest.raises(CorruptRecordError) as info:
+        list(iter_stream_record_batches(io.BytesIO(raw[:-5]), file="s.log", base_position=500, read_size=7))
+    assert info.value.file == "s.log"
+    assert info.value.position == 500 + 2 * len(raw) // 3
+    assert "truncated" in info.value.reason
