@@ -6,7 +6,9 @@ What it reports (issue 4's acceptance):
 - copy MB/s of one segment (default 256 MiB of uncompressed magic-2 batches, ~64 KiB each, values half
   text half random so zstd has real work) to the file store and to S3 over HTTP (moto's server in its own
   process), plain / compressed / compressed+encrypted, against the "pipeline limit": the same bytes read
-  in chunks through CRC-32C of every batch + zstd + AES-256-GCM alone, in this process;
+  in chunks through CRC-32C of every batch + zstd + AES-256-GCM alone. The machine is shared, so each
+  variant runs in its own process which alternates limit and copy runs and keeps the best of each
+  (`--repeat`); the ratio compares runs made under the same load;
 - peak RSS above the process's baseline during each copy, measured in a child process that samples
   /proc/self/status every 2 ms (page cache is not RSS, so this is the copy's own memory);
 - a 1 MiB fetch in the middle of the encrypted segment with cold caches: bytes downloaded over bytes
