@@ -12,9 +12,9 @@ the Spark reader converts to ``timestamp('us', tz='UTC')`` itself.
 
 from __future__ import annotations
 
-import enum
-
 import pyarrow as pa
+
+from segment_format.records import TimestampType  # the ids stored in ``timestamp_type``
 
 __all__ = [
     "HEADER_TYPE",
@@ -23,14 +23,6 @@ __all__ = [
     "TimestampType",
     "empty_record_batch",
 ]
-
-
-class TimestampType(enum.IntEnum):
-    """Kafka's ``org.apache.kafka.common.record.TimestampType`` ids as stored in ``timestamp_type``."""
-
-    NO_TIMESTAMP_TYPE = -1
-    CREATE_TIME = 0
-    LOG_APPEND_TIME = 1
 
 
 #: One record header: Kafka header keys are non-null UTF-8 strings, values nullable bytes.
