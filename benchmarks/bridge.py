@@ -164,7 +164,6 @@ def run_workload(
         "mb_s": moved[0] / MiB / wall,
         "p50_ms": statistics.median(latencies) * 1000,
         "p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000,
-        "ttfb_p50_ms": statistics.median(ttfbs) * 1000,
         "client_cpu_s": (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system),
     }
 
@@ -203,6 +202,74 @@ def start_bridge(work: Path, configs: dict[str, str]) -> tuple[subprocess.Popen,
     raise RuntimeError("bridge did not start")
 
 
+JVM_DIR = Path(__file__).resolve().parents[1] / "rsm" / "bridge" / "jvm"
+
+
+def jvm_classpath() -> str | None:
+    """Classpath of the plugin's classes, its bench driver and Kafka's client jars, or None (no JDK/Maven)."""
+    import shutil
+
+    if shutil.which("java") is None or shutil.which("mvn") is None:
+        return None
+    from rsm.cli.bridge import build_plugin
+
+    build_plugin()
+    cp_file = JVM_DIR / "target" / "classpath.txt"
+    if not cp_file.exists():
+        subprocess.run(
+            ["mvn", "-B", "-q", "-f", str(JVM_DIR / "pom.xml"), "dependency:build-classpath",
+             f"-Dmdep.outputFile={cp_file}", "-Dmdep.includeScope=provided"],
+            check=True,
+        )  # fmt: skip
+    return os.pathsep.join(
+        [
+            str(JVM_DIR / "target" / "classes"),
+            str(JVM_DIR / "target" / "test-classes"),
+            cp_file.read_text().strip(),
+        ]
+    )
+
+
+def run_jvm_workload(
+    classpath: str, sock: Path, bridge_pid: int, md: RemoteLogSegmentMetadata, size: int, readers: int, fetches: int,
+    sequential: bool, work: Path,
+) -> dict[str, float]:  # fmt: skip
+    """The same workload through the JVM plugin (BridgeRemoteStorageManager) against the running bridge."""
+    from rsm.bridge.protocol import uuid_to_kafka
+
+    props = work / "jvm-plugin.properties"
+    props.write_text(f"bridge.socket.path={sock}\nbridge.command=\nbridge.pool.size={readers + 2}\n")
+    tip = md.remote_log_segment_id.topic_id_partition
+    seg = {
+        "topic_id": uuid_to_kafka(tip.topic_id), "topic": tip.topic, "partition": tip.partition,
+        "segment_id": uuid_to_kafka(md.remote_log_segment_id.id), "start": md.start_offset, "end": md.end_offset,
+        "size": size,
+        "custom_metadata": base64.b64encode(md.custom_metadata.value).decode() if md.custom_metadata else None,
+    }  # fmt: skip
+    proc = subprocess.Popen(
+        ["java", "-Xmx512m", "-cp", classpath, "io.tieredrsm.bridge.BenchDriver", str(props), json.dumps(seg),
+         str(readers), str(fetches), str(-1 if sequential else READ_BYTES), "2"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdin and proc.stdout
+    for line in proc.stdout:
+        if line.startswith("@@ready"):
+            break
+    cpu0 = proc_cpu(bridge_pid)
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+    result: dict[str, float] = {}
+    for line in proc.stdout:
+        if line.startswith("@@ "):
+            result = json.loads(line[3:])
+            break
+    result["bridge_cpu_s"] = proc_cpu(bridge_pid) - cpu0
+    proc.wait(60)
+    if not result.get("bytes"):
+        raise RuntimeError("the JVM bench driver failed")
+    return result
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -211,9 +278,14 @@ def main() -> int:
     parser.add_argument("--readers", type=int, default=10)
     parser.add_argument("--fetches", type=int, default=40, help="1 MiB fetches per reader (kafka-like)")
     parser.add_argument("--prefetch", type=int, default=0, help="the RSM's fetch.prefetch.chunks")
+    parser.add_argument("--frame-kib", type=int, default=256, help="bridge.frame.bytes / 1024")
+    parser.add_argument("--initial-frame-kib", type=int, default=128, help="bridge.frame.initial.bytes / 1024")
+    parser.add_argument("--only", default="", help="run only the variants whose name contains this text")
+    parser.add_argument("--no-jvm", action="store_true", help="skip the runs through the JVM plugin")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
+    classpath = None if args.no_jvm else jvm_classpath()
     results: dict[str, Any] = {}
     targets: list[Target] = []
     info: list[str] = []
@@ -233,6 +305,8 @@ def main() -> int:
             "storage.file.root": str(work / "store"),
             "bucket": "bench",
             "fetch.prefetch.chunks": str(args.prefetch),
+            "bridge.frame.bytes": str(args.frame_kib * 1024),
+            "bridge.frame.initial.bytes": str(args.initial_frame_kib * 1024),
         }
         plain = {**base, "prefix": "plain/", "compression.enabled": "false", "encryption.enabled": "false"}
         enc = {
@@ -255,6 +329,8 @@ def main() -> int:
         }
         rows = []
         for name, configs in variants.items():
+            if args.only not in name:
+                continue
             md, data = metadata_for(path, last, size)
             rsm = RemoteStorageManager()
             rsm.configure(configs)
@@ -265,15 +341,46 @@ def main() -> int:
             try:
                 for workload, sequential in (("kafka-like 1 MiB", False), ("sequential", True)):
                     out: dict[str, dict[str, float]] = {}
+                    modes: list[tuple[str, Callable[[], dict[str, float]]]] = []
                     for mode, fetch in (
                         ("in-process", rsm.fetch_log_segment),
-                        ("bridge", client.fetch_log_segment),
+                        ("bridge, Python client", client.fetch_log_segment),
                     ):
-                        # warm-up (caches, connections), then the measured run
-                        run_workload(fetch, md, size, args.readers, max(2, args.fetches // 10), sequential, 1)
-                        bridge_cpu0 = proc_cpu(proc.pid)
-                        r = run_workload(fetch, md, size, args.readers, args.fetches, sequential, 2)
-                        r["bridge_cpu_s"] = proc_cpu(proc.pid) - bridge_cpu0 if mode == "bridge" else 0.0
+
+                        def measure(
+                            fetch=fetch, mode=mode, md=md, proc=proc, sequential=sequential
+                        ) -> dict[str, float]:
+                            # warm-up (caches, connections), then the measured run
+                            run_workload(
+                                fetch, md, size, args.readers, max(2, args.fetches // 10), sequential, 1
+                            )
+                            bridge_cpu0 = proc_cpu(proc.pid)
+                            r = run_workload(fetch, md, size, args.readers, args.fetches, sequential, 2)
+                            r["bridge_cpu_s"] = (
+                                proc_cpu(proc.pid) - bridge_cpu0 if mode != "in-process" else 0.0
+                            )
+                            return r
+
+                        modes.append((mode, measure))
+                    if classpath:
+                        modes.append(
+                            (
+                                "bridge, JVM plugin",
+                                lambda md=md, proc=proc, sock=sock, sequential=sequential: run_jvm_workload(
+                                    classpath,
+                                    sock,
+                                    proc.pid,
+                                    md,
+                                    size,
+                                    args.readers,
+                                    args.fetches,
+                                    sequential,
+                                    work,
+                                ),
+                            )
+                        )
+                    for mode, measure in modes:
+                        r = measure()
                         r["cpu_s_per_gib"] = (r["client_cpu_s"] + r["bridge_cpu_s"]) / (
                             r["bytes"] / (1 << 30)
                         )
@@ -284,21 +391,18 @@ def main() -> int:
                                 f"{r['mb_s']:,.0f}",
                                 f"{r['p50_ms']:.1f}",
                                 f"{r['p99_ms']:.1f}",
-                                f"{r['ttfb_p50_ms']:.2f}",
                                 f"{r['cpu_s_per_gib']:.2f}",
                                 f"{r['bridge_cpu_s'] / (r['bytes'] / (1 << 30)):.2f}",
                             )
                         )
-                    ratio = out["bridge"]["mb_s"] / out["in-process"]["mb_s"]
+                    bridge_mode = "bridge, JVM plugin" if classpath else "bridge, Python client"
+                    ratio = out[bridge_mode]["mb_s"] / out["in-process"]["mb_s"]
                     results[f"{name} / {workload}"] = {**out, "bridge_over_in_process": ratio}
+                    label = f"{bridge_mode} / in-process throughput, {name}, {workload}"
                     if "cold" in name:
-                        targets.append(
-                            Target(f"bridge / in-process throughput, {name}, {workload}", ratio, 0.8)
-                        )
+                        targets.append(Target(label, ratio, 0.8))
                     else:
-                        info.append(
-                            f"{name}, {workload}: bridge / in-process = {ratio:.2f} (no target: memory copies)"
-                        )
+                        info.append(f"{label} = {ratio:.2f} (no target: hot cache reads are memory copies)")
             finally:
                 client.close()
                 proc.terminate()
@@ -306,7 +410,7 @@ def main() -> int:
                 rsm.close()
     print_table(
         f"{args.readers} concurrent readers, {args.size_mib} MiB segment, file store",
-        ("run", "MB/s", "p50 ms", "p99 ms", "TTFB p50 ms", "CPU s/GiB", "of which bridge"),
+        ("run", "MB/s", "p50 ms", "p99 ms", "CPU s/GiB", "of which bridge"),
         rows,
     )
     for line in info:

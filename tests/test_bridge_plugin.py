@@ -270,3 +270,22 @@ def _alive(pid: int) -> bool:
             return f.read().split()[2] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_build_plugin_command_prints_the_jar(bridge_plugin_jar):
+    result = subprocess.run(
+        [sys.executable, "-m", "rsm.cli.main", "bridge", "build-plugin"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
+    assert result.returncode == 0, result.stderr
+    jar = Path(result.stdout.strip())
+    assert jar == bridge_plugin_jar and jar.is_file()
+    import zipfile
+
+    names = zipfile.ZipFile(jar).namelist()
+    assert "io/tieredrsm/bridge/BridgeRemoteStorageManager.class" in names
+    assert not [n for n in names if n.startswith("org/apache/kafka/")], "Kafka classes must not be bundled"
+    assert not [n for n in names if "Driver" in n], "test drivers must not be in the plugin jar"

@@ -493,3 +493,44 @@ def test_sigterm_aborts_streams_finishes_copies_and_removes_the_socket(sock_dir,
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_serve_refuses_a_bad_rsm_configuration_in_one_line(sock_dir):
+    cfg = sock_dir / "server.properties"
+    cfg.write_text("rsm.config.storage.backend=file\n")  # no storage.file.root: the RSM refuses it
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rsm.cli.main",
+            "bridge",
+            "serve",
+            "--config",
+            str(cfg),
+            "--socket",
+            str(sock_dir / "x.sock"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
+    assert result.returncode == 2
+    assert "storage.file.root" in result.stderr and "Traceback" not in result.stderr
+    assert not (sock_dir / "x.sock").exists()
+    missing = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rsm.cli.main",
+            "bridge",
+            "serve",
+            "--config",
+            str(sock_dir / "nope.properties"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
+    assert missing.returncode == 2 and "cannot read properties file" in missing.stderr

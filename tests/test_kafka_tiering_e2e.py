@@ -218,8 +218,9 @@ def test_tiering_through_the_bridge(bridge_plugin_jar, kafka_broker_factory, s3_
                 [NewTopic("probe-unchecked", 1, 1, topic_configs={"unchecked.rsm.bucket": "b"})],
                 validate_only=True,
             )
-        except KafkaError:
+        except KafkaError as exc:
             unchecked_ok = False
+            print(f"broker refuses unchecked.* topic configs: {exc!r}", file=sys.stderr)
         print(f"broker accepts unchecked.* topic configs: {unchecked_ok}", file=sys.stderr)
         admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1, topic_configs=topic_configs)])
 

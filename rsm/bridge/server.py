@@ -44,6 +44,7 @@ SERVER_NAME = "rsm-bridge-python/0.1.0"
 _SENSITIVE_MARKERS = ("password", "secret", "token", "credential", "access.key", "session", "private")
 _UNIX_PATH_MAX = 107
 SMALL_FRAMES_UNTIL = 1024 * 1024
+DEFAULT_INITIAL_FRAME_BYTES = 128 * 1024
 
 Handler = Callable[["RequestContext"], "dict[str, Any] | None"]
 
@@ -217,6 +218,7 @@ class BridgeServer:
         *,
         configs: Mapping[str, str] | None = None,
         frame_bytes: int = DEFAULT_DATA_FRAME_BYTES,
+        initial_frame_bytes: int = DEFAULT_INITIAL_FRAME_BYTES,
         shutdown_grace_s: float = 10.0,
         handlers: Mapping[str, Handler] | None = None,
     ) -> None:
@@ -228,6 +230,7 @@ class BridgeServer:
         self.socket_path = Path(socket_path)
         self.configs = dict(configs or {})
         self.frame_bytes = frame_bytes
+        self.initial_frame_bytes = max(MIN_DATA_FRAME_BYTES, min(initial_frame_bytes, frame_bytes))
         self.shutdown_grace_s = shutdown_grace_s
         self._handlers: dict[str, Handler] = {
             Op.HEALTH: self._op_health,
@@ -533,27 +536,23 @@ class BridgeServer:
         """
         rid = frame.request_id
         op = frame.header.get("op")
-        buf = bytearray(self.frame_bytes)
-        view = memoryview(buf)
         sent = 0
         stream = None
         # small frames for the first MiB (Kafka reads its fetch size, 1 MiB by default, then closes: a
         # small frame bounds what is read from storage for nothing), full-size frames after that
-        size = min(MIN_DATA_FRAME_BYTES, self.frame_bytes)
+        size = self.initial_frame_bytes
         try:
             try:
                 stream = self._open_stream(frame.header)
-                n = _read_full(stream, view[:size])
+                data = _read_piece(stream, size)
             except Exception as exc:  # noqa: BLE001 - mapped to an ERROR frame
                 self._report_failure(conn, rid, op, exc)
                 return
-            while n:
-                protocol.send_frame(conn.sock, FrameType.DATA, rid, None, view[:n])
-                sent += n
-                if n < size:
-                    break  # short read = end of stream
+            while data:
+                protocol.send_frame(conn.sock, FrameType.DATA, rid, None, data)
+                sent += len(data)
                 if sent >= SMALL_FRAMES_UNTIL:
-                    size = len(buf)
+                    size = self.frame_bytes
                 self._await_room(conn, rid)
                 if self._stopping.is_set():
                     self._send_error(
@@ -561,7 +560,7 @@ class BridgeServer:
                     )
                     return
                 try:
-                    n = _read_full(stream, view[:size])
+                    data = _read_piece(stream, size)
                 except Exception as exc:  # noqa: BLE001 - mapped to an ERROR frame
                     self._report_failure(conn, rid, op, exc)
                     return
@@ -597,23 +596,18 @@ class BridgeServer:
         )
 
 
-def _read_full(stream: Any, view: memoryview) -> int:
-    """Fill ``view`` from ``stream`` (readinto when it has it); returns bytes read, short only at EOF."""
-    total = 0
-    readinto = getattr(stream, "readinto", None)
-    while total < len(view):
-        if readinto is not None:
-            n = readinto(view[total:])
-            if n is None:
-                continue
-        else:
-            chunk = stream.read(len(view) - total)
-            n = len(chunk)
-            view[total : total + n] = chunk
-        if not n:
-            break
-        total += n
-    return total
+def _read_piece(stream: Any, size: int) -> bytes | bytearray | memoryview:
+    """Up to ``size`` bytes from ``stream``; empty only at the end.
+
+    ``read()`` rather than ``readinto()``: the RSM's streams hand out their decoded chunk with one copy
+    (readinto would add a second), and the result goes to the socket as it is.
+    """
+    data = stream.read(size)
+    if data is None:  # a non-blocking raw stream with nothing yet: fall back to a blocking fill
+        buf = bytearray(size)
+        n = stream.readinto(buf) or 0
+        return memoryview(buf)[:n]
+    return data
 
 
 def _pid_alive(pid: int) -> bool:
@@ -650,6 +644,7 @@ def serve(
             raise ValueError(f"no --socket given and no rsm.config.bridge.socket.path in {config_path}")
         socket_path = Path(raw)
     frame_bytes = int(settings.get("bridge.frame.bytes", DEFAULT_DATA_FRAME_BYTES))
+    initial_frame_bytes = int(settings.get("bridge.frame.initial.bytes", DEFAULT_INITIAL_FRAME_BYTES))
     grace = float(settings.get("bridge.shutdown.grace.ms", "10000")) / 1000.0
     if rsm_class:
         cls = _load_class(rsm_class)
@@ -659,7 +654,12 @@ def serve(
     log.info("configuring %s with %s", cls.__name__, mask_configs(rsm_configs))
     rsm.configure(dict(rsm_configs))
     server = BridgeServer(
-        rsm, socket_path, configs=rsm_configs, frame_bytes=frame_bytes, shutdown_grace_s=grace
+        rsm,
+        socket_path,
+        configs=rsm_configs,
+        frame_bytes=frame_bytes,
+        initial_frame_bytes=initial_frame_bytes,
+        shutdown_grace_s=grace,
     )
     server.bind()
 

@@ -59,9 +59,15 @@ def _serve(args: argparse.Namespace) -> int:
             rsm_class=args.rsm_class,
             parent_pid=args.parent_pid,
         )
-    except ValueError as exc:
-        log.error("%s", exc)
+    except (ValueError, ImportError, AttributeError) as exc:
         print(f"rsm bridge serve: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - e.g. the RSM refusing its configuration: one clear line
+        from rsm.errors import RemoteStorageException
+
+        if not isinstance(exc, RemoteStorageException):
+            raise
+        print(f"rsm bridge serve: cannot configure the RemoteStorageManager: {exc}", file=sys.stderr)
         return 2
 
 
