@@ -249,7 +249,7 @@ def run_jvm_workload(
     proc = subprocess.Popen(
         ["java", "-Xmx512m", "-cp", classpath, "io.tieredrsm.bridge.BenchDriver", str(props), json.dumps(seg),
          str(readers), str(fetches), str(-1 if sequential else READ_BYTES), "2"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )  # fmt: skip
     assert proc.stdin and proc.stdout
     for line in proc.stdout:
@@ -279,7 +279,9 @@ def main() -> int:
     parser.add_argument("--fetches", type=int, default=40, help="1 MiB fetches per reader (kafka-like)")
     parser.add_argument("--prefetch", type=int, default=0, help="the RSM's fetch.prefetch.chunks")
     parser.add_argument("--frame-kib", type=int, default=256, help="bridge.frame.bytes / 1024")
-    parser.add_argument("--initial-frame-kib", type=int, default=128, help="bridge.frame.initial.bytes / 1024")
+    parser.add_argument(
+        "--initial-frame-kib", type=int, default=128, help="bridge.frame.initial.bytes / 1024"
+    )
     parser.add_argument("--only", default="", help="run only the variants whose name contains this text")
     parser.add_argument("--no-jvm", action="store_true", help="skip the runs through the JVM plugin")
     parser.add_argument("--json", type=Path)
