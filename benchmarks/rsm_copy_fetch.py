@@ -248,7 +248,7 @@ def main() -> int:
     ap.add_argument("--chunk-mib", type=int, default=4)
     ap.add_argument("--no-s3", action="store_true")
     ap.add_argument("--json", type=Path)
-    ap.add_argument("--repeat", type=int, default=3, help="copies per variant (first samples RSS), best kept")
+    ap.add_argument("--repeat", type=int, default=5, help="copies per variant (first samples RSS), best kept")
     ap.add_argument(
         "--only", nargs="*", help="run only variants whose name contains one of these (file/encrypted)"
     )
