@@ -199,7 +199,7 @@ typedef struct {
    faulted in, so a reader decoding chunk after chunk does not pay the kernel to zero fresh pages for
    every column of every chunk (the same reuse malloc gives small blocks). */
 #define POOL_SLOTS 32
-#define POOL_LIMIT ((size_t)256 << 20)
+#define POOL_LIMIT ((size_t)128 << 20)
 static struct {
     char *p;
     size_t cap;
@@ -260,11 +260,11 @@ typedef struct {
     int mapped; /* p is an mmap of cap bytes */
 } Buf;
 
-/* Large column buffers are anonymous mappings advised to use transparent huge pages: growth is an
-   mremap (no copy) and first touch costs one fault per 2 MiB instead of per 4 KiB, which otherwise is
-   a third of the kernel's run time.  Small buffers use malloc. */
+/* Large column buffers are anonymous mappings: growth is an mremap (no copy), the unused tail can be
+   returned to the kernel, and released mappings go to the pool below.  Small buffers use malloc.
+   Mapping sizes are multiples of MAP_UNIT. */
 #define MMAP_MIN ((size_t)1 << 20)
-#define HUGE_PAGE ((size_t)2 << 20)
+#define MAP_UNIT ((size_t)2 << 20)
 
 #ifdef USE_MMAP
 /* Smallest pooled mapping of at least `need` bytes, removed from the pool; NULL if none. */
@@ -280,20 +280,21 @@ static char *pool_take(size_t need, size_t *cap) {
     return p;
 }
 
-/* A fresh mapping of `cap` bytes (a multiple of HUGE_PAGE) aligned to HUGE_PAGE, so that transparent
-   huge pages can back it. */
-static char *map_aligned(size_t cap) {
-    size_t len = cap + HUGE_PAGE;
-    char *raw = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (raw == MAP_FAILED) return NULL;
-    uintptr_t aligned = ((uintptr_t)raw + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1);
-    size_t head = aligned - (uintptr_t)raw;
-    if (head) munmap(raw, head);
-    if (len - head - cap) munmap((char *)aligned + cap, len - head - cap);
+/* Transparent huge pages for column mappings: writing tens of MB of values into 4 KiB pages costs
+   about 30% more in steady state (TLB misses) than into huge pages.  The price is on first touch:
+   with the kernel's usual defrag=madvise setting a fault may stall in direct compaction (seen here: a
+   first decode 100-300 ms slower on a busy host); pooled mappings are reused, so the price is paid
+   once per process.  SEGMENT_FORMAT_HUGEPAGES=0 in the environment turns the advice off. */
+static int use_hugepages = 1;
+
+/* A fresh anonymous mapping of `cap` bytes. */
+static char *map_fresh(size_t cap) {
+    char *p = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
 #ifdef MADV_HUGEPAGE
-    madvise((char *)aligned, cap, MADV_HUGEPAGE);
+    if (use_hugepages) madvise(p, cap, MADV_HUGEPAGE);
 #endif
-    return (char *)aligned;
+    return p;
 }
 #endif
 
@@ -302,7 +303,7 @@ static int buf_grow(Buf *b, size_t need) {
     while (cap < need) cap *= 2;
 #ifdef USE_MMAP
     if (cap >= MMAP_MIN) {
-        cap = (cap + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+        cap = (cap + MAP_UNIT - 1) & ~(MAP_UNIT - 1);
         size_t got = cap;
         char *np = pool_take(need, &got);
         if (!np) {
@@ -316,7 +317,7 @@ static int buf_grow(Buf *b, size_t need) {
                 b->cap = cap;
                 return 0;
             }
-            np = map_aligned(cap);
+            np = map_fresh(cap);
             got = cap;
             if (!np) {
                 PyErr_NoMemory();
@@ -812,6 +813,16 @@ static PyObject *nb_from_mem(char *data, size_t len, size_t mapped) {
         char *shrunk = realloc(data, len);
         if (shrunk) data = shrunk;
     }
+#ifdef USE_MMAP
+    if (mapped) {
+        /* Give back the unused tail when most of the mapping is unused, so a long-lived column holds
+           at most about twice what it uses; a nearly full mapping is kept whole so it can serve the
+           next decode of a similar chunk from the pool. Shrinking in place cannot move. */
+        size_t keep = (len + MAP_UNIT - 1) & ~(MAP_UNIT - 1);
+        if (keep == 0) keep = MAP_UNIT;
+        if (mapped > 2 * keep && mremap(data, mapped, keep, 0) != MAP_FAILED) mapped = keep;
+    }
+#endif
     nb->data = data;
     nb->len = (Py_ssize_t)len;
     nb->mapped = mapped;
@@ -1146,6 +1157,10 @@ static struct PyModuleDef native_module = {
 
 PyMODINIT_FUNC PyInit__native(void) {
     crc_init();
+#ifdef USE_MMAP
+    const char *hp = getenv("SEGMENT_FORMAT_HUGEPAGES");
+    if (hp && hp[0] == '0') use_hugepages = 0;
+#endif
     crc_zeros_table(crc_zeros_long, CRC_LONG);
     crc_zeros_table(crc_zeros_short, CRC_SHORT);
     if (PyType_Ready(&NativeBufferType) < 0) return NULL;
