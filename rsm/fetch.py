@@ -184,17 +184,17 @@ class SegmentStream(io.RawIOBase):
 
     def _chunk(self, i: int) -> bytes:
         fut = self._futures.pop(i, None)
-        try:
-            data = fut.result() if fut is not None else self._reader.chunk(i)
-        except BaseException as exc:
-            if self._on_error is not None:
-                raise self._on_error(exc) from None
-            raise
+        # ask for the next chunks before waiting for this one, so their downloads overlap with it
         if self._prefetch:
             for j in range(i + 1, min(i + self._prefetch, self._last_chunk) + 1):
                 if j not in self._futures:
                     self._futures[j] = self._executor.submit(self._reader.chunk, j)  # type: ignore[union-attr]
-        return data
+        try:
+            return fut.result() if fut is not None else self._reader.chunk(i)
+        except BaseException as exc:
+            if self._on_error is not None:
+                raise self._on_error(exc) from None
+            raise
 
     def _take(self, limit: int) -> bytes | memoryview:
         """Up to `limit` bytes from the current position, within one chunk."""
