@@ -534,3 +534,28 @@ def test_serve_refuses_a_bad_rsm_configuration_in_one_line(sock_dir):
         env=dict(os.environ, PYTHONPATH=str(REPO)),
     )
     assert missing.returncode == 2 and "cannot read properties file" in missing.stderr
+
+
+def test_client_drops_pooled_connections_of_a_restarted_bridge(sock_dir, tmp_path):
+    path = sock_dir / "r.sock"
+    first = BridgeServer(MemoryRSM(), path)
+    first.bind()
+    t1 = threading.Thread(target=first.serve_forever, daemon=True)
+    t1.start()
+    client = BridgeClient(path, pool_size=4)
+    pid_conn_count = client.health()["connections"]
+    assert pid_conn_count == 1 and client._idle.qsize() == 1
+    first.stop()
+    t1.join(10)
+    second = BridgeServer(MemoryRSM(), path)
+    second.bind()
+    t2 = threading.Thread(target=second.serve_forever, daemon=True)
+    t2.start()
+    try:
+        # the pooled connection points at the stopped server: it is noticed and replaced, the call works
+        assert client.health()["status"] == "ok"
+        assert client._idle.qsize() == 1
+    finally:
+        client.close()
+        second.stop()
+        t2.join(10)

@@ -46,6 +46,23 @@ class BridgeConnection:
         self.version: int = hello.header.get("version", 0)
         self.broken = False
 
+    def is_stale(self) -> bool:
+        """True when the bridge closed this idle connection (it died or restarted)."""
+        if self.broken:
+            return True
+        timeout = self.sock.gettimeout()
+        self.sock.settimeout(0.0)
+        try:
+            self.sock.recv(1, socket.MSG_PEEK)  # b"": closed by the bridge; bytes: out of step
+            return True
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+        finally:
+            with contextlib.suppress(OSError):
+                self.sock.settimeout(timeout)
+
     def close(self) -> None:
         self.broken = True
         with contextlib.suppress(OSError):
@@ -72,10 +89,14 @@ class BridgeClient:
     def _acquire(self) -> BridgeConnection:
         self._slots.acquire()
         try:
-            try:
-                return self._idle.get_nowait()
-            except queue.Empty:
-                return BridgeConnection(self.socket_path, self.timeout)
+            while True:
+                try:
+                    conn = self._idle.get_nowait()
+                except queue.Empty:
+                    return BridgeConnection(self.socket_path, self.timeout)
+                if not conn.is_stale():
+                    return conn
+                conn.close()
         except BaseException:
             self._slots.release()
             raise
