@@ -17,6 +17,12 @@ plain C with the CPython API needs nothing beyond the compiler setup.py already 
 JIT warm-up (numba compiles on first call, seconds per process: bad for Spark workers and CLI tools) and
 no extra build dependency (Cython); the hardware CRC-32C instruction is also directly reachable.
 
+Memory: the column buffers belong to the returned arrays (nothing refers to the input bytes). Large
+buffers are anonymous mappings; released ones (up to 128 MiB) are kept for the next decode, so a reader
+decoding chunk after chunk does not pay the kernel to zero fresh pages each time. They are advised to
+use transparent huge pages (faster steady state, possibly a slower first decode on a fragmented host);
+``SEGMENT_FORMAT_HUGEPAGES=0`` in the environment turns that off.
+
 Errors: any malformed input raises :class:`segment_format.errors.CorruptRecordError` naming the file and
 the absolute byte position (``base_position`` + index in ``data``); for a compressed batch the position
 is the batch's and the reason locates the record inside the decompressed bytes.
