@@ -30,6 +30,11 @@ from .transaction_index import AbortedTxn, TransactionIndex
 from .writer import SegmentWriter, build_batch, build_control_batch
 
 __all__ = [
+    "RECORD_SCHEMA",
+    "decode_batches",
+    "decode_reference",
+    "iter_record_batches",
+    "iter_stream_record_batches",
     "DEFAULT_INDEX_INTERVAL_BYTES",
     "AbortedTxn",
     "CompressionType",
@@ -69,3 +74,23 @@ __all__ = [
     "parse_batch",
     "parse_segment_name",
 ]
+
+
+# The columnar decoder pulls in pyarrow; importing it lazily keeps `import segment_format` (and the CLI's
+# start-up) light for code that only parses or writes bytes.
+_LAZY = {
+    "RECORD_SCHEMA": "arrow_schema",
+    "decode_batches": "columnar",
+    "decode_reference": "columnar",
+    "iter_record_batches": "columnar",
+    "iter_stream_record_batches": "columnar",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'segment_format' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f".{module}", __name__), name)

@@ -524,6 +524,10 @@ class RecordBatch:
             raise CorruptRecordError(
                 f"invalid record count {count}", file=self.file, position=self.position + 57
             )
+        if count == 0:
+            # Kafka's DefaultRecordBatch.iterator() never reads an empty batch's payload (compaction can
+            # leave one), so neither do we: whatever bytes follow the header are not records.
+            return []
         codec = self.compression_type
         payload = memoryview(self.data)[BATCH_HEADER_SIZE:]
         if codec is CompressionType.NONE:
