@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -182,6 +183,9 @@ def test_plugin_copy_fetch_cancel_restart_delete(
         # Kafka reads what it needs and closes: the stream is cancelled, the connection reused
         head = driver.ok("fetch_partial 17 5000")
         assert head["sha256"] == sha(log_bytes[17:5017])
+        # ten of Kafka's reader threads at once, over the pooled connections
+        concurrent = driver.ok("fetch_concurrent 10")
+        assert concurrent["digests"] == [sha(log_bytes)]
         for index_type, path in [
             ("OFFSET", files["index"]),
             ("TIMESTAMP", files["timeindex"]),
@@ -289,3 +293,43 @@ def test_build_plugin_command_prints_the_jar(bridge_plugin_jar):
     assert "io/tieredrsm/bridge/BridgeRemoteStorageManager.class" in names
     assert not [n for n in names if n.startswith("org/apache/kafka/")], "Kafka classes must not be bundled"
     assert not [n for n in names if "Driver" in n], "test drivers must not be in the plugin jar"
+
+
+def test_plugin_gives_up_on_a_bridge_that_does_not_answer(bridge_plugin_jar, java_build, short_dir, tmp_path):
+    from test_bridge_server import MemoryRSM
+
+    from rsm.bridge.server import BridgeServer
+
+    release = threading.Event()
+    server = BridgeServer(
+        MemoryRSM(),
+        short_dir / "b.sock",
+        handlers={"health": lambda ctx: release.wait(30) and {"status": "late"}},
+    )
+    server.bind()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    props = short_dir / "plugin.properties"
+    props.write_text(
+        f"bridge.socket.path={short_dir / 'b.sock'}\nbridge.command=\nbridge.request.timeout.ms=1000\n"
+    )
+    classpath = os.pathsep.join(
+        [
+            str(JVM_DIR / "target" / "classes"),
+            str(JVM_DIR / "target" / "test-classes"),
+            str(java_build.kafka_libs / "*"),
+        ]
+    )
+    driver = Driver(classpath, tmp_path)
+    try:
+        driver.ok(f"configure {props}")
+        started = time.monotonic()
+        late = driver("health")
+        assert late["exception"] == "RemoteStorageException"
+        assert "no answer from the bridge within 1000 ms" in late["message"], late
+        assert time.monotonic() - started < 10
+    finally:
+        release.set()
+        driver.stop()
+        server.stop()
+        thread.join(15)

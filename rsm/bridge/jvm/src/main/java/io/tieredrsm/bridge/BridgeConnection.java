@@ -10,6 +10,9 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.ScheduledThreadPoolExecutor;
+import java.util.concurrent.TimeUnit;
 
 /**
  * One handshaken connection to the bridge (protocol v1, see PROTOCOL.md). It carries one request at a
@@ -48,13 +51,33 @@ final class BridgeConnection implements AutoCloseable {
         }
     }
 
+    /** Closes connections whose answer is late, so a hung bridge cannot block a Kafka thread forever. */
+    private static final ScheduledThreadPoolExecutor WATCHDOG = watchdog();
+
+    private static ScheduledThreadPoolExecutor watchdog() {
+        ScheduledThreadPoolExecutor ex = new ScheduledThreadPoolExecutor(1, r -> {
+            Thread t = new Thread(r, "rsm-bridge-watchdog");
+            t.setDaemon(true);
+            return t;
+        });
+        ex.setRemoveOnCancelPolicy(true);
+        return ex;
+    }
+
     private final SocketChannel channel;
+    private final long timeoutMs;
+    private volatile boolean timedOut;
     private final ByteBuffer prefix = ByteBuffer.allocate(PREFIX_SIZE);
     private byte[] body = new byte[64 * 1024];
     final Map<String, Object> serverHello;
     volatile boolean broken;
 
     BridgeConnection(Path socketPath, String clientName) throws IOException {
+        this(socketPath, clientName, 30_000);
+    }
+
+    BridgeConnection(Path socketPath, String clientName, long timeoutMs) throws IOException {
+        this.timeoutMs = timeoutMs;
         SocketChannel ch = SocketChannel.open(StandardProtocolFamily.UNIX);
         try {
             ch.connect(UnixDomainSocketAddress.of(socketPath));
@@ -98,7 +121,28 @@ final class BridgeConnection implements AutoCloseable {
         }
     }
 
+    /** Reads one frame; fails (and closes the connection) when none arrives within the timeout. */
     Frame read() throws IOException {
+        if (timeoutMs <= 0) {
+            return readFrame();
+        }
+        ScheduledFuture<?> alarm = WATCHDOG.schedule(() -> {
+            timedOut = true;
+            close();
+        }, timeoutMs, TimeUnit.MILLISECONDS);
+        try {
+            return readFrame();
+        } catch (IOException e) {
+            if (timedOut) {
+                throw new IOException("no answer from the bridge within " + timeoutMs + " ms", e);
+            }
+            throw e;
+        } finally {
+            alarm.cancel(false);
+        }
+    }
+
+    private Frame readFrame() throws IOException {
         prefix.clear();
         readFully(prefix);
         prefix.flip();

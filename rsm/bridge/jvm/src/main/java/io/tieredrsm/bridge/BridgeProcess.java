@@ -173,7 +173,7 @@ final class BridgeProcess {
     }
 
     private boolean probe() {
-        try (BridgeConnection c = new BridgeConnection(socketPath, clientName + "-probe")) {
+        try (BridgeConnection c = new BridgeConnection(socketPath, clientName + "-probe", 5_000)) {
             return true;
         } catch (IOException | RuntimeException e) {
             return false;

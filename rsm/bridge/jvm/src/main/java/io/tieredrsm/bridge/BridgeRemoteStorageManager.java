@@ -45,6 +45,8 @@ import org.slf4j.LoggerFactory;
  *       operator runs.</li>
  *   <li>{@code bridge.config.file}: the properties file handed to the bridge (default: the plugin writes
  *       its rsm.config.* settings, owner-only, next to the socket)</li>
+ *   <li>{@code bridge.request.timeout.ms} (300000): longest wait for one answer frame (a copy of a large
+ *       segment to a slow store is one answer); a late answer fails the call and drops the connection</li>
  *   <li>{@code bridge.pool.size} (32), {@code bridge.startup.timeout.ms} (60000),
  *       {@code bridge.restart.backoff.ms} (200), {@code bridge.restart.backoff.max.ms} (30000),
  *       {@code bridge.log.file} (next to the socket)</li>
@@ -70,6 +72,7 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
     private final AtomicInteger requestIds = new AtomicInteger();
     private volatile boolean closed;
     private long stopGraceMs = 15_000;
+    private long requestTimeoutMs = 300_000;
 
     @Override
     public void configure(Map<String, ?> configs) {
@@ -95,6 +98,7 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
         int poolSize = Integer.parseInt(all.getOrDefault("bridge.pool.size", "32"));
         slots = new Semaphore(poolSize);
         stopGraceMs = Long.parseLong(all.getOrDefault("bridge.shutdown.grace.ms", "10000")) + 5_000;
+        requestTimeoutMs = Long.parseLong(all.getOrDefault("bridge.request.timeout.ms", "300000"));
 
         String commandText = all.getOrDefault("bridge.command", "rsm bridge serve").trim();
         List<String> command = commandText.isEmpty() || commandText.equals("none") ? List.of()
@@ -203,13 +207,13 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
 
     private BridgeConnection connect() throws RemoteStorageException {
         try {
-            return new BridgeConnection(socketPath, CLIENT_NAME);
+            return new BridgeConnection(socketPath, CLIENT_NAME, requestTimeoutMs);
         } catch (IOException first) {
             // nobody answers: the bridge died or was never started; (re)start it, then try once more
             discardIdle();
             bridge.ensureRunning();
             try {
-                return new BridgeConnection(socketPath, CLIENT_NAME);
+                return new BridgeConnection(socketPath, CLIENT_NAME, requestTimeoutMs);
             } catch (IOException e) {
                 throw new RemoteStorageException("cannot connect to the bridge at " + socketPath + ": " + e, e);
             }

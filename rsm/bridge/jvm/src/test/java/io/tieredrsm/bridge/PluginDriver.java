@@ -106,6 +106,35 @@ public final class PluginDriver {
                         digest(s, Long.parseLong(a[1]), out);
                         break;
                     }
+                    case "fetch_concurrent": {
+                        // N threads each read the whole segment at once; answers the distinct digests
+                        int n = Integer.parseInt(w[1]);
+                        RemoteLogSegmentMetadata m = metadata;
+                        java.util.Set<String> digests = java.util.concurrent.ConcurrentHashMap.newKeySet();
+                        java.util.List<Throwable> errors = java.util.Collections.synchronizedList(new java.util.ArrayList<>());
+                        java.util.List<Thread> threads = new java.util.ArrayList<>();
+                        for (int i = 0; i < n; i++) {
+                            Thread t = new Thread(() -> {
+                                try {
+                                    Map<String, Object> r = new LinkedHashMap<>();
+                                    digest(rsm.fetchLogSegment(m, 0), Long.MAX_VALUE, r);
+                                    digests.add((String) r.get("sha256"));
+                                } catch (Throwable e) {
+                                    errors.add(e);
+                                }
+                            });
+                            t.start();
+                            threads.add(t);
+                        }
+                        for (Thread t : threads) {
+                            t.join();
+                        }
+                        if (!errors.isEmpty()) {
+                            throw new RuntimeException(errors.get(0));
+                        }
+                        out.put("digests", new java.util.ArrayList<>(digests));
+                        break;
+                    }
                     case "index":
                         digest(rsm.fetchIndex(metadata, IndexType.valueOf(w[1])), Long.MAX_VALUE, out);
                         break;
