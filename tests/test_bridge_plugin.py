@@ -42,7 +42,7 @@ def bridge_plugin_jar() -> Path:
 
 def bridge_command() -> str:
     """How the plugin starts the bridge in tests: this interpreter, so the bridge sees the same packages."""
-    return f"{sys.executable} -m rsm.cli.main bridge serve"
+    return f"{sys.executable} -m rsm.cli.main -v bridge serve"
 
 
 @pytest.fixture
@@ -203,8 +203,10 @@ def test_plugin_copy_fetch_cancel_restart_delete(
         # kill -9 the bridge: once it is gone, the very next call finds a fresh one the plugin started
         # (pooled connections to the dead bridge are noticed and dropped, not used for the call)
         os.kill(old_pid, signal.SIGKILL)
+        # wait until the JVM reaped it: a killed multi-threaded process shows as a zombie while its other
+        # threads still exit, and its sockets close only then
         deadline = time.monotonic() + 10
-        while _alive(old_pid) and time.monotonic() < deadline:
+        while Path(f"/proc/{old_pid}").exists() and time.monotonic() < deadline:
             time.sleep(0.01)
         after = driver.ok("health")
         assert after["pid"] != old_pid and after["restarts"] >= 1, after

@@ -156,6 +156,9 @@ public final class PluginDriver {
                 out.put("ok", false);
                 out.put("exception", e.getClass().getSimpleName());
                 out.put("message", String.valueOf(e.getMessage()));
+                java.io.StringWriter trace = new java.io.StringWriter();
+                e.printStackTrace(new java.io.PrintWriter(trace));
+                out.put("trace", trace.toString());
             }
             System.out.println("@@ " + Json.write(out));
             System.out.flush();
