@@ -12,6 +12,7 @@ from pathlib import Path
 import crc32c
 import pyarrow as pa
 import pytest
+from fixtures_data import FIXTURES, fixture_path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -26,7 +27,6 @@ from segment_format.columnar import (
 )
 from segment_format.errors import CorruptRecordError
 
-FIXTURES = Path(os.environ.get("RSM_FIXTURES", "/work/shared/fixtures"))
 CORRUPT_FIXTURE = "fetch2.mytopic.nocompression.invalid_crc.kafka.0900.messageset.bin"
 
 
@@ -138,6 +138,12 @@ def _fixture_files() -> list[Path]:
 FIXTURE_FILES = _fixture_files()
 
 
+def test_fixture_files_are_there() -> None:
+    """The parametrised fixture tests below must not quietly collect nothing (fails under CI)."""
+    fixture_path("public")
+    assert len(FIXTURE_FILES) > 20
+
+
 @pytest.mark.skipif(not FIXTURE_FILES, reason="shared fixtures not present")
 @pytest.mark.parametrize("path", FIXTURE_FILES, ids=lambda p: str(p.relative_to(FIXTURES)))
 def test_fixture_fast_path_equals_reference(path: Path) -> None:
@@ -152,10 +158,7 @@ def test_fixture_fast_path_equals_reference(path: Path) -> None:
 
 
 def _fixture(rel: str) -> bytes:
-    path = FIXTURES / rel
-    if not path.exists():
-        pytest.skip(f"{rel} missing")
-    return path.read_bytes()
+    return fixture_path(rel).read_bytes()
 
 
 def test_fixture_values_as_stated_by_sources() -> None:
