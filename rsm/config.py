@@ -3,9 +3,18 @@
 Kafka hands the RSM the broker's `rsm.config.*` keys with the prefix stripped (`bucket`, `prefix`,
 `storage.backend`, ...). Seed 004 lets a topic carry unvalidated `unchecked.*` keys and passes the topic's
 LogConfig to every operation, so a topic can choose its own bucket, prefix, encryption, compression and
-chunk size. Resolution order for a topic-level setting: the topic's `unchecked.rsm.<name>` key, then the
-broker's `<name>`, then a built-in default. `describe()` answers every effective value with its source,
-like KIP-525's config sources (seed 003), masking sensitive values.
+chunk size.
+
+Today's brokers (Kafka 4.4) refuse unknown topic configs (`INVALID_CONFIG: Unknown topic config name:
+unchecked.rsm.bucket`) and pass no LogConfig, so a topic cannot hold those keys yet. Until it can, the same
+keys live in a per-topic overlay document kept in the store itself (`rsm.overlay`, keyed by topic id,
+changed at run time by `rsm topic-config`): every broker, the Spark reader and the migration tool see one
+copy, a change needs no restart, and a recreated topic does not inherit its predecessor's settings.
+
+Resolution order for a topic-level setting: the topic's LogConfig `unchecked.rsm.<name>` key (when the
+broker passes one, it wins), then the topic's overlay, then the broker's `<name>`, then a built-in default.
+`describe()` answers every effective value with its source, like KIP-525's config sources (seed 003),
+masking sensitive values.
 
 Record validation (seed 002) is switched on per topic by `record.validation.policy` (or its
 `unchecked.record.validation.policy` form, for brokers that reject unknown topic keys); the policy class is
@@ -34,6 +43,7 @@ class ConfigSource(enum.Enum):
     """Where an effective value came from (names as in KIP-525's `ConfigSource`, plus TOPIC_UNCHECKED)."""
 
     TOPIC_UNCHECKED = "TOPIC_UNCHECKED"
+    TOPIC_OVERLAY = "TOPIC_OVERLAY"  # the per-topic overlay in the store (rsm.overlay), for today's brokers
     TOPIC = "TOPIC"
     BROKER = "BROKER"
     DEFAULT = "DEFAULT"
@@ -185,9 +195,40 @@ SETTINGS: tuple[Setting, ...] = (
         "fail the copy, or tier with a violation report",
         topic=True,
     ),
+    Setting(
+        "topic.overlay.cache.ms",
+        "5000",
+        lambda k, v: _int(k, v, 0, 3_600_000),
+        "how long a topic's overlay (rsm topic-config) is cached: a change applies after at most this",
+    ),
 )
 SETTINGS_BY_NAME = {s.name: s for s in SETTINGS}
 VALIDATION_POLICY_KEYS = ("record.validation.policy", "unchecked.record.validation.policy")
+UNCHECKED_VALIDATION_POLICY_KEY = "unchecked.record.validation.policy"
+TOPIC_KEYS: tuple[str, ...] = (
+    *(TOPIC_PREFIX + s.name for s in SETTINGS if s.topic),
+    UNCHECKED_VALIDATION_POLICY_KEY,
+)
+
+
+def parse_topic_config(key: str, value: str) -> object:
+    """Parse one topic-level `unchecked.*` key with the parser the RSM itself uses for it.
+
+    Raises ConfigException naming the key for an unknown key or a bad value (the overlay and the
+    `rsm topic-config` CLI check values with this, so nothing the RSM would refuse later gets stored).
+    """
+    if not isinstance(value, str):
+        raise ConfigException(f"config {key} must be a string, got {type(value).__name__}")
+    if key == UNCHECKED_VALIDATION_POLICY_KEY:
+        v = value.strip()
+        if not v:
+            raise ConfigException(f"config {key} must name a policy, got an empty value")
+        return v
+    if key.startswith(TOPIC_PREFIX):
+        setting = SETTINGS_BY_NAME.get(key[len(TOPIC_PREFIX) :])
+        if setting is not None and setting.topic:
+            return setting.parse(key, value)
+    raise ConfigException(f"unknown topic config {key!r}; known: {', '.join(TOPIC_KEYS)}")
 
 
 @dataclass(frozen=True)
@@ -246,7 +287,9 @@ class RsmConfig:
         root = self._values["storage.file.root"]
         return Path(str(root)) if root else None
 
-    def _resolve(self, name: str, log_config: Mapping[str, str] | None) -> tuple[object, ConfigEntry]:
+    def _resolve(
+        self, name: str, log_config: Mapping[str, str] | None, overlay: Mapping[str, str] | None = None
+    ) -> tuple[object, ConfigEntry]:
         s = SETTINGS_BY_NAME[name]
         topic_key = TOPIC_PREFIX + name
         if s.topic and log_config is not None and topic_key in log_config:
@@ -256,6 +299,13 @@ class RsmConfig:
                 topic_key,
                 log_config[topic_key],
             )
+        elif s.topic and overlay is not None and topic_key in overlay:
+            value, source, key, text = (
+                s.parse(topic_key, overlay[topic_key]),
+                ConfigSource.TOPIC_OVERLAY,
+                topic_key,
+                overlay[topic_key],
+            )
         elif name in self._raw:
             value, source, key, text = self._values[name], ConfigSource.BROKER, name, self._raw[name]
         else:
@@ -263,14 +313,20 @@ class RsmConfig:
         shown = MASK if (s.sensitive and text is not None) else text
         return value, ConfigEntry(name, shown, source, s.sensitive, key, s.doc)
 
-    def resolve(self, log_config: Mapping[str, str] | LogConfig | None = None) -> TopicSettings:
-        """The effective settings for an operation on a topic with this LogConfig.
+    def resolve(
+        self,
+        log_config: Mapping[str, str] | LogConfig | None = None,
+        overlay: Mapping[str, str] | None = None,
+    ) -> TopicSettings:
+        """The effective settings for an operation on a topic with this LogConfig and overlay.
 
-        Raises ConfigException naming the offending key (never echoing a sensitive value).
+        `overlay` is the topic's `unchecked.*` keys from the store (`rsm.overlay`), used for every key the
+        LogConfig does not carry. Raises ConfigException naming the offending key (never echoing a
+        sensitive value).
         """
         lc = log_config or {}
-        v = {s.name: self._resolve(s.name, lc)[0] for s in SETTINGS if s.topic}
-        policy, _ = self._validation_policy(lc)
+        v = {s.name: self._resolve(s.name, lc, overlay)[0] for s in SETTINGS if s.topic}
+        policy, _ = self._validation_policy(lc, overlay)
         key_id = v["encryption.key.id"]
         return TopicSettings(
             bucket=str(v["bucket"]),
@@ -285,12 +341,21 @@ class RsmConfig:
         )
 
     @staticmethod
-    def _validation_policy(lc: Mapping[str, str]) -> tuple[str | None, ConfigEntry]:
-        for key in VALIDATION_POLICY_KEYS:
-            value = lc.get(key)
+    def _validation_policy(
+        lc: Mapping[str, str], overlay: Mapping[str, str] | None = None
+    ) -> tuple[str | None, ConfigEntry]:
+        candidates = [(key, lc.get(key)) for key in VALIDATION_POLICY_KEYS]
+        candidates.append(
+            (UNCHECKED_VALIDATION_POLICY_KEY, (overlay or {}).get(UNCHECKED_VALIDATION_POLICY_KEY))
+        )
+        for i, (key, value) in enumerate(candidates):
             if value is not None and value.strip():
                 source = (
-                    ConfigSource.TOPIC if key == "record.validation.policy" else ConfigSource.TOPIC_UNCHECKED
+                    ConfigSource.TOPIC
+                    if key == "record.validation.policy"
+                    else ConfigSource.TOPIC_UNCHECKED
+                    if i < len(VALIDATION_POLICY_KEYS)
+                    else ConfigSource.TOPIC_OVERLAY
                 )
                 return value.strip(), ConfigEntry(
                     "record.validation.policy", value.strip(), source, False, key
@@ -299,11 +364,18 @@ class RsmConfig:
             "record.validation.policy", None, ConfigSource.DEFAULT, False, "record.validation.policy"
         )
 
-    def describe(self, log_config: Mapping[str, str] | LogConfig | None = None) -> list[ConfigEntry]:
-        """Every effective setting for a topic with this LogConfig, with its source; secrets masked."""
+    def describe(
+        self,
+        log_config: Mapping[str, str] | LogConfig | None = None,
+        overlay: Mapping[str, str] | None = None,
+    ) -> list[ConfigEntry]:
+        """Every effective setting for a topic with this LogConfig and overlay, with its source.
+
+        Sensitive values are masked.
+        """
         lc = log_config or {}
-        entries = [self._resolve(s.name, lc)[1] for s in SETTINGS]
-        entries.append(self._validation_policy(lc)[1])
+        entries = [self._resolve(s.name, lc, overlay)[1] for s in SETTINGS]
+        entries.append(self._validation_policy(lc, overlay)[1])
         return entries
 
     def __repr__(self) -> str:

@@ -4,6 +4,12 @@ The interface is Kafka's `RemoteStorageManager` in snake_case with seed 004's ex
 receives the topic's LogConfig, whose `unchecked.rsm.*` keys choose bucket, prefix, encryption,
 compression and chunk size (see `rsm.config`).
 
+Today's brokers refuse `unchecked.*` topic configs, so those keys also come from the topic's overlay in
+the store (`rsm.overlay`, set with `rsm topic-config`, keyed by topic id, cached `topic.overlay.cache.ms`):
+LogConfig keys win over the overlay, the overlay over the broker's `rsm.config.*`. Only new copies read
+the settings: an existing segment is found through its custom metadata (where it was written), so a
+changed bucket or prefix never orphans it.
+
 Copy, in order (so that nothing a reader can mistake for a segment reaches the store):
 1. resolve the topic's settings and the location; encode the custom metadata (refused if over 128 bytes);
 2. read the whole segment once, checking every batch (`rsm.validation`), computing a CRC-32C per chunk and
@@ -33,7 +39,7 @@ from typing import BinaryIO
 
 from rsm import custom_metadata as cm
 from rsm.cache import ByteLRU
-from rsm.config import RsmConfig, TopicSettings, ViolationAction
+from rsm.config import ConfigEntry, RsmConfig, TopicSettings, ViolationAction
 from rsm.errors import (
     ConfigException,
     RecordValidationError,
@@ -46,7 +52,14 @@ from rsm.keyring import Keyring
 from rsm.layout import Location, SegmentKeys
 from rsm.log_config import LogConfig
 from rsm.manifest import ChunkIndex, Encryption, IndexEntry, Manifest, ManifestError, SegmentInfo
-from rsm.metadata import CustomMetadata, IndexType, LogSegmentData, RemoteLogSegmentMetadata
+from rsm.metadata import (
+    CustomMetadata,
+    IndexType,
+    LogSegmentData,
+    RemoteLogSegmentMetadata,
+    TopicIdPartition,
+)
+from rsm.overlay import OverlayCache, TopicOverlayStore
 from rsm.storage import ObjectNotFound, ObjectStore
 from rsm.transform import Codec, PieceKind, SegmentCipher, TransformError, crc32c, encode_piece, new_data_key
 from rsm.validation import (
@@ -74,6 +87,7 @@ class RemoteStorageManager:
         self._config: RsmConfig | None = None
         self._keyring: Keyring | None = None
         self._policy: RecordValidationPolicy | None = None
+        self._overlays: OverlayCache | None = None
         self._manifests: ByteLRU[tuple[Manifest, int]] = ByteLRU(8 << 20, sizeof=lambda v: v[1])
         self._chunks: ByteLRU[bytes] = ByteLRU(64 << 20)
         self._executor: ThreadPoolExecutor | None = None
@@ -99,9 +113,14 @@ class RemoteStorageManager:
         policy = (
             load_policy(str(policy_class), {k: str(v) for k, v in configs.items()}) if policy_class else None
         )
+        overlays = OverlayCache(
+            TopicOverlayStore(store, str(config.get("bucket")), str(config.get("prefix"))),
+            int(config.get("topic.overlay.cache.ms")),  # type: ignore[arg-type]
+        )
         with self._lock:
             old_policy = self._policy
             self._config, self._keyring, self._store, self._policy = config, keyring, store, policy
+            self._overlays = overlays
             self._manifests = ByteLRU(int(config.get("cache.manifest.bytes")), sizeof=lambda v: v[1])  # type: ignore[arg-type]
             self._chunks = ByteLRU(int(config.get("cache.chunk.bytes")))  # type: ignore[arg-type]
             self._prefetch = int(config.get("fetch.prefetch.chunks"))  # type: ignore[arg-type]
@@ -154,14 +173,44 @@ class RemoteStorageManager:
             raise RemoteStorageException("RemoteStorageManager is not configured")
 
     # -- helpers -----------------------------------------------------------------------------------------
-    def _settings(self, log_config: Mapping[str, str] | None) -> TopicSettings:
-        return self.config.resolve(log_config if log_config is not None else LogConfig())
+    @property
+    def overlays(self) -> OverlayCache:
+        """The per-topic overlays (`rsm topic-config`) this RSM reads, cached `topic.overlay.cache.ms`."""
+        if self._overlays is None:
+            raise RemoteStorageException("RemoteStorageManager is not configured")
+        return self._overlays
+
+    def topic_overlay(self, topic_id_partition: TopicIdPartition) -> Mapping[str, str]:
+        """The topic's overlay keys (cached); RemoteStorageException if the store cannot be read."""
+        tip = topic_id_partition
+        try:
+            return self.overlays.configs(tip.topic, tip.topic_id)
+        except ConfigException:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a store failure fails the operation; Kafka retries
+            where = self.overlays.overlays.describe(tip.topic, tip.topic_id)
+            raise RemoteStorageException(
+                f"cannot read the topic overlay {where} of {tip}: {type(exc).__name__}: {_safe(exc)}"
+            ) from exc
+
+    def describe_topic_config(
+        self, topic_id_partition: TopicIdPartition, log_config: Mapping[str, str] | None = None
+    ) -> list[ConfigEntry]:
+        """Every effective setting of a topic with its source (LogConfig, overlay, broker, default)."""
+        self._check_open()
+        return self.config.describe(log_config, self.topic_overlay(topic_id_partition))
+
+    def _settings(
+        self, log_config: Mapping[str, str] | None, topic_id_partition: TopicIdPartition | None = None
+    ) -> TopicSettings:
+        overlay = self.topic_overlay(topic_id_partition) if topic_id_partition is not None else None
+        return self.config.resolve(log_config if log_config is not None else LogConfig(), overlay)
 
     def _location(self, metadata: RemoteLogSegmentMetadata, log_config: Mapping[str, str] | None) -> Location:
         """Where a segment lives: from its custom metadata, else from today's configuration."""
         if metadata.custom_metadata is not None and metadata.custom_metadata.value:
             return cm.decode(metadata.custom_metadata)
-        s = self._settings(log_config)
+        s = self._settings(log_config, metadata.topic_id_partition)
         return Location(s.bucket, s.prefix)
 
     @contextlib.contextmanager
@@ -218,7 +267,7 @@ class RemoteStorageManager:
         """Upload a rolled segment and its indexes; returns where it went (<= 128 bytes)."""
         self._check_open()
         seg = metadata.remote_log_segment_id
-        settings = self._settings(log_config)
+        settings = self._settings(log_config, seg.topic_id_partition)
         location = Location(settings.bucket, settings.prefix)
         custom = cm.encode(location)
         keys = SegmentKeys.of(location, metadata)
@@ -233,7 +282,7 @@ class RemoteStorageManager:
             if not key_id:
                 raise ConfigException(
                     f"topic {seg.topic_id_partition.topic} asks for encryption but no key id is set "
-                    "(unchecked.rsm.encryption.key.id or encryption.key.id)"
+                    "(unchecked.rsm.encryption.key.id, its topic overlay, or encryption.key.id)"
                 )
             if key_id not in self._keyring:
                 raise ConfigException(

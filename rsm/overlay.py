@@ -1,0 +1,256 @@
+"""Per-topic `unchecked.*` settings kept in the store, for brokers that cannot hold them yet.
+
+Seed 004 lets a topic carry `unchecked.rsm.*` keys (bucket, prefix, encryption, compression, chunk size,
+record validation) and has the broker pass the topic's LogConfig to every RSM call. Kafka 4.4 does
+neither: it refuses unknown topic configs (`INVALID_CONFIG: Unknown topic config name: ...`). Until it
+can, those keys live in an overlay document per topic, stored next to the data:
+
+    <broker bucket>/<broker prefix>_rsm/topic-configs/<topic>-<topicId base64>.json
+    {"version": 1, "topic": "...", "topic_id": "...", "configs": {"unchecked.rsm.bucket": "..."},
+     "updated_ms": ...}
+
+Why the store: every broker, the Spark reader and the migration tool read the same document (no per-broker
+divergence, no restart). Why the topic id: a topic deleted and recreated under the same name gets a new
+id, so it does not inherit its predecessor's bucket or encryption settings (KIP's rejected alternative
+names exactly this pitfall). Writes replace the whole object in one PUT (atomic on S3 and on the file
+store, which renames a finished temporary file). The RSM caches each topic's overlay for
+`topic.overlay.cache.ms` (5 s by default), so a change applies to the next copies within that time.
+
+Only known topic-level `unchecked.*` keys are accepted, parsed with the RSM's own parsers (a bad value is
+refused when written, not when the next copy fails), and nothing that looks like a secret is ever stored:
+overlays are readable by whoever can list the bucket.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from rsm.config import TOPIC_KEYS, parse_topic_config
+from rsm.errors import ConfigException
+from rsm.metadata import to_uuid, uuid_to_base64
+from rsm.storage import ObjectNotFound, ObjectStore
+
+log = logging.getLogger(__name__)
+
+OVERLAY_VERSION = 1
+OVERLAY_DIR = "_rsm/topic-configs/"
+OVERLAY_SUFFIX = ".json"
+MAX_OVERLAY_BYTES = 64 * 1024
+# key fragments that mark a credential: such keys are refused, never stored in a bucket-readable document
+SENSITIVE_MARKERS = ("password", "secret", "token", "credential", "private", "passphrase", "key.material")
+
+__all__ = [
+    "OVERLAY_DIR",
+    "OverlayCache",
+    "TopicOverlay",
+    "TopicOverlayStore",
+    "overlay_key",
+    "validate_overlay_configs",
+]
+
+
+def overlay_key(prefix: str, topic: str, topic_id: uuid.UUID | str) -> str:
+    """The object key of a topic's overlay under the broker-default prefix."""
+    if not topic or "/" in topic:
+        raise ConfigException(f"invalid topic name {topic!r}")
+    return f"{prefix}{OVERLAY_DIR}{topic}-{uuid_to_base64(to_uuid(topic_id))}{OVERLAY_SUFFIX}"
+
+
+def validate_overlay_configs(configs: Mapping[str, str]) -> dict[str, str]:
+    """Check overlay keys and values; returns them with values stripped.
+
+    Raises ConfigException naming the first offending key: not an `unchecked.*` key, a key that looks
+    sensitive, an unknown key, or a value the RSM's parser refuses. Values of refused keys are never
+    echoed when the key looks sensitive.
+    """
+    out: dict[str, str] = {}
+    for key, value in configs.items():
+        if not isinstance(key, str) or not key.startswith("unchecked."):
+            raise ConfigException(f"overlay key {key!r} is not an unchecked.* topic config")
+        lowered = key.lower()
+        if any(marker in lowered for marker in SENSITIVE_MARKERS):
+            raise ConfigException(
+                f"overlay key {key!r} looks sensitive: secrets are never stored in the overlay "
+                "(keep them in the broker's rsm.config.* or the keyring)"
+            )
+        parse_topic_config(key, value)
+        out[key] = value.strip()
+    return out
+
+
+@dataclass(frozen=True)
+class TopicOverlay:
+    """One topic's overlay document."""
+
+    topic: str
+    topic_id: uuid.UUID
+    configs: Mapping[str, str] = field(default_factory=dict)
+    updated_ms: int = 0
+    version: int = OVERLAY_VERSION
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "topic_id", to_uuid(self.topic_id))
+        object.__setattr__(self, "configs", MappingProxyType(dict(self.configs)))
+
+    @property
+    def topic_id_base64(self) -> str:
+        return uuid_to_base64(self.topic_id)
+
+    def to_bytes(self) -> bytes:
+        doc = {
+            "version": self.version,
+            "topic": self.topic,
+            "topic_id": self.topic_id_base64,
+            "configs": dict(sorted(self.configs.items())),
+            "updated_ms": self.updated_ms,
+        }
+        return json.dumps(doc, indent=2, sort_keys=False).encode() + b"\n"
+
+    @classmethod
+    def from_bytes(cls, raw: bytes, where: str) -> TopicOverlay:
+        """Parse and check a stored overlay; ConfigException names `where` (the object) on any defect."""
+        if len(raw) > MAX_OVERLAY_BYTES:
+            raise ConfigException(f"topic overlay {where} is {len(raw)} bytes, over {MAX_OVERLAY_BYTES}")
+        try:
+            doc = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ConfigException(f"topic overlay {where} is not JSON: {exc}") from None
+        if not isinstance(doc, dict):
+            raise ConfigException(f"topic overlay {where} must be a JSON object")
+        version = doc.get("version")
+        if version != OVERLAY_VERSION:
+            raise ConfigException(f"topic overlay {where} has version {version!r}; this RSM reads version 1")
+        topic, topic_id, configs = doc.get("topic"), doc.get("topic_id"), doc.get("configs")
+        if not isinstance(topic, str) or not isinstance(topic_id, str):
+            raise ConfigException(f"topic overlay {where} lacks a topic name or topic id")
+        if not isinstance(configs, dict) or not all(isinstance(v, str) for v in configs.values()):
+            raise ConfigException(f"topic overlay {where}: configs must be an object of strings")
+        try:
+            tid = to_uuid(topic_id)
+        except ValueError as exc:
+            raise ConfigException(f"topic overlay {where}: {exc}") from None
+        try:
+            checked = validate_overlay_configs(configs)
+        except ConfigException as exc:
+            raise ConfigException(f"topic overlay {where}: {exc}") from None
+        updated = doc.get("updated_ms", 0)
+        return cls(topic, tid, checked, int(updated) if isinstance(updated, int) else 0, version)
+
+
+class TopicOverlayStore:
+    """Reads and writes topic overlays in the broker-default bucket and prefix of an ObjectStore."""
+
+    def __init__(self, store: ObjectStore, bucket: str, prefix: str = "") -> None:
+        self.store = store
+        self.bucket = bucket
+        self.prefix = prefix
+
+    def key(self, topic: str, topic_id: uuid.UUID | str) -> str:
+        return overlay_key(self.prefix, topic, topic_id)
+
+    def describe(self, topic: str, topic_id: uuid.UUID | str) -> str:
+        """Where a topic's overlay lives, for messages (`s3://bucket/key` or `file:bucket/key`)."""
+        return self.store.describe(self.bucket, self.key(topic, topic_id))
+
+    def read(self, topic: str, topic_id: uuid.UUID | str) -> TopicOverlay | None:
+        """The topic's overlay, or None when it has none. A stored document for another id is refused."""
+        key = self.key(topic, topic_id)
+        where = self.store.describe(self.bucket, key)
+        try:
+            raw = self.store.get(self.bucket, key)
+        except ObjectNotFound:
+            return None
+        overlay = TopicOverlay.from_bytes(raw, where)
+        if overlay.topic != topic or overlay.topic_id != to_uuid(topic_id):
+            raise ConfigException(
+                f"topic overlay {where} names topic {overlay.topic}/{overlay.topic_id_base64}, "
+                f"not {topic}/{uuid_to_base64(to_uuid(topic_id))}"
+            )
+        return overlay
+
+    def write(
+        self, topic: str, topic_id: uuid.UUID | str, configs: Mapping[str, str], *, now_ms: int | None = None
+    ) -> TopicOverlay | None:
+        """Replace the topic's overlay with `configs` (validated); an empty mapping deletes it."""
+        checked = validate_overlay_configs(configs)
+        if not checked:
+            self.delete(topic, topic_id)
+            return None
+        overlay = TopicOverlay(
+            topic, to_uuid(topic_id), checked, int(time.time() * 1000) if now_ms is None else now_ms
+        )
+        self.store.put(self.bucket, self.key(topic, topic_id), overlay.to_bytes())
+        log.info("topic overlay of %s/%s set: %s", topic, overlay.topic_id_base64, sorted(checked))
+        return overlay
+
+    def delete(self, topic: str, topic_id: uuid.UUID | str) -> bool:
+        """Remove the topic's overlay; a missing one is fine."""
+        return self.store.delete(self.bucket, self.key(topic, topic_id))
+
+    def list(self) -> list[TopicOverlay]:
+        """Every stored overlay (documents that fail to parse are logged and skipped)."""
+        out: list[TopicOverlay] = []
+        for key in self.store.list(self.bucket, self.prefix + OVERLAY_DIR):
+            if not key.endswith(OVERLAY_SUFFIX):
+                continue
+            where = self.store.describe(self.bucket, key)
+            try:
+                out.append(TopicOverlay.from_bytes(self.store.get(self.bucket, key), where))
+            except (ConfigException, ObjectNotFound) as exc:
+                log.warning("skipping topic overlay %s: %s", where, exc)
+        return sorted(out, key=lambda o: (o.topic, o.topic_id_base64))
+
+
+class OverlayCache:
+    """Each topic's overlay configs, re-read from the store at most every `ttl_ms` (0 = every call).
+
+    Absent overlays are cached too (most topics have none), so a copy costs at most one small GET per
+    topic per TTL. A read failure is not cached: the caller fails its operation and Kafka retries.
+    """
+
+    def __init__(
+        self,
+        overlays: TopicOverlayStore,
+        ttl_ms: int = 5000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.overlays = overlays
+        self.ttl = ttl_ms / 1000.0
+        self._clock = clock
+        self._entries: dict[tuple[str, uuid.UUID], tuple[float, Mapping[str, str]]] = {}
+        self._lock = threading.Lock()
+
+    def configs(self, topic: str, topic_id: uuid.UUID | str) -> Mapping[str, str]:
+        """The topic's overlay keys (empty when it has none)."""
+        tid = to_uuid(topic_id)
+        now = self._clock()
+        with self._lock:
+            hit = self._entries.get((topic, tid))
+        if hit is not None and now < hit[0]:
+            return hit[1]
+        overlay = self.overlays.read(topic, tid)
+        configs: Mapping[str, str] = overlay.configs if overlay is not None else MappingProxyType({})
+        if self.ttl > 0:
+            with self._lock:
+                self._entries[(topic, tid)] = (now + self.ttl, configs)
+        return configs
+
+    def invalidate(self, topic: str | None = None, topic_id: uuid.UUID | str | None = None) -> None:
+        """Forget one topic's cached overlay (or all)."""
+        with self._lock:
+            if topic is None or topic_id is None:
+                self._entries.clear()
+            else:
+                self._entries.pop((topic, to_uuid(topic_id)), None)
+
+
+def known_keys() -> tuple[str, ...]:
+    """The keys an overlay may hold."""
+    return TOPIC_KEYS
