@@ -34,6 +34,10 @@ from rsm.transform import PieceKind, SegmentCipher, decode_piece
 
 log = logging.getLogger(__name__)
 
+# a stream starts decoding chunks ahead of its reader only after this many bytes (and half a chunk):
+# more than Kafka's default fetch size (1 MiB) plus the bridge's read-ahead
+PREFETCH_AFTER_BYTES = 2 * 1024 * 1024
+
 
 def cipher_for(manifest: Manifest, keyring: Keyring | None) -> SegmentCipher | None:
     """The segment's cipher: its data key unwrapped with the keyring key the manifest names."""
@@ -153,7 +157,13 @@ class SegmentReader:
 
 
 class SegmentStream(io.RawIOBase):
-    """Bytes [start, end] (end inclusive, as in Kafka) of a segment, fetched lazily chunk by chunk."""
+    """Bytes [start, end] (end inclusive, as in Kafka) of a segment, fetched lazily chunk by chunk.
+
+    Read-ahead (``prefetch`` chunks in background threads) starts only once this stream has consumed
+    `PREFETCH_AFTER_BYTES` (at least half a chunk): Kafka reads its fetch size (1 MiB by default) from a
+    random position and closes, so prefetching at the first read would decode a whole chunk for nothing;
+    a reader that goes on is sequential, and from then on the next chunks are decoded ahead of it.
+    """
 
     def __init__(
         self,
@@ -168,6 +178,7 @@ class SegmentStream(io.RawIOBase):
         size = reader.size
         last = size - 1 if end is None else min(end, size - 1)
         self._reader = reader
+        self._start = start
         self._pos = start
         self._stop = last + 1  # exclusive
         self._executor = executor
@@ -177,18 +188,26 @@ class SegmentStream(io.RawIOBase):
         self._current: tuple[int, bytes] | None = None
         self._lock = threading.Lock()
         cs = reader.manifest.log.chunk_size
+        self._chunk_size = cs
         self._last_chunk = (self._stop - 1) // cs if self._stop > start else -1
+        self._prefetch_after = max(PREFETCH_AFTER_BYTES, cs // 2)
+        self._prefetched_to = -1  # highest chunk number asked for in the background
 
     def readable(self) -> bool:
         return True
 
+    def _maybe_prefetch(self, i: int) -> None:
+        """Ask for chunks after ``i`` in the background, once this stream has proved to be sequential."""
+        if not self._prefetch or self._pos - self._start < self._prefetch_after:
+            return
+        last = min(i + self._prefetch, self._last_chunk)
+        for j in range(max(i + 1, self._prefetched_to + 1), last + 1):
+            if j not in self._futures:
+                self._futures[j] = self._executor.submit(self._reader.chunk, j)  # type: ignore[union-attr]
+        self._prefetched_to = max(self._prefetched_to, last)
+
     def _chunk(self, i: int) -> bytes:
         fut = self._futures.pop(i, None)
-        # ask for the next chunks before waiting for this one, so their downloads overlap with it
-        if self._prefetch:
-            for j in range(i + 1, min(i + self._prefetch, self._last_chunk) + 1):
-                if j not in self._futures:
-                    self._futures[j] = self._executor.submit(self._reader.chunk, j)  # type: ignore[union-attr]
         try:
             return fut.result() if fut is not None else self._reader.chunk(i)
         except BaseException as exc:
@@ -196,9 +215,9 @@ class SegmentStream(io.RawIOBase):
                 raise self._on_error(exc) from None
             raise
 
-    def _take(self, limit: int) -> bytes | memoryview:
-        """Up to `limit` bytes from the current position, within one chunk."""
-        cs = self._reader.manifest.log.chunk_size
+    def _take(self, limit: int) -> memoryview:
+        """Up to `limit` bytes from the current position, within one chunk (a view, not a copy)."""
+        cs = self._chunk_size
         i = self._pos // cs
         if self._current is None or self._current[0] != i:
             self._current = (i, self._chunk(i))
@@ -206,16 +225,20 @@ class SegmentStream(io.RawIOBase):
         lo = self._pos - i * cs
         hi = min(len(data), lo + limit, self._stop - i * cs)
         self._pos += hi - lo
+        self._maybe_prefetch(i)
         return memoryview(data)[lo:hi]
+
+    def _want(self, size: int | None) -> int:
+        if self.closed:
+            raise ValueError("read from a closed segment stream")
+        remaining = self._stop - self._pos
+        if remaining <= 0:
+            return 0
+        return remaining if size is None or size < 0 else min(size, remaining)
 
     def read(self, size: int | None = -1) -> bytes:
         with self._lock:
-            if self.closed:
-                raise ValueError("read from a closed segment stream")
-            remaining = self._stop - self._pos
-            if remaining <= 0:
-                return b""
-            want = remaining if size is None or size < 0 else min(size, remaining)
+            want = self._want(size)
             if want == 0:
                 return b""
             first = self._take(want)
@@ -226,14 +249,30 @@ class SegmentStream(io.RawIOBase):
                 out += self._take(want - len(out))
             return bytes(out)
 
+    def read_view(self, size: int = -1) -> memoryview:
+        """Up to ``size`` bytes (fewer at a chunk boundary; empty only at the end) without copying.
+
+        The view points into an immutable decoded chunk, so it stays valid after further reads; the
+        bridge sends it to its socket as it is (no copy in Python at all).
+        """
+        with self._lock:
+            want = self._want(size)
+            return self._take(want) if want else memoryview(b"")
+
     def readall(self) -> bytes:
         return self.read(-1)
 
     def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
-        data = self.read(len(buffer))
-        n = len(data)
-        memoryview(buffer).cast("B")[:n] = data
-        return n
+        """Fill ``buffer`` straight from the decoded chunks: one copy, no intermediate bytes object."""
+        out = memoryview(buffer).cast("B")
+        with self._lock:
+            want = self._want(len(out))
+            n = 0
+            while n < want:
+                piece = self._take(want - n)
+                out[n : n + len(piece)] = piece
+                n += len(piece)
+            return n
 
     def close(self) -> None:
         with self._lock:

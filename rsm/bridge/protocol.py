@@ -138,6 +138,28 @@ def encode_frame(
     return encode_frame_prefix(frame_type, request_id, header, len(payload)) + bytes(payload)
 
 
+def data_frame_length(payload_len: int) -> int:
+    """The length field of a DATA frame (no header) carrying ``payload_len`` bytes."""
+    length = _AFTER_LENGTH + payload_len
+    if length > MAX_FRAME_BYTES:
+        raise ProtocolError(f"frame of {length} bytes exceeds {MAX_FRAME_BYTES}")
+    return length
+
+
+def send_views(sock: socket.socket, buffers: list[bytes | bytearray | memoryview]) -> None:
+    """Write buffers back to back with scatter-gather I/O (``sendmsg``): no concatenation, no copy."""
+    views = [memoryview(b).cast("B") for b in buffers if len(b)]
+    while views:
+        sent = sock.sendmsg(views)
+        while sent and views:
+            if sent >= len(views[0]):
+                sent -= len(views[0])
+                views.pop(0)
+            else:
+                views[0] = views[0][sent:]
+                sent = 0
+
+
 def send_frame(
     sock: socket.socket,
     frame_type: FrameType,
@@ -150,16 +172,7 @@ def send_frame(
     if len(payload) < 16 * 1024:
         sock.sendall(prefix + bytes(payload))
         return
-    views = [memoryview(prefix), memoryview(payload).cast("B")]
-    while views:
-        sent = sock.sendmsg(views)
-        while sent and views:
-            if sent >= len(views[0]):
-                sent -= len(views[0])
-                views.pop(0)
-            else:
-                views[0] = views[0][sent:]
-                sent = 0
+    send_views(sock, [prefix, payload])
 
 
 def _recv_exact_into(sock: socket.socket, view: memoryview, what: str) -> None:

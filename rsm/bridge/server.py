@@ -12,7 +12,6 @@ import contextlib
 import importlib
 import logging
 import os
-import select
 import signal
 import socket
 import stat
@@ -198,6 +197,7 @@ class _Connection:
     thread: threading.Thread | None = None
     closed: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
+    buffer: bytearray | None = None  # reused for streams that cannot lend views of their data
 
 
 class _Cancelled(Exception):
@@ -533,6 +533,12 @@ class BridgeServer:
         The first piece is read before anything is sent, so a missing segment is an ERROR frame the
         client sees at call time.  Between frames the server looks for a CANCEL (the broker read what
         it needed and closed its stream) and for shutdown.
+
+        Hot path: the RSM's streams hand out views of their decoded chunks (``read_view``), which go to
+        the socket with one ``sendmsg`` next to a preallocated frame prefix - no copy in Python, one
+        system call per frame.  A blocking send is the flow control: the next piece is read from storage
+        only once the kernel accepted the previous one, so read-ahead stays at one frame plus the socket
+        buffer.
         """
         rid = frame.request_id
         op = frame.header.get("op")
@@ -544,23 +550,27 @@ class BridgeServer:
         try:
             try:
                 stream = self._open_stream(frame.header)
-                data = _read_piece(stream, size)
+                pieces = _PieceReader(stream, conn)
+                data = pieces.read(size)
             except Exception as exc:  # noqa: BLE001 - mapped to an ERROR frame
                 self._report_failure(conn, rid, op, exc)
                 return
+            prefix = bytearray(protocol.PREFIX_SIZE)
             while data:
-                protocol.send_frame(conn.sock, FrameType.DATA, rid, None, data)
-                sent += len(data)
+                n = sum(len(v) for v in data)
+                protocol.PREFIX.pack_into(prefix, 0, protocol.data_frame_length(n), FrameType.DATA, rid, 0)
+                protocol.send_views(conn.sock, [prefix, *data])
+                sent += n
                 if sent >= SMALL_FRAMES_UNTIL:
                     size = self.frame_bytes
-                self._await_room(conn, rid)
+                self._poll_cancel(conn, rid)
                 if self._stopping.is_set():
                     self._send_error(
                         conn, rid, ErrorCode.SHUTTING_DOWN, f"bridge stopping after {sent} bytes"
                     )
                     return
                 try:
-                    data = _read_piece(stream, size)
+                    data = pieces.read(size)
                 except Exception as exc:  # noqa: BLE001 - mapped to an ERROR frame
                     self._report_failure(conn, rid, op, exc)
                     return
@@ -572,18 +582,15 @@ class BridgeServer:
                 with contextlib.suppress(Exception):
                     stream.close()
 
-    def _await_room(self, conn: _Connection, rid: int) -> None:
-        """Wait until the client has drained most of the socket buffer (or sent a CANCEL).
-
-        Reading the next piece from storage only when it can be sent keeps read-ahead to about one
-        frame: a reader that closes early (Kafka reads its fetch size and closes) wastes little.
-        """
-        while True:
-            readable, writable, _ = select.select([conn.sock], [conn.sock], [], 0.5)
-            if readable:
-                self._check_cancel(conn, rid)
-            if writable or self._stopping.is_set():
-                return
+    def _poll_cancel(self, conn: _Connection, rid: int) -> None:
+        """Raise _Cancelled when the client has sent a CANCEL for this stream (non-blocking check)."""
+        try:
+            peek = conn.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return
+        if not peek:
+            raise ConnectionClosed("client closed the connection while streaming")
+        self._check_cancel(conn, rid)
 
     def _check_cancel(self, conn: _Connection, rid: int) -> None:
         frame = protocol.recv_frame(conn.sock)  # raises ConnectionClosed when the client went away
@@ -596,18 +603,43 @@ class BridgeServer:
         )
 
 
-def _read_piece(stream: Any, size: int) -> bytes | bytearray | memoryview:
-    """Up to ``size`` bytes from ``stream``; empty only at the end.
+class _PieceReader:
+    """The next frame's payload from an RSM stream, as a list of buffers ready for ``sendmsg``.
 
-    ``read()`` rather than ``readinto()``: the RSM's streams hand out their decoded chunk with one copy
-    (readinto would add a second), and the result goes to the socket as it is.
+    A stream with ``read_view`` (the RSM's segment streams) lends views of its decoded chunks: no copy.
+    Any other stream is read with ``readinto`` into one reusable buffer per connection (safe: sendmsg
+    has copied it into the kernel before the next read).
     """
-    data = stream.read(size)
-    if data is None:  # a non-blocking raw stream with nothing yet: fall back to a blocking fill
-        buf = bytearray(size)
-        n = stream.readinto(buf) or 0
-        return memoryview(buf)[:n]
-    return data
+
+    def __init__(self, stream: Any, conn: _Connection) -> None:
+        self._view = getattr(stream, "read_view", None)
+        self._stream = stream
+        self._conn = conn
+
+    def read(self, size: int) -> list[memoryview]:
+        if self._view is not None:
+            views: list[memoryview] = []
+            got = 0
+            while got < size:
+                v = self._view(size - got)
+                if not v:
+                    break
+                views.append(v)
+                got += len(v)
+            return views
+        buf = self._conn.buffer
+        if buf is None or len(buf) < size:
+            buf = self._conn.buffer = bytearray(size)
+        view = memoryview(buf)[:size]
+        got = 0
+        while got < size:
+            n = self._stream.readinto(view[got:])
+            if n is None:  # a non-blocking raw stream with nothing yet: try again
+                continue
+            if not n:
+                break
+            got += n
+        return [view[:got]] if got else []
 
 
 def _pid_alive(pid: int) -> bool:

@@ -10,7 +10,8 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.util.List;
 import java.util.Map;
-import java.util.concurrent.ScheduledFuture;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
 
@@ -32,7 +33,11 @@ final class BridgeConnection implements AutoCloseable {
     static final String MAGIC = "rsm-bridge";
     static final int PROTOCOL_VERSION = 1;
 
-    /** A decoded frame; {@code payload} is only valid until the next read on the connection. */
+    /**
+     * A decoded frame. For DATA frames {@code payload} is null: the {@code payloadLength} bytes are still
+     * in the connection, read with {@link #readPayload} (straight from the receive buffer into the
+     * caller's array); other frames carry their payload in {@code payload}.
+     */
     static final class Frame {
         final byte type;
         final int requestId;
@@ -51,7 +56,12 @@ final class BridgeConnection implements AutoCloseable {
         }
     }
 
-    /** Closes connections whose answer is late, so a hung bridge cannot block a Kafka thread forever. */
+    /**
+     * Closes connections whose answer is late, so a hung bridge cannot block a Kafka thread forever.
+     * One periodic scan of the open connections' deadlines instead of a timer per read: a fetch reads
+     * many frames, and scheduling and cancelling a task for each cost more than the read itself.
+     */
+    private static final Set<BridgeConnection> OPEN = ConcurrentHashMap.newKeySet();
     private static final ScheduledThreadPoolExecutor WATCHDOG = watchdog();
 
     private static ScheduledThreadPoolExecutor watchdog() {
@@ -60,15 +70,33 @@ final class BridgeConnection implements AutoCloseable {
             t.setDaemon(true);
             return t;
         });
-        ex.setRemoveOnCancelPolicy(true);
+        ex.scheduleWithFixedDelay(BridgeConnection::expireLate, 100, 100, TimeUnit.MILLISECONDS);
         return ex;
     }
+
+    private static void expireLate() {
+        long now = System.nanoTime();
+        for (BridgeConnection c : OPEN) {
+            long deadline = c.deadlineNanos;
+            if (deadline != 0 && now - deadline > 0) {
+                c.timedOut = true;
+                c.close();
+            }
+        }
+    }
+
+    /** Receive buffer size: a read system call fills it with as much of the stream as has arrived. */
+    static final int RECEIVE_BUFFER_BYTES = 256 * 1024;
 
     private final SocketChannel channel;
     private final long timeoutMs;
     private volatile boolean timedOut;
-    private final ByteBuffer prefix = ByteBuffer.allocate(PREFIX_SIZE);
-    private byte[] body = new byte[64 * 1024];
+    /** System.nanoTime() by which the blocked read must make progress; 0 while not reading. */
+    private volatile long deadlineNanos;
+    /** Bytes received and not yet consumed, between position and limit (direct: one copy from the kernel). */
+    private final ByteBuffer in = ByteBuffer.allocateDirect(RECEIVE_BUFFER_BYTES).flip();
+    /** Payload bytes of the current DATA frame not read yet (skipped before the next frame is read). */
+    private int pendingPayload;
     final Map<String, Object> serverHello;
     volatile boolean broken;
 
@@ -82,6 +110,7 @@ final class BridgeConnection implements AutoCloseable {
         try {
             ch.connect(UnixDomainSocketAddress.of(socketPath));
             this.channel = ch;
+            OPEN.add(this);
             send(HELLO, 0, Json.write(Map.of("magic", MAGIC, "versions", List.of(PROTOCOL_VERSION),
                     "client", clientName)), null, 0, 0);
             Frame hello = read();
@@ -121,15 +150,8 @@ final class BridgeConnection implements AutoCloseable {
         }
     }
 
-    /** Reads one frame; fails (and closes the connection) when none arrives within the timeout. */
+    /** Reads one frame; fails (and closes the connection) when the bridge stalls beyond the timeout. */
     Frame read() throws IOException {
-        if (timeoutMs <= 0) {
-            return readFrame();
-        }
-        ScheduledFuture<?> alarm = WATCHDOG.schedule(() -> {
-            timedOut = true;
-            close();
-        }, timeoutMs, TimeUnit.MILLISECONDS);
         try {
             return readFrame();
         } catch (IOException e) {
@@ -137,38 +159,90 @@ final class BridgeConnection implements AutoCloseable {
                 throw new IOException("no answer from the bridge within " + timeoutMs + " ms", e);
             }
             throw e;
-        } finally {
-            alarm.cancel(false);
         }
     }
 
     private Frame readFrame() throws IOException {
-        prefix.clear();
-        readFully(prefix);
-        prefix.flip();
-        int length = prefix.getInt();
-        byte type = prefix.get();
-        int requestId = prefix.getInt();
-        int headerLength = prefix.getInt();
+        while (pendingPayload > 0) { // the rest of a DATA frame nobody read (a cancelled stream)
+            need(1);
+            int n = Math.min(pendingPayload, in.remaining());
+            in.position(in.position() + n);
+            pendingPayload -= n;
+        }
+        need(PREFIX_SIZE);
+        int length = in.getInt();
+        byte type = in.get();
+        int requestId = in.getInt();
+        int headerLength = in.getInt();
         if (length < 9 || length > MAX_FRAME_BYTES || headerLength < 0 || headerLength > length - 9) {
             throw new IOException("malformed frame from the bridge (length " + length + ", header "
                     + headerLength + ")");
         }
-        int bodyLength = length - 9;
-        if (body.length < bodyLength) {
-            body = new byte[Math.max(bodyLength, body.length * 2)];
+        int payloadLength = length - 9 - headerLength;
+        Map<String, Object> header = Map.of();
+        if (headerLength > 0) {
+            byte[] h = new byte[headerLength];
+            readFully(h, 0, headerLength);
+            header = Json.parseObject(new String(h, StandardCharsets.UTF_8));
         }
-        readFully(ByteBuffer.wrap(body, 0, bodyLength));
-        Map<String, Object> header = headerLength == 0 ? Map.of()
-                : Json.parseObject(new String(body, 0, headerLength, StandardCharsets.UTF_8));
-        return new Frame(type, requestId, header, body, headerLength, bodyLength - headerLength);
+        if (type == DATA) {
+            pendingPayload = payloadLength;
+            return new Frame(type, requestId, header, null, 0, payloadLength);
+        }
+        byte[] payload = new byte[payloadLength];
+        readFully(payload, 0, payloadLength);
+        return new Frame(type, requestId, header, payload, 0, payloadLength);
     }
 
-    private void readFully(ByteBuffer buf) throws IOException {
-        while (buf.hasRemaining()) {
-            if (channel.read(buf) < 0) {
-                throw new EOFException("bridge closed the connection");
+    /**
+     * Up to {@code len} bytes of the current DATA frame's payload into {@code b}; blocks only when none
+     * has arrived yet. Returns 0 when the frame is consumed.
+     */
+    int readPayload(byte[] b, int off, int len) throws IOException {
+        int want = Math.min(len, pendingPayload);
+        if (want <= 0) {
+            return 0;
+        }
+        need(1);
+        int n = Math.min(want, in.remaining());
+        in.get(b, off, n);
+        pendingPayload -= n;
+        return n;
+    }
+
+    /** Payload bytes of the current DATA frame readable without blocking. */
+    int availablePayload() {
+        return Math.min(pendingPayload, in.remaining());
+    }
+
+    private void readFully(byte[] b, int off, int len) throws IOException {
+        while (len > 0) {
+            need(1);
+            int n = Math.min(len, in.remaining());
+            in.get(b, off, n);
+            off += n;
+            len -= n;
+        }
+    }
+
+    /** Ensures at least {@code n} (at most the buffer size) unread bytes are buffered. */
+    private void need(int n) throws IOException {
+        if (in.remaining() >= n) {
+            return;
+        }
+        in.compact();
+        try {
+            if (timeoutMs > 0) {
+                deadlineNanos = System.nanoTime() + timeoutMs * 1_000_000L;
             }
+            while (in.position() < n) {
+                if (channel.read(in) < 0) {
+                    throw new EOFException("bridge closed the connection");
+                }
+            }
+        } finally {
+            deadlineNanos = 0;
+            in.flip();
         }
     }
 
@@ -177,7 +251,7 @@ final class BridgeConnection implements AutoCloseable {
      * connection is reused, so a call does not fail only because it picked a connection to a dead bridge.
      */
     boolean isStale() {
-        if (broken || !channel.isOpen()) {
+        if (broken || !channel.isOpen() || in.hasRemaining() || pendingPayload > 0) {
             return true;
         }
         try {
@@ -197,6 +271,7 @@ final class BridgeConnection implements AutoCloseable {
     @Override
     public void close() {
         broken = true;
+        OPEN.remove(this);
         try {
             channel.close();
         } catch (IOException ignored) {

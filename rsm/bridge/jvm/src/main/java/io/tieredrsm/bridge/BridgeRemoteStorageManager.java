@@ -426,10 +426,10 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
         private BridgeConnection conn;
         private final int rid;
         private final String what;
-        private byte[] buf;
-        private int pos;
-        private int limit;
+        /** Payload bytes of the current DATA frame still to read (they are in the connection). */
+        private int remaining;
         private boolean done;
+        private final byte[] one = new byte[1];
 
         FrameInputStream(BridgeRemoteStorageManager owner, BridgeConnection conn, int rid,
                          BridgeConnection.Frame first, String what) throws RemoteStorageException {
@@ -451,11 +451,9 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
             }
             switch (f.type) {
                 case BridgeConnection.DATA:
-                    // served straight from the connection's receive buffer: it is only overwritten by
-                    // the next read on this connection, which happens once this frame is consumed
-                    buf = f.payload;
-                    pos = f.payloadOffset;
-                    limit = f.payloadOffset + f.payloadLength;
+                    // the payload stays in the connection and is copied from its receive buffer
+                    // straight into the caller's array as the caller reads
+                    remaining = f.payloadLength;
                     break;
                 case BridgeConnection.END:
                     finish();
@@ -471,7 +469,7 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
 
         private void finish() {
             done = true;
-            pos = limit = 0;
+            remaining = 0;
             if (conn != null) {
                 owner.release(conn);
                 conn = null;
@@ -488,29 +486,31 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
         }
 
         private boolean fill() throws IOException {
-            while (pos >= limit && !done) {
+            while (remaining == 0 && !done) {
                 if (conn == null) {
                     throw new IOException(what + ": stream closed");
                 }
-                try {
-                    accept(conn.read());
-                } catch (IOException e) {
-                    if (conn != null) {
-                        fail();
-                    }
-                    throw e instanceof java.io.EOFException
-                            ? new IOException(what + ": bridge connection lost mid-stream", e) : e;
-                }
+                readFrame();
             }
-            return pos < limit;
+            return remaining > 0;
+        }
+
+        private void readFrame() throws IOException {
+            try {
+                accept(conn.read());
+            } catch (IOException e) {
+                if (conn != null) {
+                    fail();
+                }
+                throw e instanceof java.io.EOFException
+                        ? new IOException(what + ": bridge connection lost mid-stream", e) : e;
+            }
         }
 
         @Override
         public int read() throws IOException {
-            if (!fill()) {
-                return -1;
-            }
-            return buf[pos++] & 0xff;
+            int n = read(one, 0, 1);
+            return n < 0 ? -1 : one[0] & 0xff;
         }
 
         @Override
@@ -521,15 +521,20 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
             if (!fill()) {
                 return -1;
             }
-            int n = Math.min(len, limit - pos);
-            System.arraycopy(buf, pos, b, off, n);
-            pos += n;
+            int n;
+            try {
+                n = conn.readPayload(b, off, Math.min(len, remaining));
+            } catch (IOException e) {
+                fail();
+                throw new IOException(what + ": bridge connection lost mid-stream", e);
+            }
+            remaining -= n;
             return n;
         }
 
         @Override
         public int available() {
-            return limit - pos;
+            return conn == null ? 0 : Math.min(remaining, conn.availablePayload());
         }
 
         @Override
