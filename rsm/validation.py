@@ -1,10 +1,11 @@
 """Checks run on a segment during copy: integrity (always) and a record validation policy (per topic).
 
 Integrity. `SegmentIntegrityVerifier` is fed the segment's bytes in chunks, as they are read, and checks
-every batch: the CRC (CRC-32C over attributes..end for magic 2; CRC-32 over magic..end for the legacy magic
-0/1 message sets), header sanity (lengths, record count against the offset delta), offsets strictly
-increasing and inside the metadata's [start_offset, end_offset], and that the batches exactly fill a file
-of the size the metadata states. Any fault raises `SegmentIntegrityError` naming the file, the byte
+every batch with `segment_format`'s `SegmentVerifier` (the project's one checker of segment bytes): the
+CRC (CRC-32C over attributes..end for magic 2; CRC-32 over magic..end for the legacy magic 0/1 message
+sets), header sanity (lengths, record count against the offset delta), offsets strictly increasing and
+inside the metadata's [start_offset, end_offset], and that the batches exactly fill a file of the size the
+metadata states. Any fault raises `SegmentIntegrityError` naming the file, the byte
 position of the batch and the fault. It also counts, per chunk, the bytes of batches that are already
 compressed, so the copy can skip compressing those chunks again. The copy runs it over the whole file
 before uploading anything, so a corrupt segment never reaches the store.
@@ -23,29 +24,25 @@ from __future__ import annotations
 import abc
 import importlib
 import logging
-import struct
-import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import crc32c as _crc32c
-
 from rsm.errors import ConfigException, InvalidRecordException, SegmentIntegrityError
 from rsm.metadata import TopicIdPartition
+from segment_format.errors import CorruptRecordError
+from segment_format.segment import SegmentVerifier
 
 log = logging.getLogger(__name__)
-
-_V2_HEADER = 61
-_LEGACY_HEADER = 18  # offset, size, crc, magic, attributes
-_PROBE = 17  # enough to read the magic byte (at 16 in every format)
-_V2 = struct.Struct(">qiibIhiqqqhii")  # baseOffset .. recordCount
-_LEGACY = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes
 
 
 @dataclass
 class IntegritySummary:
+    """What the copy needs from the check: size, batch and offset figures, and per chunk the bytes of
+    batches that are already compressed (`compressed_bytes_per_chunk[i]` for file bytes
+    `[i * chunk_size, (i + 1) * chunk_size)`), which decides where the copy skips compressing again."""
+
     size: int
     batches: int
     first_offset: int | None
@@ -60,7 +57,14 @@ class IntegritySummary:
 
 
 class SegmentIntegrityVerifier:
-    """Streaming batch-by-batch check of a segment; feed bytes in order, then `finish()`."""
+    """Streaming batch-by-batch check of a segment; feed bytes in order, then `finish()`.
+
+    A thin adapter over `segment_format.segment.SegmentVerifier` (the project's one integrity check):
+    it fixes the RSM's semantics (offsets inside the metadata's `[start_offset, end_offset]` rather than
+    ending exactly at `end_offset`, since Kafka sets `endOffset` to the next segment's base offset minus
+    one; the file exactly `expected_size` bytes), has it count already-compressed bytes per chunk of
+    `chunk_size`, and turns `CorruptRecordError` into `SegmentIntegrityError`.
+    """
 
     def __init__(
         self, file: str, start_offset: int, end_offset: int, expected_size: int, chunk_size: int
@@ -71,139 +75,42 @@ class SegmentIntegrityVerifier:
         self.expected_size = expected_size
         self.chunk_size = chunk_size
         self.position = 0  # bytes consumed so far
-        self._batch_start = 0
-        self._hdr = bytearray()
-        self._want = _PROBE
-        self._remaining = 0  # body bytes still to read of the current batch
-        self._crc = 0
-        self._expected_crc = 0
-        self._magic = -1
-        self._compressed = False
-        self._batch_last_offset = -1
-        self._last_offset: int | None = None
-        self._first_offset: int | None = None
-        self._batches = 0
-        self._max_ts = -1
-        self._magics: set[int] = set()
-        chunks = -(-expected_size // chunk_size) if expected_size else 0
-        self._compressed_per_chunk = [0] * chunks
-
-    def _fail(self, reason: str, position: int | None = None) -> None:
-        raise SegmentIntegrityError(self.file, self._batch_start if position is None else position, reason)
+        self._verifier = SegmentVerifier(
+            file=file,
+            expected_start_offset=start_offset,
+            expected_end_offset=end_offset,
+            exact_end_offset=False,
+            total_size=expected_size,
+            region_size=chunk_size,
+        )
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
-        mv = memoryview(data).cast("B") if not isinstance(data, bytes) else memoryview(data)
-        n = len(mv)
-        if self.position + n > self.expected_size:
-            self._fail(
-                f"file is longer than the {self.expected_size} bytes the metadata states", self.expected_size
-            )
-        i = 0
-        while i < n:
-            if self._remaining:
-                take = min(self._remaining, n - i)
-                part = mv[i : i + take]
-                self._crc = (
-                    _crc32c.crc32c(part, self._crc) if self._magic == 2 else zlib.crc32(part, self._crc)
-                )
-                i += take
-                self._remaining -= take
-                if self._remaining == 0:
-                    self._end_batch(self.position + i)
-                continue
-            take = min(self._want - len(self._hdr), n - i)
-            self._hdr += mv[i : i + take]
-            i += take
-            if len(self._hdr) == self._want:
-                self._header(self.position + i)
-        self.position += n
-
-    def _header(self, at: int) -> None:
-        hdr = self._hdr
-        if self._want == _PROBE:
-            self._batch_start = at - _PROBE
-            magic = hdr[16]
-            if magic == 2:
-                self._want = _V2_HEADER
-            elif magic in (0, 1):
-                self._want = _LEGACY_HEADER
-            else:
-                self._fail(f"unknown magic byte {magic}")
-            self._magic = magic
-            if at + (self._want - _PROBE) > self.expected_size:
-                self._fail("truncated batch header at the end of the file")
-            return
-        if self._magic == 2:
-            (base, length, _epoch, _magic, crc, attrs, last_delta, _bts, max_ts, _pid, _pep, _seq, count) = (
-                _V2.unpack_from(hdr)
-            )
-            if length < _V2_HEADER - 12:
-                self._fail(f"batch length {length} is shorter than a batch header")
-            if last_delta < 0 or count < 0 or (count > 0 and count > last_delta + 1):
-                self._fail(f"record count {count} does not fit last offset delta {last_delta}")
-            last = base + last_delta
-            self._compressed = (attrs & 0x07) != 0
-            self._crc = _crc32c.crc32c(bytes(hdr[21:_V2_HEADER]))
-            self._remaining = length + 12 - _V2_HEADER
-            self._max_ts = max(self._max_ts, max_ts)
-            first = base
-        else:
-            offset, length, crc, _magic, attrs = _LEGACY.unpack_from(hdr)
-            if length < (14 if self._magic == 0 else 22):
-                self._fail(f"message size {length} is too small for magic {self._magic}")
-            last = first = offset  # a compressed wrapper carries its last inner offset
-            self._compressed = (attrs & 0x07) != 0
-            self._crc = zlib.crc32(bytes(hdr[16:_LEGACY_HEADER]))
-            self._remaining = length + 12 - _LEGACY_HEADER
-        end = self._batch_start + length + 12
-        if end > self.expected_size:
-            self._fail(
-                f"batch of {length + 12} bytes runs past the end of the {self.expected_size}-byte file"
-            )
-        if first < self.start_offset or last > self.end_offset:
-            self._fail(
-                f"offsets {first}..{last} outside the segment's range {self.start_offset}..{self.end_offset}"
-            )
-        if self._last_offset is not None and first <= self._last_offset:
-            self._fail(f"offset {first} does not follow the previous batch's last offset {self._last_offset}")
-        self._expected_crc = crc
-        self._batch_last_offset = last
-        if self._first_offset is None:
-            self._first_offset = first
-        self._magics.add(self._magic)
-        if self._remaining == 0:
-            self._end_batch(at)
-
-    def _end_batch(self, end: int) -> None:
-        if self._crc & 0xFFFFFFFF != self._expected_crc:
-            kind = "CRC-32C" if self._magic == 2 else "CRC-32"
-            self._fail(f"{kind} mismatch: stored {self._expected_crc:#010x}, computed {self._crc:#010x}")
-        if self._compressed and self._compressed_per_chunk:
-            start, cs = self._batch_start, self.chunk_size
-            for chunk in range(start // cs, (end - 1) // cs + 1):
-                lo, hi = max(start, chunk * cs), min(end, (chunk + 1) * cs)
-                self._compressed_per_chunk[chunk] += hi - lo
-        self._last_offset = self._batch_last_offset
-        self._batches += 1
-        self._hdr = bytearray()
-        self._want = _PROBE
+        """Check the next bytes of the file; `SegmentIntegrityError` at the first fault."""
+        try:
+            self._verifier.update(data)
+        except CorruptRecordError as exc:
+            raise _integrity_error(exc, self.file) from None
+        self.position += len(data) if not isinstance(data, memoryview) else data.nbytes
 
     def finish(self) -> IntegritySummary:
-        if self.position != self.expected_size:
-            self._fail(
-                f"file is {self.position} bytes, the metadata states {self.expected_size}", self.position
-            )
-        if self._hdr or self._remaining:
-            self._fail("truncated batch at the end of the file")
+        """Check the file ended where the metadata says and nothing is half-read; return the figures."""
+        try:
+            s = self._verifier.finish()
+        except CorruptRecordError as exc:
+            raise _integrity_error(exc, self.file) from None
         return IntegritySummary(
-            size=self.position,
-            batches=self._batches,
-            first_offset=self._first_offset,
-            last_offset=self._last_offset,
-            max_timestamp_ms=self._max_ts,
-            compressed_bytes_per_chunk=self._compressed_per_chunk,
-            magics=self._magics,
+            size=s.size_in_bytes,
+            batches=s.batch_count,
+            first_offset=s.first_offset,
+            last_offset=None if s.first_offset is None else s.last_offset,
+            max_timestamp_ms=s.max_timestamp,
+            compressed_bytes_per_chunk=self._verifier.compressed_bytes_per_region,
+            magics=set(s.magics),
         )
+
+
+def _integrity_error(exc: CorruptRecordError, file: str) -> SegmentIntegrityError:
+    return SegmentIntegrityError(exc.file or file, 0 if exc.position is None else exc.position, exc.reason)
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from .records import (
     NO_TIMESTAMP,
     Record,
     TimestampType,
+    crc_mismatch,
 )
 
 __all__ = ["LegacyRecordBatch", "build_legacy_message", "build_legacy_message_set"]
@@ -217,10 +218,8 @@ class LegacyRecordBatch:
         """Raise CorruptRecordError unless the stored CRC-32 matches."""
         computed = self.compute_checksum()
         if computed != self.crc:
-            raise CorruptRecordError(
-                f"message at offset {self.offset} is corrupt: stored crc = {self.crc}, computed crc = {computed}",
-                file=self.file,
-                position=self.position,
+            raise crc_mismatch(
+                f"message at offset {self.offset}", "CRC-32", self.crc, computed, self.file, self.position
             )
 
     def control_type(self) -> None:
@@ -235,11 +234,13 @@ class LegacyRecordBatch:
         for msg, raw in self._inner or ():
             computed = crc32(memoryview(raw)[16:])
             if computed != msg.crc:
-                raise CorruptRecordError(
-                    f"inner message at offset {msg.offset} of the wrapper at offset {self.offset} is corrupt: "
-                    f"stored crc = {msg.crc}, computed crc = {computed}",
-                    file=self.file,
-                    position=self.position,
+                raise crc_mismatch(
+                    f"inner message at offset {msg.offset} of the wrapper at offset {self.offset}",
+                    "CRC-32",
+                    msg.crc,
+                    computed,
+                    self.file,
+                    self.position,
                 )
 
     def records(self) -> list[Record]:

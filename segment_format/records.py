@@ -67,6 +67,7 @@ DELETE_HORIZON_FLAG_MASK = 0x40
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _PREFIX = struct.Struct(">qiib")
+_CODECS = tuple(CompressionType(i) for i in range(len(CompressionType)))
 
 
 class TimestampType(enum.IntEnum):
@@ -428,8 +429,8 @@ class RecordBatch:
     def compression_type(self) -> CompressionType:
         codec = self.attributes & COMPRESSION_CODEC_MASK
         try:
-            return CompressionType(codec)
-        except ValueError:
+            return _CODECS[codec]  # a tuple index: this runs once per batch on every scan
+        except IndexError:
             raise CorruptRecordError(
                 f"unknown compression codec id {codec}",
                 file=self.file,
@@ -509,11 +510,13 @@ class RecordBatch:
             )
         computed = self.compute_checksum()
         if computed != self.crc:
-            raise CorruptRecordError(
-                f"record batch at offset {self.base_offset} is corrupt: stored crc = {self.crc}, "
-                f"computed crc = {computed}",
-                file=self.file,
-                position=self.position,
+            raise crc_mismatch(
+                f"record batch at offset {self.base_offset}",
+                "CRC-32C",
+                self.crc,
+                computed,
+                self.file,
+                self.position,
             )
 
     # -- records
@@ -579,6 +582,17 @@ if TYPE_CHECKING:
     AnyRecordBatch = Union[RecordBatch, LegacyRecordBatch]  # noqa: UP007
 else:
     AnyRecordBatch = object
+
+
+def crc_mismatch(
+    what: str, kind: str, stored: int, computed: int, file: str | None, position: int
+) -> CorruptRecordError:
+    """The one wording of a checksum fault (batches, legacy messages, inner messages of a wrapper)."""
+    return CorruptRecordError(
+        f"{what} is corrupt: {kind} mismatch, stored crc = {stored}, computed crc = {computed}",
+        file=file,
+        position=position,
+    )
 
 
 def parse_batch(data: bytes, *, position: int = 0, file: str | None = None) -> AnyRecordBatch:

@@ -16,7 +16,15 @@ from pathlib import Path
 from .codecs import CompressionType
 from .errors import CorruptRecordError
 from .offset_index import OffsetIndex
-from .records import HEADER_PREFIX, NO_TIMESTAMP, AnyRecordBatch, _check_prefix, iter_batches, parse_batch
+from .records import (
+    HEADER_PREFIX,
+    NO_TIMESTAMP,
+    AnyRecordBatch,
+    RecordBatch,
+    _check_prefix,
+    iter_batches,
+    parse_batch,
+)
 from .time_index import TimeIndex
 
 __all__ = ["LogSegment", "SegmentSummary", "SegmentVerifier", "parse_segment_name"]
@@ -66,11 +74,28 @@ class SegmentSummary:
 class SegmentVerifier:
     """Verifies a segment's bytes fed in order with :meth:`update`; :meth:`finish` returns the summary.
 
-    Checks every batch CRC, that sizes are consistent and nothing is truncated, that offsets increase
-    and stay within ``[expected_start_offset, expected_end_offset]`` (the segment's base offset is the
-    default lower bound). With ``deep`` every record is decoded too (varints, lengths, compression).
-    Memory stays at one batch plus one chunk; when ``total_size`` (the segment's size) is given a
-    length running past it is refused as soon as it is read.
+    This is the one integrity check of segment bytes in the project (the RSM's copy-time check in
+    :mod:`rsm.validation` adapts it). Checks every batch CRC, that sizes are consistent and nothing is
+    truncated, that offsets increase and stay within ``[expected_start_offset, expected_end_offset]``
+    (the segment's base offset is the default lower bound). With ``deep`` every record is decoded too
+    (varints, lengths, compression).
+
+    ``exact_end_offset`` (default) also requires the last batch to end exactly at ``expected_end_offset``,
+    which is right for a caller that knows the segment's last offset. Kafka's RemoteLogManager does not
+    give that: it sets ``RemoteLogSegmentMetadata.endOffset`` to the next segment's base offset minus one,
+    and a log can have offset gaps before that point (``LocalLog.roll`` rolls at the larger of the
+    expected next offset and the log end offset; a once-compacted log keeps its holes), so the RSM passes
+    ``exact_end_offset=False`` and only requires every offset to lie inside the range.
+
+    When ``total_size`` (the size the segment's metadata states) is given, a batch length running past it
+    is refused as soon as its 17-byte prefix is read, and feeding more or fewer bytes than that is an
+    error. With ``region_size``, :attr:`compressed_bytes_per_region` counts, for every region of that
+    many bytes (``[i * region_size, (i + 1) * region_size)``), the bytes of batches whose payload is
+    already compressed: a copy that compresses in chunks uses it to leave such chunks alone.
+
+    Batches wholly inside a fed chunk are checked in place (no copy); only a batch straddling two chunks
+    is gathered in a side buffer, so memory stays at one batch plus the caller's chunk and the cost is
+    one pass over the bytes however the feed is cut.
     """
 
     def __init__(
@@ -82,16 +107,25 @@ class SegmentVerifier:
         expected_end_offset: int | None = None,
         deep: bool = False,
         total_size: int | None = None,
+        exact_end_offset: bool = True,
+        region_size: int | None = None,
     ) -> None:
         self.file = file
         self.total_size = total_size
         self.base_offset = base_offset
         self.lower = expected_start_offset if expected_start_offset is not None else base_offset
         self.upper = expected_end_offset
+        self.exact_end_offset = exact_end_offset
         self.deep = deep
-        self._buf = bytearray()
-        self._buf_pos = 0  # file position of self._buf[0]
-        self._need: int | None = None
+        if region_size is not None and region_size <= 0:
+            raise ValueError(f"region_size must be positive, got {region_size}")
+        self.region_size = region_size
+        regions = -(-total_size // region_size) if region_size and total_size else 0
+        self.compressed_bytes_per_region: list[int] = [0] * regions
+        self._pending = bytearray()  # the start of an entry that straddles fed chunks
+        self._buf_pos = 0  # file position of the next entry (the first byte of self._pending)
+        self._fed = 0
+        self._need: int | None = None  # size of the entry at self._buf_pos, once its prefix is read
         self._batch_count = 0
         self._record_count = 0
         self._first_offset: int | None = None
@@ -109,53 +143,91 @@ class SegmentVerifier:
         """Feed the next bytes of the segment."""
         if self._finished:
             raise ValueError("verifier already finished")
-        self._buf += chunk
-        while True:
+        mv = memoryview(chunk).cast("B") if isinstance(chunk, memoryview) else memoryview(chunk)
+        n = len(mv)
+        if self.total_size is not None and self._fed + n > self.total_size:
+            raise CorruptRecordError(
+                f"file is longer than the {self.total_size} bytes its metadata states",
+                file=self.file,
+                position=self.total_size,
+            )
+        self._fed += n
+        i = 0
+        pending = self._pending
+        if pending:  # finish the entry started in an earlier chunk
             if self._need is None:
-                if len(self._buf) < HEADER_PREFIX:
+                i = min(HEADER_PREFIX - len(pending), n)
+                pending += mv[:i]
+                if len(pending) < HEADER_PREFIX:
                     return
-                self._need = _check_prefix(bytes(self._buf[:HEADER_PREFIX]), self._buf_pos, self.file)
-                if self.total_size is not None and self._buf_pos + self._need > self.total_size:
-                    # known size: refuse a bogus length now instead of buffering the rest of the stream
-                    raise CorruptRecordError(
-                        f"truncated log entry: size {self._need} but only {self.total_size - self._buf_pos} "
-                        "bytes left",
-                        file=self.file,
-                        position=self._buf_pos,
-                    )
-            if len(self._buf) < self._need:
+                self._prefix(pending)
+            assert self._need is not None
+            take = min(self._need - len(pending), n - i)
+            pending += mv[i : i + take]
+            i += take
+            if len(pending) < self._need:
                 return
-            data = bytes(self._buf[: self._need])
-            del self._buf[: self._need]
-            self._check(parse_batch(data, position=self._buf_pos, file=self.file))
-            self._buf_pos += self._need
-            self._need = None
+            self._entry(bytes(pending))
+            pending.clear()
+        while n - i >= HEADER_PREFIX:  # entries wholly inside this chunk: checked in place
+            need = self._prefix(mv[i : i + HEADER_PREFIX])
+            if n - i < need:
+                break
+            self._entry(mv[i : i + need])
+            i += need
+        if i < n:
+            pending += mv[i:]
+
+    def _prefix(self, prefix: bytes | bytearray | memoryview) -> int:
+        need = self._need = _check_prefix(prefix, self._buf_pos, self.file)
+        if self.total_size is not None and self._buf_pos + need > self.total_size:
+            # known size: refuse a bogus length now instead of buffering the rest of the stream
+            raise CorruptRecordError(
+                f"truncated log entry: a batch of {need} bytes runs past the end of the "
+                f"{self.total_size}-byte file ({self.total_size - self._buf_pos} bytes left)",
+                file=self.file,
+                position=self._buf_pos,
+            )
+        return need
+
+    def _entry(self, data: bytes | memoryview) -> None:
+        if data[16] == 2:
+            batch: AnyRecordBatch = RecordBatch.from_bytes(data, position=self._buf_pos, file=self.file)  # type: ignore[arg-type]
+        else:  # legacy entries keep their own bytes (a wrapper's inner messages are parsed lazily)
+            batch = parse_batch(bytes(data), position=self._buf_pos, file=self.file)
+        self._check(batch)
+        self._buf_pos += len(data)
+        self._need = None
 
     def _check(self, batch: AnyRecordBatch) -> None:
-        if self.deep and batch.magic < 2:
+        # hot path (one call per batch): fields read once into locals
+        magic = batch.magic
+        if self.deep and magic < 2:
             batch.ensure_valid_deep()
         else:
             batch.ensure_valid()
         pos = batch.position
-        if batch.magic == 2:
-            if batch.last_offset_delta < 0:
+        base, last = batch.base_offset, batch.last_offset
+        if magic == 2:
+            delta, count = batch.last_offset_delta, batch.record_count
+            if delta < 0:
                 raise CorruptRecordError(
-                    f"negative last offset delta {batch.last_offset_delta}", file=self.file, position=pos + 23
+                    f"negative last offset delta {delta}", file=self.file, position=pos + 23
                 )
-            if batch.record_count < 0 or batch.record_count > batch.last_offset_delta + 1:
+            if count < 0 or count > delta + 1:
                 raise CorruptRecordError(
-                    f"record count {batch.record_count} does not fit offsets {batch.base_offset}..{batch.last_offset}",
+                    f"record count {count} does not fit offsets {base}..{last}",
                     file=self.file,
                     position=pos + 57,
                 )
         codec = batch.compression_type
-        if self.deep or batch.magic < 2:
+        if self.deep or magic < 2:
             records = batch.records()
             count = len(records)
-            if records and (records[0].offset < batch.base_offset or records[-1].offset > batch.last_offset):
+            if records and (records[0].offset < base or records[-1].offset > last):
                 raise CorruptRecordError(
                     f"record offsets {records[0].offset}..{records[-1].offset} fall outside the batch's "
-                    f"{batch.base_offset}..{batch.last_offset}",
+                    f"{base}..{last}",
                     file=self.file,
                     position=pos,
                 )
@@ -166,54 +238,81 @@ class SegmentVerifier:
                         file=self.file,
                         position=pos,
                     )
-        else:
-            count = batch.record_count
-        base, last = batch.base_offset, batch.last_offset
-        if self._last_offset is not None and base <= self._last_offset:
+        previous = self._last_offset
+        if previous is not None and base <= previous:
             raise CorruptRecordError(
-                f"batch offsets {base}..{last} do not increase past {self._last_offset}",
-                file=self.file,
-                position=pos,
+                f"batch offsets {base}..{last} do not increase past {previous}", file=self.file, position=pos
             )
         if self.lower is not None and base < self.lower:
             raise CorruptRecordError(
-                f"batch base offset {base} is below the segment's start offset {self.lower}",
+                f"batch base offset {base} is below the segment's start offset {self.lower} "
+                f"(offsets {base}..{last} outside the segment's range {self._range()})",
                 file=self.file,
                 position=pos,
             )
         if self.upper is not None and last > self.upper:
             raise CorruptRecordError(
-                f"batch last offset {last} is beyond the expected end offset {self.upper}",
+                f"batch last offset {last} is beyond the expected end offset {self.upper} "
+                f"(offsets {base}..{last} outside the segment's range {self._range()})",
                 file=self.file,
                 position=pos,
             )
-        if self._first_offset is None:
+        max_ts = batch.max_timestamp
+        if previous is None:
             self._first_offset = base
-            self._first_batch_ts = batch.max_timestamp
+            self._first_batch_ts = max_ts
         self._last_offset = last
         self._batch_count += 1
         self._record_count += count
-        if batch.max_timestamp > self._max_ts:
-            self._max_ts = batch.max_timestamp
+        if max_ts > self._max_ts:
+            self._max_ts = max_ts
             self._max_ts_offset = last
         self._codecs.add(codec)
-        self._magics.add(batch.magic)
-        self._txn |= batch.is_transactional
-        self._control |= batch.is_control_batch
+        self._magics.add(magic)
+        if not self._txn and batch.is_transactional:
+            self._txn = True
+        if not self._control and batch.is_control_batch:
+            self._control = True
+        if self.region_size is not None and codec is not CompressionType.NONE:
+            self._count_compressed(pos, pos + batch.size_in_bytes)
+
+    def _count_compressed(self, start: int, end: int) -> None:
+        size, counts = self.region_size, self.compressed_bytes_per_region
+        assert size is not None
+        last_region = (end - 1) // size
+        if last_region >= len(counts):  # no total size given: grow as the file does
+            counts.extend([0] * (last_region + 1 - len(counts)))
+        for region in range(start // size, last_region + 1):
+            counts[region] += min(end, (region + 1) * size) - max(start, region * size)
+
+    def _range(self) -> str:
+        lower = "" if self.lower is None else str(self.lower)
+        return f"{lower}..{'' if self.upper is None else self.upper}"
 
     def finish(self) -> SegmentSummary:
         """Check nothing is left half-read and return the summary."""
         self._finished = True
-        if self._buf:
+        if self.total_size is not None and self._fed != self.total_size:
             raise CorruptRecordError(
-                f"truncated log entry: {len(self._buf)} bytes at the end"
+                f"file is {self._fed} bytes, the metadata states {self.total_size}",
+                file=self.file,
+                position=self._fed,
+            )
+        if self._pending:
+            raise CorruptRecordError(
+                f"truncated log entry: {len(self._pending)} bytes at the end"
                 + (f" of a {self._need}-byte entry" if self._need else ""),
                 file=self.file,
                 position=self._buf_pos,
             )
         base = self.base_offset if self.base_offset is not None else (self._first_offset or 0)
         last = self._last_offset if self._last_offset is not None else base - 1
-        if self.upper is not None and self._last_offset is not None and self._last_offset != self.upper:
+        if (
+            self.exact_end_offset
+            and self.upper is not None
+            and self._last_offset is not None
+            and self._last_offset != self.upper
+        ):
             raise CorruptRecordError(
                 f"segment ends at offset {self._last_offset}, expected {self.upper}",
                 file=self.file,
