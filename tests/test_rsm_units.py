@@ -223,6 +223,32 @@ def test_verifier_accepts_real_kafka_segments_and_locates_corruption() -> None:
         assert info.value.position == last and "CRC" in info.value.reason, path
 
 
+def test_verifier_accepts_offsets_inside_the_range_and_counts_compressed_bytes_per_chunk() -> None:
+    """Kafka's endOffset is the next segment's base offset - 1 (offset gaps can leave it past the last
+    batch), so offsets inside [start, end] pass; per chunk, the bytes of compressed batches are counted."""
+    writer = pytest.importorskip("segment_format.writer")
+    codecs = pytest.importorskip("segment_format.codecs")
+    plain = writer.build_batch([(b"k", b"v" * 300, (), 1)], base_offset=10)
+    packed = writer.build_batch(
+        [(b"k", b"w" * 300, (), 2)], base_offset=11, compression=codecs.CompressionType.GZIP
+    )
+    raw = plain + packed
+    verifier = SegmentIntegrityVerifier("s.log", 10, 50, len(raw), 256)
+    for i in range(0, len(raw), 100):
+        verifier.feed(memoryview(raw)[i : i + 100])
+    summary = verifier.finish()
+    assert (summary.batches, summary.first_offset, summary.last_offset, summary.size) == (2, 10, 11, len(raw))
+    expected = [0] * -(-len(raw) // 256)
+    for p in range(len(plain), len(raw)):
+        expected[p // 256] += 1
+    assert summary.compressed_bytes_per_chunk == expected
+    assert summary.compressed_batch_bytes == len(packed)
+    early = SegmentIntegrityVerifier("s.log", 11, 50, len(raw), 256)
+    with pytest.raises(SegmentIntegrityError, match="outside the segment's range 11..50") as info:
+        early.feed(raw)
+    assert info.value.position == 0 and info.value.file == "s.log"
+
+
 @pytest.mark.skipif(not FIXTURES.exists(), reason="shared fixtures not present")
 def test_real_snappy_and_gzip_segments_round_trip(tmp_path: Path) -> None:
     """Segments written by real brokers (Java snappy, kafkajs gzip) go through copy and fetch unchanged,

@@ -460,6 +460,67 @@ def test_segment_verify_checks_offset_range(tmp_path) -> None:  # type: ignore[n
         v.update(build_batch(sample_records(3), base_offset=11))
 
 
+def test_segment_verifier_counts_compressed_bytes_per_region_in_any_chunking(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Per region of the file, the bytes of already-compressed batches: the same whatever the feed's
+    cut (batches checked in place, straddling chunks, or one byte at a time)."""
+    w = SegmentWriter(tmp_path, 0)
+    offset = 0
+    with w:
+        for i in range(30):
+            recs = sample_records(1 + i % 5, seed=i)
+            w.append(build_batch(recs, base_offset=offset, compression=CompressionType.GZIP if i % 3 else 0))
+            offset += len(recs)
+    seg = LogSegment(w.log_path)
+    data = seg.path.read_bytes()
+    region = 700
+    expected = [0] * -(-len(data) // region)
+    for b in seg.batches():
+        if b.compression_type is not CompressionType.NONE:
+            for p in range(b.position, b.position + b.size_in_bytes):
+                expected[p // region] += 1
+    assert 0 < sum(expected) < len(data)
+    for feed in (1, 13, 700, 4096, len(data)):
+        for total in (len(data), None):
+            v = SegmentVerifier(file="s.log", base_offset=0, total_size=total, region_size=region)
+            for i in range(0, len(data), feed):
+                v.update(memoryview(data)[i : i + feed])
+            assert v.finish().last_offset == offset - 1
+            assert v.compressed_bytes_per_region == expected, (feed, total)
+
+
+def test_segment_verifier_end_offset_exact_or_inside_range(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Kafka's RemoteLogSegmentMetadata.endOffset is the next segment's base offset - 1, which can lie
+    past the last batch (offset gaps): `exact_end_offset=False` accepts that, the default does not."""
+    seg, next_offset = write_segment(tmp_path, base=100)
+    data = seg.path.read_bytes()
+    with pytest.raises(CorruptRecordError, match=f"segment ends at offset {next_offset - 1}, expected"):
+        seg.verify(100, next_offset + 5)
+    v = SegmentVerifier(file="s.log", expected_start_offset=100, expected_end_offset=next_offset + 5,
+                        exact_end_offset=False)  # fmt: skip
+    v.update(data)
+    assert v.finish().last_offset == next_offset - 1
+    v = SegmentVerifier(file="s.log", expected_start_offset=100, expected_end_offset=next_offset - 2,
+                        exact_end_offset=False)  # fmt: skip
+    with pytest.raises(CorruptRecordError, match="outside the segment's range 100..") as info:
+        v.update(data)
+    assert info.value.position == list(seg.batches())[-1].position
+
+
+def test_segment_verifier_refuses_a_size_other_than_total_size(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    seg, _ = write_segment(tmp_path)
+    data = seg.path.read_bytes()
+    longer = SegmentVerifier(file="s.log", base_offset=0, total_size=len(data) - 1)
+    with pytest.raises(CorruptRecordError, match="longer than") as info:
+        longer.update(data)
+    assert info.value.position == len(data) - 1
+    shorter = SegmentVerifier(file="s.log", base_offset=0, total_size=len(data) + 1)
+    shorter.update(data)
+    with pytest.raises(CorruptRecordError, match=f"file is {len(data)} bytes, the metadata states"):
+        shorter.finish()
+    with pytest.raises(ValueError, match="region_size"):
+        SegmentVerifier(region_size=0)
+
+
 def test_segment_writer_tracks_aborted_transactions(tmp_path) -> None:  # type: ignore[no-untyped-def]
     with SegmentWriter(tmp_path, 0) as w:
         w.append(build_batch(sample_records(2), base_offset=0, producer_id=1, producer_epoch=0, base_sequence=0,
