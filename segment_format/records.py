@@ -184,8 +184,8 @@ def _decode_records(
 ) -> list[Record]:
     """Decode ``count`` v2 records filling exactly ``buf`` (errors name ``pos_base`` + index in buf).
 
-    Varints of one or two bytes (almost all of them: lengths below 8 KiB, small deltas) are decoded
-    inline; longer ones go through ``raw``. Zigzag decoding is ``(u >> 1) ^ -(u & 1)``.
+    Varints of one or two bytes (almost all of them: lengths below 8 KiB, small deltas) take the short
+    path of ``zigzag``; longer ones go through ``raw``. Zigzag decoding is ``(u >> 1) ^ -(u & 1)``.
     """
     end = len(buf)
     pos = 0
@@ -214,18 +214,32 @@ def _decode_records(
         u, p = raw(p, 5)
         return (u >> 1) ^ -(u & 1), p
 
+    def zigzag(p: int, limit: int, max_bytes: int = 5) -> tuple[int, int]:
+        """Signed varint at ``p``: one- and two-byte forms inline, below ``limit``; longer ones via raw."""
+        b = buf[p] if p < limit else 0x80
+        if b < 0x80:
+            p += 1
+        elif p + 1 < limit and buf[p + 1] < 0x80:
+            b = (b & 0x7F) | (buf[p + 1] << 7)
+            p += 2
+        else:
+            b, p = raw(p, max_bytes)
+        return (b >> 1) ^ -(b & 1), p
+
+    def nullable_bytes(p: int, limit: int, i: int, what: str) -> tuple[bytes | None, int]:
+        """A key or value: zigzag length (-1 = null), then that many bytes, inside the record."""
+        n, p = zigzag(p, limit)
+        if n < 0:
+            return None, p
+        if p + n > limit:
+            raise CorruptRecordError(
+                f"record {i} {what} overruns the record", file=where, position=pos_base + p
+            )
+        return buf[p : p + n], p + n
+
     for i in range(count):
         rec_start = pos
-        # -- length
-        b = buf[pos] if pos < end else 0x80
-        if b < 0x80:
-            pos += 1
-        elif pos + 1 < end and buf[pos + 1] < 0x80:
-            b = (b & 0x7F) | (buf[pos + 1] << 7)
-            pos += 2
-        else:
-            b, pos = raw(pos, 5)
-        length = (b >> 1) ^ -(b & 1)
+        length, pos = zigzag(pos, end)
         body_start = pos
         rec_end = pos + length
         if length < 0 or rec_end > end:
@@ -239,65 +253,10 @@ def _decode_records(
                 f"record {i} too short ({length} bytes)", file=where, position=pos_base + rec_start
             )
         attributes = buf[pos]
-        pos += 1
-        # -- timestamp delta (varlong)
-        b = buf[pos] if pos < rec_end else 0x80
-        if b < 0x80:
-            pos += 1
-        elif pos + 1 < rec_end and buf[pos + 1] < 0x80:
-            b = (b & 0x7F) | (buf[pos + 1] << 7)
-            pos += 2
-        else:
-            b, pos = raw(pos, 10)
-        ts_delta = (b >> 1) ^ -(b & 1)
-        # -- offset delta
-        b = buf[pos] if pos < rec_end else 0x80
-        if b < 0x80:
-            pos += 1
-        elif pos + 1 < rec_end and buf[pos + 1] < 0x80:
-            b = (b & 0x7F) | (buf[pos + 1] << 7)
-            pos += 2
-        else:
-            b, pos = raw(pos, 5)
-        offset_delta = (b >> 1) ^ -(b & 1)
-        # -- key
-        b = buf[pos] if pos < rec_end else 0x80
-        if b < 0x80:
-            pos += 1
-        elif pos + 1 < rec_end and buf[pos + 1] < 0x80:
-            b = (b & 0x7F) | (buf[pos + 1] << 7)
-            pos += 2
-        else:
-            b, pos = raw(pos, 5)
-        key_len = (b >> 1) ^ -(b & 1)
-        if key_len >= 0:
-            if pos + key_len > rec_end:
-                raise CorruptRecordError(
-                    f"record {i} key overruns the record", file=where, position=pos_base + pos
-                )
-            key: bytes | None = buf[pos : pos + key_len]
-            pos += key_len
-        else:
-            key = None
-        # -- value
-        b = buf[pos] if pos < rec_end else 0x80
-        if b < 0x80:
-            pos += 1
-        elif pos + 1 < rec_end and buf[pos + 1] < 0x80:
-            b = (b & 0x7F) | (buf[pos + 1] << 7)
-            pos += 2
-        else:
-            b, pos = raw(pos, 5)
-        value_len = (b >> 1) ^ -(b & 1)
-        if value_len >= 0:
-            if pos + value_len > rec_end:
-                raise CorruptRecordError(
-                    f"record {i} value overruns the record", file=where, position=pos_base + pos
-                )
-            value: bytes | None = buf[pos : pos + value_len]
-            pos += value_len
-        else:
-            value = None
+        ts_delta, pos = zigzag(pos + 1, rec_end, 10)  # a varlong
+        offset_delta, pos = zigzag(pos, rec_end)
+        key, pos = nullable_bytes(pos, rec_end, i, "key")
+        value, pos = nullable_bytes(pos, rec_end, i, "value")
         # -- headers
         b = buf[pos] if pos < rec_end else 0x80
         if b < 0x80:
