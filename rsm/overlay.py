@@ -194,10 +194,14 @@ class TopicOverlayStore:
         """Remove the topic's overlay; a missing one is fine."""
         return self.store.delete(self.bucket, self.key(topic, topic_id))
 
-    def list(self) -> list[TopicOverlay]:
+    def for_topic(self, topic: str) -> list[TopicOverlay]:
+        """The overlays stored under a topic name, for every id it had (tools that know only names)."""
+        return [o for o in self.list(topic) if o.topic == topic]
+
+    def list(self, topic_prefix: str = "") -> list[TopicOverlay]:
         """Every stored overlay (documents that fail to parse are logged and skipped)."""
         out: list[TopicOverlay] = []
-        for key in self.store.list(self.bucket, self.prefix + OVERLAY_DIR):
+        for key in self.store.list(self.bucket, self.prefix + OVERLAY_DIR + topic_prefix):
             if not key.endswith(OVERLAY_SUFFIX):
                 continue
             where = self.store.describe(self.bucket, key)

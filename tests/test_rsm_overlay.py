@@ -283,7 +283,17 @@ def test_recreated_topic_does_not_inherit_the_overlay(tmp_path: Path) -> None:
         )
         assert rsm.config.resolve(None, rsm.topic_overlay(old)).bucket == "old-bucket"
         assert dict(rsm.topic_overlay(new)) == {}
-        assert [o.topic_id for o in TopicOverlayStore(rsm.store, "main").list()] == [old.topic_id]
+        overlays = TopicOverlayStore(rsm.store, "main")
+        assert [o.topic_id for o in overlays.list()] == [old.topic_id]
+        overlays.write(new.topic, new.topic_id, {"unchecked.rsm.prefix": "n/"})
+        overlays.write(
+            "events-archive", uuid.uuid4(), {"unchecked.rsm.prefix": "a/"}
+        )  # shares the name prefix
+        assert {o.topic_id for o in overlays.for_topic("events")} == {old.topic_id, new.topic_id}
+        # the RSM's cache (topic.overlay.cache.ms=60000) still answers "no overlay" for the new id
+        assert rsm.overlays.ttl == 60.0 and dict(rsm.topic_overlay(new)) == {}
+        rsm.overlays.invalidate(new.topic, new.topic_id)
+        assert dict(rsm.topic_overlay(new)) == {"unchecked.rsm.prefix": "n/"}
     finally:
         rsm.close()
 
