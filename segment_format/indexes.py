@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import IO
 
+from .entry_file import parse_segment_name
 from .offset_index import OffsetIndex
 from .records import NO_TIMESTAMP, iter_batches
 from .time_index import TimeIndex
@@ -72,7 +73,7 @@ def build_indexes(
     if isinstance(log, str | Path):
         path = Path(log)
         if base_offset is None:
-            base_offset = int(path.name.split(".")[0])
+            base_offset = parse_segment_name(path)
         builder = IndexBuilder(base_offset, index_interval_bytes)
         with open(path, "rb") as fh:
             for _, batch in iter_batches(fh, file=str(path)):

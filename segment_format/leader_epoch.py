@@ -6,8 +6,8 @@ Text: a version line (``0``), an entry count line, then one ``epoch startOffset`
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
+from .entry_file import EntryFile
 from .errors import CorruptRecordError
 
 __all__ = ["EpochEntry", "LeaderEpochCheckpoint"]
@@ -23,11 +23,8 @@ class EpochEntry:
     start_offset: int
 
 
-class LeaderEpochCheckpoint:
+class LeaderEpochCheckpoint(EntryFile[EpochEntry]):
     """Entries of a leader-epoch checkpoint, epochs and start offsets increasing."""
-
-    def __init__(self, entries: list[EpochEntry] | None = None) -> None:
-        self.entries: list[EpochEntry] = list(entries or [])
 
     @classmethod
     def from_bytes(cls, data: bytes, *, file: str | None = None) -> LeaderEpochCheckpoint:
@@ -64,18 +61,6 @@ class LeaderEpochCheckpoint:
             entries.append(EpochEntry(epoch, start))
         return cls(entries)
 
-    @classmethod
-    def read(cls, path: Path) -> LeaderEpochCheckpoint:
-        path = Path(path)
-        return cls.from_bytes(path.read_bytes(), file=str(path))
-
-    def write(self, path: Path) -> None:
-        """Write the file atomically (temporary file + rename), as Kafka replaces its checkpoint files."""
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(self.to_bytes())
-        tmp.replace(path)
-
     def to_bytes(self) -> bytes:
         lines = [str(VERSION), str(len(self.entries))] + [f"{e.epoch} {e.start_offset}" for e in self.entries]
         return ("\n".join(lines) + "\n").encode()
@@ -99,9 +84,3 @@ class LeaderEpochCheckpoint:
             else:
                 break
         return found
-
-    def __len__(self) -> int:
-        return len(self.entries)
-
-    def __iter__(self):  # type: ignore[no-untyped-def]
-        return iter(self.entries)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from pathlib import Path
 
 from .crc import crc32c
+from .entry_file import EntryFile
 from .errors import CorruptRecordError
 
 __all__ = ["ProducerSnapshot", "ProducerStateEntry"]
@@ -45,11 +45,8 @@ class ProducerStateEntry:
         return self.last_offset - self.offset_delta
 
 
-class ProducerSnapshot:
+class ProducerSnapshot(EntryFile[ProducerStateEntry]):
     """A producer snapshot's entries, in file order."""
-
-    def __init__(self, entries: list[ProducerStateEntry] | None = None) -> None:
-        self.entries: list[ProducerStateEntry] = list(entries or [])
 
     @classmethod
     def from_bytes(cls, data: bytes, *, file: str | None = None) -> ProducerSnapshot:
@@ -76,18 +73,6 @@ class ProducerSnapshot:
         ]
         return cls(entries)
 
-    @classmethod
-    def read(cls, path: Path) -> ProducerSnapshot:
-        path = Path(path)
-        return cls.from_bytes(path.read_bytes(), file=str(path))
-
-    def write(self, path: Path) -> None:
-        """Write the file atomically (temporary file + rename), as Kafka replaces its snapshot files."""
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(self.to_bytes())
-        tmp.replace(path)
-
     def to_bytes(self) -> bytes:
         body = struct.pack(">i", len(self.entries)) + b"".join(
             _ENTRY.pack(
@@ -103,9 +88,3 @@ class ProducerSnapshot:
             for e in self.entries
         )
         return struct.pack(">hI", VERSION, crc32c(body)) + body
-
-    def __len__(self) -> int:
-        return len(self.entries)
-
-    def __iter__(self):  # type: ignore[no-untyped-def]
-        return iter(self.entries)

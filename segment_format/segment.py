@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .codecs import CompressionType
+from .entry_file import parse_segment_name
 from .errors import CorruptRecordError
 from .offset_index import OffsetIndex
 from .records import (
@@ -32,15 +33,6 @@ __all__ = ["LogSegment", "SegmentSummary", "SegmentVerifier", "parse_segment_nam
 log = logging.getLogger(__name__)
 
 READ_CHUNK = 1 << 20
-
-
-def parse_segment_name(path: Path | str) -> int:
-    """Base offset from a segment file name (``00000000000000000042.log`` -> 42)."""
-    name = Path(path).name
-    stem = name.split(".", 1)[0]
-    if not stem.isdigit():
-        raise ValueError(f"{name} is not a segment file name (20-digit base offset + suffix)")
-    return int(stem)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,12 +6,10 @@
 
 from __future__ import annotations
 
-import bisect
 import struct
 from dataclasses import dataclass
-from pathlib import Path
 
-from .errors import CorruptRecordError
+from .entry_file import FixedWidthIndex
 from .records import NO_TIMESTAMP
 
 __all__ = ["ENTRY_SIZE", "TimeIndex", "TimestampOffset"]
@@ -28,46 +26,28 @@ class TimestampOffset:
     offset: int
 
 
-class TimeIndex:
+class TimeIndex(FixedWidthIndex[TimestampOffset]):
     """Entries of one segment's time index, in file order."""
 
-    def __init__(self, base_offset: int, entries: list[TimestampOffset] | None = None) -> None:
-        self.base_offset = base_offset
-        self.entries: list[TimestampOffset] = list(entries or [])
-        self._timestamps = [e.timestamp for e in self.entries]
+    KIND = "time index"
+    ENTRY = _ENTRY
 
-    @classmethod
-    def from_bytes(cls, data: bytes, base_offset: int, *, file: str | None = None) -> TimeIndex:
-        """Parse time index bytes; a zero-filled tail (preallocated active index) is ignored."""
-        if len(data) % ENTRY_SIZE:
-            raise CorruptRecordError(
-                f"time index size {len(data)} is not a multiple of {ENTRY_SIZE}", file=file, position=0
-            )
-        entries: list[TimestampOffset] = []
-        prev_ts, prev_off = NO_TIMESTAMP - 1, -1
-        for pos in range(0, len(data), ENTRY_SIZE):
-            ts, rel = _ENTRY.unpack_from(data, pos)
-            if ts == 0 and rel == 0 and entries:
-                if any(data[pos:]):
-                    raise CorruptRecordError(
-                        "data after the zero-filled end of the index", file=file, position=pos
-                    )
-                break
-            if rel < 0 or ts <= prev_ts or rel < prev_off:
-                raise CorruptRecordError(
-                    f"time index entry ({ts}, {rel}) is out of order or negative", file=file, position=pos
-                )
-            prev_ts, prev_off = ts, rel
-            entries.append(TimestampOffset(ts, base_offset + rel))
-        return cls(base_offset, entries)
+    @staticmethod
+    def _key(entry: TimestampOffset) -> int:
+        return entry.timestamp
 
-    @classmethod
-    def read(cls, path: Path, base_offset: int | None = None) -> TimeIndex:
-        """Read a ``.timeindex`` file (base offset from its name unless given)."""
-        path = Path(path)
-        if base_offset is None:
-            base_offset = int(path.name.split(".")[0])
-        return cls.from_bytes(path.read_bytes(), base_offset, file=str(path))
+    @staticmethod
+    def _in_order(fields: tuple[int, ...], previous: tuple[int, ...] | None) -> bool:
+        ts, rel = fields
+        prev_ts, prev_rel = previous or (NO_TIMESTAMP - 1, -1)
+        return rel >= 0 and ts > prev_ts and rel >= prev_rel
+
+    @staticmethod
+    def _entry(fields: tuple[int, ...], base_offset: int) -> TimestampOffset:
+        return TimestampOffset(fields[0], base_offset + fields[1])
+
+    def _fields(self, entry: TimestampOffset) -> tuple[int, ...]:
+        return entry.timestamp, entry.offset - self.base_offset
 
     @property
     def last_entry(self) -> TimestampOffset:
@@ -80,31 +60,11 @@ class TimeIndex:
         if self.entries and offset < last.offset:
             raise ValueError(f"offset {offset} is below the last indexed offset {last.offset}")
         if timestamp > last.timestamp:
-            self.entries.append(TimestampOffset(timestamp, offset))
-            self._timestamps.append(timestamp)
+            self._add(TimestampOffset(timestamp, offset))
             return True
         return False
 
     def lookup(self, target_timestamp: int) -> TimestampOffset:
         """Largest entry with timestamp <= target, or (-1, base offset) when none is."""
-        i = bisect.bisect_right(self._timestamps, target_timestamp)
-        if i == 0:
-            return TimestampOffset(NO_TIMESTAMP, self.base_offset)
-        return self.entries[i - 1]
-
-    def write(self, path: Path) -> None:
-        """Write the file atomically (temporary file + rename), as Kafka replaces its time index files."""
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(self.to_bytes())
-        tmp.replace(path)
-
-    def to_bytes(self) -> bytes:
-        """The trimmed file bytes Kafka leaves for a closed segment."""
-        return b"".join(_ENTRY.pack(e.timestamp, e.offset - self.base_offset) for e in self.entries)
-
-    def __len__(self) -> int:
-        return len(self.entries)
-
-    def __iter__(self):  # type: ignore[no-untyped-def]
-        return iter(self.entries)
+        found = self._floor(target_timestamp)
+        return TimestampOffset(NO_TIMESTAMP, self.base_offset) if found is None else found

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from pathlib import Path
 
+from .entry_file import EntryFile
 from .errors import CorruptRecordError
 
 __all__ = ["ENTRY_SIZE", "AbortedTxn", "TransactionIndex"]
@@ -34,11 +34,8 @@ class AbortedTxn:
         )
 
 
-class TransactionIndex:
+class TransactionIndex(EntryFile[AbortedTxn]):
     """The aborted transactions of a segment, in file order."""
-
-    def __init__(self, entries: list[AbortedTxn] | None = None) -> None:
-        self.entries: list[AbortedTxn] = list(entries or [])
 
     @classmethod
     def from_bytes(cls, data: bytes, *, file: str | None = None) -> TransactionIndex:
@@ -64,11 +61,6 @@ class TransactionIndex:
             entries.append(AbortedTxn(pid, first, last, lso))
         return cls(entries)
 
-    @classmethod
-    def read(cls, path: Path) -> TransactionIndex:
-        path = Path(path)
-        return cls.from_bytes(path.read_bytes(), file=str(path))
-
     def append(self, txn: AbortedTxn) -> None:
         """Add an entry (Kafka requires last offsets not to go backwards)."""
         if self.entries and txn.last_offset < self.entries[-1].last_offset:
@@ -81,18 +73,5 @@ class TransactionIndex:
             t for t in self.entries if t.last_offset >= fetch_offset and t.first_offset < upper_bound_offset
         ]
 
-    def write(self, path: Path) -> None:
-        """Write the file atomically (temporary file + rename), as Kafka replaces its transaction index files."""
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(self.to_bytes())
-        tmp.replace(path)
-
     def to_bytes(self) -> bytes:
         return b"".join(t.to_bytes() for t in self.entries)
-
-    def __len__(self) -> int:
-        return len(self.entries)
-
-    def __iter__(self):  # type: ignore[no-untyped-def]
-        return iter(self.entries)
