@@ -570,7 +570,7 @@ def parse_batch(data: bytes, *, position: int = 0, file: str | None = None) -> A
     raise CorruptRecordError(f"unknown magic {magic}", file=file, position=position + 16)
 
 
-def _check_prefix(prefix: bytes, position: int, file: str | None) -> int:
+def _check_prefix(prefix: bytes | bytearray | memoryview, position: int, file: str | None) -> int:
     """Validate a 17-byte entry prefix; return the entry's total size."""
     _, length, _, magic = _PREFIX.unpack_from(prefix, 0)
     if magic == 2:
