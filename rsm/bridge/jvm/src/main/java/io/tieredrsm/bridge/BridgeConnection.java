@@ -86,7 +86,7 @@ final class BridgeConnection implements AutoCloseable {
     }
 
     /** Receive buffer size: a read system call fills it with as much of the stream as has arrived. */
-    static final int RECEIVE_BUFFER_BYTES = 256 * 1024;
+    static final int RECEIVE_BUFFER_BYTES = 64 * 1024;
 
     private final SocketChannel channel;
     private final long timeoutMs;

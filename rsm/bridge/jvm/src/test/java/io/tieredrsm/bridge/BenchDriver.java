@@ -30,6 +30,7 @@ import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentState;
  *
  * <pre>
  * BenchDriver PROPS_FILE SEGMENT_JSON THREADS FETCHES READ_BYTES(-1 = whole segment) SEED
+ *   stdin: "go" (one measured run, answered with a "@@ {json}" line) ... "quit"
  * </pre>
  */
 public final class BenchDriver {
@@ -62,13 +63,20 @@ public final class BenchDriver {
 
         BridgeRemoteStorageManager rsm = new BridgeRemoteStorageManager();
         rsm.configure(configs);
-        run(rsm, md, size, threads, Math.max(2, fetches / 10), readBytes, seed + 1000); // warm-up
+        // warm-up as long as the measured run: the broker is a long-running JVM, so the figure to judge is
+        // the JIT-compiled steady state, not the first seconds of compilation
+        run(rsm, md, size, threads, fetches, readBytes, seed + 1000);
         System.out.println("@@ready");
         System.out.flush();
-        new java.io.BufferedReader(new java.io.InputStreamReader(System.in)).readLine(); // "go"
-        Map<String, Object> out = run(rsm, md, size, threads, fetches, readBytes, seed);
+        // one measured run per "go" line (the Python side interleaves them with its other modes, so a
+        // spell of load on the shared machine hits every mode alike); "quit" or EOF ends
+        java.io.BufferedReader in = new java.io.BufferedReader(new java.io.InputStreamReader(System.in));
+        for (String line = in.readLine(); line != null && !line.equals("quit"); line = in.readLine()) {
+            Map<String, Object> out = run(rsm, md, size, threads, fetches, readBytes, seed);
+            System.out.println("@@ " + Json.write(out));
+            System.out.flush();
+        }
         rsm.close();
-        System.out.println("@@ " + Json.write(out));
     }
 
     private static Map<String, Object> run(BridgeRemoteStorageManager rsm, RemoteLogSegmentMetadata md, int size,
