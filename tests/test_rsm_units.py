@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import uuid
 from pathlib import Path
 
 import pytest
+from fixtures_data import SEGMENTS, fixture_path
 from test_rsm_helpers import make_segment, read_all, write_keyring
 
 from rsm import (
@@ -31,7 +33,7 @@ from rsm.metadata import uuid_from_base64, uuid_to_base64
 from rsm.transform import PieceKind, SegmentCipher, TransformError, decode_piece, encode_piece
 from rsm.validation import SegmentIntegrityVerifier
 
-FIXTURES = Path("/work/shared/fixtures/public/segments")
+FIXTURES = fixture_path("public", "segments") if SEGMENTS.exists() or os.environ.get("CI") else SEGMENTS
 
 
 def test_ids_accept_and_print_kafka_base64() -> None:
