@@ -9,16 +9,37 @@ a table and a PASS/FAIL line per target.
 from __future__ import annotations
 
 import gc
+import json
 import os
+import random
+import struct
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+
+# the repository root, so the scripts run from a clone without installing it
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rich.console import Console
 from rich.table import Table
 
-__all__ = ["Target", "best_time", "best_times", "console", "pin_to_one_cpu", "print_table", "report_targets"]
+from rsm import LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
+
+__all__ = [
+    "Target",
+    "best_time",
+    "best_times",
+    "console",
+    "make_segment",
+    "metadata_for",
+    "pin_to_one_cpu",
+    "print_table",
+    "report_targets",
+    "finish",
+]
 
 # Wide enough for the result tables when output goes to a file or a CI log (no terminal to measure).
 console = Console(width=None if sys.stdout.isatty() else 200)
@@ -35,32 +56,6 @@ def pin_to_one_cpu(cpu: int | None = None) -> int | None:
     chosen = cpu if cpu is not None else allowed[-1]
     os.sched_setaffinity(0, {chosen})
     return chosen
-
-
-def best_time(
-    fn: Callable[[], object], *, repeat: int = 5, min_seconds: float = 0.0, max_repeat: int = 50
-) -> float:
-    """Fastest of ``repeat`` runs of ``fn`` (more runs, up to ``max_repeat``, until ``min_seconds`` spent).
-
-    The garbage collector is paused during each run so a collection triggered by earlier garbage is
-    not charged to whatever happens to be measured.
-    """
-    best = float("inf")
-    spent = 0.0
-    runs = 0
-    while runs < repeat or (spent < min_seconds and runs < max_repeat):
-        gc.collect()
-        gc.disable()
-        try:
-            start = time.perf_counter()
-            fn()
-            elapsed = time.perf_counter() - start
-        finally:
-            gc.enable()
-        best = min(best, elapsed)
-        spent += elapsed
-        runs += 1
-    return best
 
 
 def best_times(
@@ -88,6 +83,17 @@ def best_times(
             spent += elapsed
         runs += 1
     return best
+
+
+def best_time(
+    fn: Callable[[], object], *, repeat: int = 5, min_seconds: float = 0.0, max_repeat: int = 50
+) -> float:
+    """Fastest of ``repeat`` runs of ``fn`` (more runs, up to ``max_repeat``, until ``min_seconds`` spent).
+
+    The garbage collector is paused during each run so a collection triggered by earlier garbage is
+    not charged to whatever happens to be measured.
+    """
+    return best_times([fn], repeat=repeat, min_seconds=min_seconds, max_repeat=max_repeat)[0]
 
 
 @dataclass(frozen=True)
@@ -126,3 +132,51 @@ def report_targets(targets: Sequence[Target]) -> bool:
         style = "green" if target.passed else "bold red"
         console.print(target.line(), style=style, highlight=False)
     return all(t.passed for t in targets)
+
+
+def finish(targets: Sequence[Target], results: object, json_path: Path | None) -> int:
+    """End of a benchmark script: PASS/FAIL lines, the figures as JSON when asked; exit status 0 = passed."""
+    ok = report_targets(targets)
+    if json_path is not None:
+        json_path.write_text(json.dumps(results, indent=2))
+    return 0 if ok else 1
+
+
+def make_segment(
+    directory: Path, size: int, batch: Callable[[random.Random], bytes], seed: int = 7
+) -> tuple[Path, int, int]:
+    """A Kafka segment of about ``size`` bytes in ``directory`` (plus index files of plausible sizes).
+
+    ``batch(rng)`` builds one magic-2 batch of 64 records at base offset 0; each is written at the next
+    offset (the base offset is outside the batch CRC). Returns (path, last offset, size in bytes).
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    path = directory / "00000000000000000000.log"
+    offset = written = 0
+    with path.open("wb") as f:
+        while written < size:
+            b = bytearray(batch(rng))
+            struct.pack_into(">q", b, 0, offset)
+            f.write(b)
+            written += len(b)
+            offset += 64
+    for name, n in (("index", 8 * 1000), ("timeindex", 12 * 1000), ("snapshot", 10)):
+        (directory / f"00000000000000000000.{name}").write_bytes(os.urandom(n))
+    return path, offset - 1, written
+
+
+def metadata_for(path: Path, last: int, size: int) -> tuple[RemoteLogSegmentMetadata, LogSegmentData]:
+    """Fresh metadata (new topic and segment ids) and segment data for a segment made by make_segment."""
+    tip = TopicIdPartition(uuid.uuid4(), "bench", 0)
+    md = RemoteLogSegmentMetadata(RemoteLogSegmentId(tip, uuid.uuid4()), 0, last, 0, 0, 0, size, {0: 0})
+    d = path.parent
+    data = LogSegmentData(
+        path,
+        d / f"{path.stem}.index",
+        d / f"{path.stem}.timeindex",
+        None,
+        d / f"{path.stem}.snapshot",
+        b"0\n1\n0 0\n",
+    )
+    return md, data

@@ -26,73 +26,33 @@ import json
 import os
 import random
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import Target, finish, make_segment, metadata_for, print_table
 
-from _common import Target, print_table, report_targets  # noqa: E402
-
-from rsm import (  # noqa: E402
-    LogSegmentData,
-    RemoteLogSegmentId,
-    RemoteLogSegmentMetadata,
-    RemoteStorageManager,
-    TopicIdPartition,
-)
-from rsm.bridge.client import BridgeClient  # noqa: E402
+from rsm import RemoteLogSegmentMetadata, RemoteStorageManager
+from rsm.bridge.client import BridgeClient
 
 MiB = 1 << 20
 READ_BYTES = 1 * MiB
 
 
-def make_segment(directory: Path, size: int, seed: int = 11) -> tuple[Path, int, int]:
-    """A segment of ~size bytes: uncompressed magic-2 batches of 64 records with 1000-byte values."""
+def bridge_batch(rng: random.Random) -> bytes:
+    """One uncompressed batch of 64 records with 1000-byte values (half random, half repeated JSON)."""
     from kafka.record.default_records import DefaultRecordBatchBuilder
 
-    rng = random.Random(seed)
-    path = directory / "00000000000000000000.log"
-    offset = written = 0
-    with path.open("wb") as f:
-        while written < size:
-            builder = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 1 << 30)
-            for i in range(64):
-                value = rng.randbytes(500) + (b'{"k":%d,"text":"abcdefgh"}' % rng.randrange(10**9)) * 17
-                builder.append(
-                    i, 1_700_000_000_000 + offset + i, f"key-{offset + i}".encode(), value[:1000], []
-                )
-            batch = bytearray(builder.build())
-            struct.pack_into(">q", batch, 0, offset)  # base offset is outside the CRC
-            f.write(batch)
-            written += len(batch)
-            offset += 64
-    for name, n in (("index", 8 * 1000), ("timeindex", 12 * 1000), ("snapshot", 10)):
-        (directory / f"00000000000000000000.{name}").write_bytes(os.urandom(n))
-    return path, offset - 1, written
-
-
-def metadata_for(path: Path, last: int, size: int) -> tuple[RemoteLogSegmentMetadata, LogSegmentData]:
-    tip = TopicIdPartition(uuid.uuid4(), "bench", 0)
-    md = RemoteLogSegmentMetadata(RemoteLogSegmentId(tip, uuid.uuid4()), 0, last, 0, 0, 0, size, {0: 0})
-    d = path.parent
-    data = LogSegmentData(
-        path,
-        d / f"{path.stem}.index",
-        d / f"{path.stem}.timeindex",
-        None,
-        d / f"{path.stem}.snapshot",
-        b"0\n1\n0 0\n",
-    )
-    return md, data
+    builder = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 1 << 30)
+    for i in range(64):
+        value = rng.randbytes(500) + (b'{"k":%d,"text":"abcdefgh"}' % rng.randrange(10**9)) * 17
+        builder.append(i, 1_700_000_000_000 + i, f"key-{rng.randrange(10**9)}".encode(), value[:1000], [])
+    return bytes(builder.build())
 
 
 def _read(stream: Any, limit: int | None) -> tuple[int, float]:
@@ -298,6 +258,12 @@ def main() -> int:
     parser.add_argument(
         "--initial-frame-kib", type=int, default=128, help="bridge.frame.initial.bytes / 1024"
     )
+    parser.add_argument(
+        "--sndbuf-kib",
+        type=int,
+        default=1024,
+        help="bridge.socket.send.buffer.bytes / 1024 (0: system default)",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="measured runs per mode, interleaved")
     parser.add_argument("--only", default="", help="run only the variants whose name contains this text")
     parser.add_argument("--no-jvm", action="store_true", help="skip the runs through the JVM plugin")
@@ -312,7 +278,7 @@ def main() -> int:
         work = Path(tmp)
         seg_dir = work / "seg"
         seg_dir.mkdir()
-        path, last, size = make_segment(seg_dir, args.size_mib * MiB)
+        path, last, size = make_segment(seg_dir, args.size_mib * MiB, bridge_batch, seed=11)
         keyring = work / "keyring.json"
         keyring.write_text(json.dumps({"k1": base64.b64encode(os.urandom(32)).decode()}))
         keyring.chmod(0o600)
@@ -326,6 +292,7 @@ def main() -> int:
             "fetch.prefetch.chunks": str(args.prefetch),
             "bridge.frame.bytes": str(args.frame_kib * 1024),
             "bridge.frame.initial.bytes": str(args.initial_frame_kib * 1024),
+            "bridge.socket.send.buffer.bytes": str(args.sndbuf_kib * 1024),
         }
         plain = {**base, "prefix": "plain/", "compression.enabled": "false", "encryption.enabled": "false"}
         enc = {
@@ -456,10 +423,7 @@ def main() -> int:
     )
     for line in info:
         print(line)
-    ok = report_targets(targets)
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
-    return 0 if ok else 1
+    return finish(targets, results, args.json)
 
 
 if __name__ == "__main__":

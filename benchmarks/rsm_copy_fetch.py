@@ -23,33 +23,20 @@ import multiprocessing as mp
 import os
 import random
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import cramjam
 import crc32c
+from _common import Target, finish, make_segment, metadata_for, pin_to_one_cpu, print_table
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _common import Target, pin_to_one_cpu, print_table, report_targets  # noqa: E402
-
-from rsm import (  # noqa: E402
-    LogConfig,
-    LogSegmentData,
-    RemoteLogSegmentId,
-    RemoteLogSegmentMetadata,
-    RemoteStorageManager,
-    TopicIdPartition,
-)
-from rsm.keyring import generate_key  # noqa: E402
+from rsm import LogConfig, RemoteStorageManager
+from rsm.keyring import generate_key
 
 MiB = 1 << 20
 
@@ -67,33 +54,6 @@ def _batch_template(rng: random.Random, records: int, value_size: int) -> bytes:
         value = text[: value_size * 3 // 4] + rng.randbytes(value_size - value_size * 3 // 4)
         builder.append(i, 1_700_000_000_000 + i, f"user-{rng.randrange(10**6)}".encode(), value, [])
     return bytes(builder.build())
-
-
-def make_segment(directory: Path, size: int, seed: int = 7) -> tuple[Path, int, int]:
-    """A segment of about `size` bytes of distinct batches (no batch repeats, so zstd sees realistic data:
-    JSON-ish text with random ids plus random bytes)."""
-    rng = random.Random(seed)
-    path = directory / "00000000000000000000.log"
-    offset, written = 0, 0
-    with path.open("wb") as f:
-        while written < size:
-            t = bytearray(_batch_template(rng, 64, 1000))
-            struct.pack_into(">q", t, 0, offset)  # the base offset is outside the CRC
-            f.write(t)
-            written += len(t)
-            offset += 64
-    for name, n in (("index", 8 * 1000), ("timeindex", 12 * 1000), ("snapshot", 10)):
-        (directory / f"00000000000000000000.{name}").write_bytes(os.urandom(n))
-    return path, offset - 1, written
-
-
-def metadata_for(path: Path, last: int, size: int) -> tuple[RemoteLogSegmentMetadata, LogSegmentData]:
-    tip = TopicIdPartition(uuid.uuid4(), "bench", 0)
-    md = RemoteLogSegmentMetadata(RemoteLogSegmentId(tip, uuid.uuid4()), 0, last, 0, 0, 0, size, {0: 0})
-    d = path.parent
-    data = LogSegmentData(path, d / f"{path.stem}.index", d / f"{path.stem}.timeindex", None,
-                          d / f"{path.stem}.snapshot", b"0\n1\n0 0\n")  # fmt: skip
-    return md, data
 
 
 # -- the pipeline limit -------------------------------------------------------------------------------------
@@ -258,7 +218,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="rsm-bench-", dir=os.environ.get("RSM_BENCH_DIR")) as tmp:
         tmpdir = Path(tmp)
         (tmpdir / "seg").mkdir()
-        path, last, size = make_segment(tmpdir / "seg", args.size_mib * MiB)
+        path, last, size = make_segment(
+            tmpdir / "seg", args.size_mib * MiB, lambda rng: _batch_template(rng, 64, 1000)
+        )
         seg = (str(path), last, size)
         keyring = tmpdir / "keyring.json"
         keyring.write_text(json.dumps({"k1": generate_key()}))
@@ -365,10 +327,7 @@ def main() -> int:
         Target(f"fetch {name}: downloaded / requested", f["ratio"], f["target_ratio"], at_least=False)
         for name, f in fetches.items()
     ]
-    ok = report_targets(targets)
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
-    return 0 if ok else 1
+    return finish(targets, results, args.json)
 
 
 if __name__ == "__main__":

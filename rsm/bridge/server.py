@@ -52,6 +52,8 @@ DEFAULT_INITIAL_FRAME_BYTES = 128 * 1024
 # decoded only once the client has drained what was sent: a reader about to close cancels first
 CAREFUL_UNTIL = 2 * 1024 * 1024
 DRAIN_POLL_S = 0.001
+CANCEL_GRACE_S = 0.001
+DEFAULT_SEND_BUFFER_BYTES = 1024 * 1024  # the first MiB of a fetch goes out without waiting for the reader
 
 Handler = Callable[["RequestContext"], "dict[str, Any] | None"]
 
@@ -229,6 +231,7 @@ class BridgeServer:
         initial_frame_bytes: int = DEFAULT_INITIAL_FRAME_BYTES,
         shutdown_grace_s: float = 10.0,
         handlers: Mapping[str, Handler] | None = None,
+        send_buffer_bytes: int = 0,
     ) -> None:
         if not MIN_DATA_FRAME_BYTES <= frame_bytes <= MAX_DATA_FRAME_BYTES:
             raise ValueError(
@@ -240,6 +243,8 @@ class BridgeServer:
         self.frame_bytes = frame_bytes
         self.initial_frame_bytes = max(MIN_DATA_FRAME_BYTES, min(initial_frame_bytes, frame_bytes))
         self.shutdown_grace_s = shutdown_grace_s
+        # SO_SNDBUF of accepted connections (0 = the system default); the kernel caps it at wmem_max
+        self.send_buffer_bytes = send_buffer_bytes
         self._handlers: dict[str, Handler] = {
             Op.HEALTH: self._op_health,
             Op.CONFIGURE_INFO: self._op_configure_info,
@@ -321,6 +326,9 @@ class BridgeServer:
                         break
                     raise
                 sock.settimeout(None)
+                if self.send_buffer_bytes > 0:
+                    with contextlib.suppress(OSError):
+                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer_bytes)
                 conn = _Connection(sock=sock, peer=f"fd{sock.fileno()}")
                 thread = threading.Thread(target=self._serve_connection, args=(conn,), daemon=True)
                 conn.thread = thread
@@ -574,11 +582,13 @@ class BridgeServer:
                 sent += n
                 if sent >= SMALL_FRAMES_UNTIL:
                     size = self.frame_bytes
-                if sent == SMALL_FRAMES_UNTIL or (sent < CAREFUL_UNTIL and pieces.next_read_decodes()):
-                    # Kafka reads its fetch size (1 MiB by default) and closes: at that mark, and before
-                    # decoding a new chunk early in a stream, go on only for a client still reading (one
-                    # that drained what was sent); one that is done sends its CANCEL instead, and nothing
-                    # more is read from storage or copied through the socket for nothing
+                # Kafka reads its fetch size (1 MiB by default) and closes: at that mark, and before
+                # decoding a new chunk early in a stream, go on only for a client still reading (one that
+                # drained what was sent); one that is done sends its CANCEL instead, and nothing more is
+                # read from storage or copied through the socket for nothing
+                if sent == SMALL_FRAMES_UNTIL:
+                    self._await_drained(conn, rid, CANCEL_GRACE_S)
+                elif sent < CAREFUL_UNTIL and pieces.next_read_decodes():
                     self._await_drained(conn, rid)
                 else:
                     self._poll_cancel(conn, rid)
@@ -602,17 +612,24 @@ class BridgeServer:
                 with contextlib.suppress(Exception):
                     stream.close()
 
-    def _await_drained(self, conn: _Connection, rid: int) -> None:
-        """Wait until the client has read everything sent on this connection, or sent a CANCEL."""
+    def _await_drained(self, conn: _Connection, rid: int, grace_s: float = 0.0) -> None:
+        """Wait until the client has read everything sent on this connection, or sent a CANCEL.
+
+        With ``grace_s``, a client that has drained gets that long to send its CANCEL (it has just read
+        the last byte it wanted and is closing its stream).
+        """
         fd = conn.sock.fileno()
         out = bytearray(4)
         while not self._stopping.is_set():
             fcntl.ioctl(fd, termios.TIOCOUTQ, out)  # bytes sent that the client has not read yet
-            if not int.from_bytes(out, sys.byteorder):
+            drained = not int.from_bytes(out, sys.byteorder)
+            if drained and not grace_s:
                 return
-            readable, _, _ = select.select([conn.sock], [], [], DRAIN_POLL_S)
+            readable, _, _ = select.select([conn.sock], [], [], grace_s if drained else DRAIN_POLL_S)
             if readable:
                 self._check_cancel(conn, rid)
+            elif drained:
+                return
 
     def _poll_cancel(self, conn: _Connection, rid: int) -> None:
         """Raise _Cancelled when the client has sent a CANCEL for this stream (non-blocking check)."""
@@ -728,6 +745,7 @@ def serve(
     frame_bytes = int(settings.get("bridge.frame.bytes", DEFAULT_DATA_FRAME_BYTES))
     initial_frame_bytes = int(settings.get("bridge.frame.initial.bytes", DEFAULT_INITIAL_FRAME_BYTES))
     grace = float(settings.get("bridge.shutdown.grace.ms", "10000")) / 1000.0
+    send_buffer = int(settings.get("bridge.socket.send.buffer.bytes", DEFAULT_SEND_BUFFER_BYTES))
     if rsm_class:
         cls = _load_class(rsm_class)
     else:
@@ -742,6 +760,7 @@ def serve(
         frame_bytes=frame_bytes,
         initial_frame_bytes=initial_frame_bytes,
         shutdown_grace_s=grace,
+        send_buffer_bytes=send_buffer,
     )
     server.bind()
 

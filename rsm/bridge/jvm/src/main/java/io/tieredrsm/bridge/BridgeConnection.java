@@ -203,6 +203,13 @@ final class BridgeConnection implements AutoCloseable {
         if (want <= 0) {
             return 0;
         }
+        if (!in.hasRemaining() && want >= in.capacity()) {
+            // a large read (Kafka reads its whole fetch into one buffer): one system call straight
+            // towards the caller's array instead of several through the receive buffer
+            int n = readDirect(ByteBuffer.wrap(b, off, want));
+            pendingPayload -= n;
+            return n;
+        }
         need(1);
         int n = Math.min(want, in.remaining());
         in.get(b, off, n);
@@ -222,6 +229,21 @@ final class BridgeConnection implements AutoCloseable {
             in.get(b, off, n);
             off += n;
             len -= n;
+        }
+    }
+
+    private int readDirect(ByteBuffer dst) throws IOException {
+        try {
+            if (timeoutMs > 0) {
+                deadlineNanos = System.nanoTime() + timeoutMs * 1_000_000L;
+            }
+            int n = channel.read(dst);
+            if (n < 0) {
+                throw new EOFException("bridge closed the connection");
+            }
+            return n;
+        } finally {
+            deadlineNanos = 0;
         }
     }
 
