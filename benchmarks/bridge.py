@@ -39,6 +39,7 @@ from _common import Target, finish, make_segment, metadata_for, print_table
 
 from rsm import RemoteLogSegmentMetadata, RemoteStorageManager
 from rsm.bridge.client import BridgeClient
+from rsm.bridge.server import DEFAULT_MMAP_THRESHOLD_BYTES, tune_allocator
 
 MiB = 1 << 20
 READ_BYTES = 1 * MiB
@@ -256,13 +257,18 @@ def main() -> int:
     parser.add_argument("--prefetch", type=int, default=0, help="the RSM's fetch.prefetch.chunks")
     parser.add_argument("--frame-kib", type=int, default=256, help="bridge.frame.bytes / 1024")
     parser.add_argument(
-        "--initial-frame-kib", type=int, default=128, help="bridge.frame.initial.bytes / 1024"
+        "--initial-frame-kib", type=int, default=256, help="bridge.frame.initial.bytes / 1024"
     )
     parser.add_argument(
         "--sndbuf-kib",
         type=int,
         default=1024,
         help="bridge.socket.send.buffer.bytes / 1024 (0: system default)",
+    )
+    parser.add_argument(
+        "--no-malloc-tuning",
+        action="store_true",
+        help="leave glibc's mmap threshold at its default in the bridge and in this process",
     )
     parser.add_argument("--rounds", type=int, default=3, help="measured runs per mode, interleaved")
     parser.add_argument("--only", default="", help="run only the variants whose name contains this text")
@@ -271,6 +277,11 @@ def main() -> int:
     args = parser.parse_args()
 
     classpath = None if args.no_jvm else jvm_classpath()
+    # the bridge raises glibc's mmap threshold (decoded chunks reuse heap memory instead of page-faulting
+    # fresh mappings); the in-process baseline gets the same allocator policy, so the ratio measures the
+    # bridge, not malloc (--no-malloc-tuning: neither side is tuned)
+    mmap_threshold = 0 if args.no_malloc_tuning else DEFAULT_MMAP_THRESHOLD_BYTES
+    tune_allocator(mmap_threshold)
     results: dict[str, Any] = {}
     targets: list[Target] = []
     info: list[str] = []
@@ -293,6 +304,7 @@ def main() -> int:
             "bridge.frame.bytes": str(args.frame_kib * 1024),
             "bridge.frame.initial.bytes": str(args.initial_frame_kib * 1024),
             "bridge.socket.send.buffer.bytes": str(args.sndbuf_kib * 1024),
+            "bridge.malloc.mmap.threshold.bytes": str(mmap_threshold),
         }
         plain = {**base, "prefix": "plain/", "compression.enabled": "false", "encryption.enabled": "false"}
         enc = {

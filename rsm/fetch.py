@@ -259,17 +259,6 @@ class SegmentStream(io.RawIOBase):
             want = self._want(size)
             return self._take(want) if want else memoryview(b"")
 
-    def next_read_decodes(self) -> bool:
-        """True when the next read needs a chunk that is not decoded yet in this stream (not at the end).
-
-        The bridge asks before reading ahead of its client: crossing into a new chunk costs a download
-        and a decode that a reader about to close (Kafka, after its fetch size) would waste.
-        """
-        with self._lock:
-            if self.closed or self._pos >= self._stop:
-                return False
-            return self._current is None or self._current[0] != self._pos // self._chunk_size
-
     def readall(self) -> bytes:
         return self.read(-1)
 

@@ -98,7 +98,9 @@ public final class BenchDriver {
         List<Throwable> errors = Collections.synchronizedList(new ArrayList<>());
         for (long[] plan : plans) {
             Thread th = new Thread(() -> {
-                byte[] buf = new byte[64 * 1024];
+                // Kafka reads a remote fetch into one buffer of its fetch size (RemoteLogManager.read:
+                // Utils.readFully into ByteBuffer.allocate(maxBytes)): each read asks for all that is left
+                byte[] buf = new byte[1024 * 1024];
                 try {
                     barrier.await();
                     for (long pos : plan) {
