@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from rsm.bridge import protocol
+from rsm.bridge import protocol, shm
 from rsm.bridge.protocol import BridgeError, ConnectionClosed, ErrorCode, FrameType, Op, ProtocolError
 
 _CLIENT_NAME = "rsm-bridge-python-client/0.1.0"
@@ -26,12 +26,16 @@ _MAX_DRAIN_BYTES = 8 * 1024 * 1024
 class BridgeConnection:
     """One handshaken connection; carries one request at a time."""
 
-    def __init__(self, socket_path: Path, timeout: float | None = 60.0) -> None:
+    def __init__(self, socket_path: Path, timeout: float | None = 60.0, transport: str = "socket") -> None:
+        if transport not in ("socket", "shm"):
+            raise ValueError(f"transport={transport!r}: expected 'socket' or 'shm'")
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(timeout)
+        self.ring: shm.ClientRing | None = None
+        caps = [protocol.CAP_SHM] if transport == "shm" else None
         try:
             self.sock.connect(str(socket_path))
-            protocol.send_frame(self.sock, FrameType.HELLO, 0, protocol.client_hello(_CLIENT_NAME))
+            protocol.send_frame(self.sock, FrameType.HELLO, 0, protocol.client_hello(_CLIENT_NAME, caps))
             hello = protocol.recv_frame(self.sock)
         except BaseException:
             self.sock.close()
@@ -45,6 +49,24 @@ class BridgeConnection:
         self.server_hello = hello.header
         self.version: int = hello.header.get("version", 0)
         self.broken = False
+        ring = hello.header.get("shm")
+        if caps and isinstance(ring, dict) and protocol.CAP_SHM in hello.header.get("capabilities", []):
+            try:
+                self.ring = shm.ClientRing(Path(ring["path"]), int(ring["slots"]), int(ring["slot_bytes"]))
+            except (OSError, ValueError, KeyError, TypeError):
+                self.ring = None  # fetches use socket data frames
+            try:
+                # "mapped": the bridge removes the file's name at this (any) first frame
+                self.release_slots(0)
+            except OSError:
+                self.close()
+                raise
+
+    def release_slots(self, count: int) -> None:
+        """Send SHM_RELEASE: the ``count`` oldest slots this connection holds are free again."""
+        protocol.send_frame(
+            self.sock, FrameType.SHM_RELEASE, 0, None, protocol.SHM_RELEASE_PAYLOAD.pack(count)
+        )
 
     def is_stale(self) -> bool:
         """True when the bridge closed this idle connection (it died or restarted)."""
@@ -67,14 +89,23 @@ class BridgeConnection:
         self.broken = True
         with contextlib.suppress(OSError):
             self.sock.close()
+        if self.ring is not None:
+            self.ring.close()
+            self.ring = None
 
 
 class BridgeClient:
     """Pooled client: ``copy_log_segment_data``, ``fetch_log_segment`` ... as RemoteStorageManager has."""
 
-    def __init__(self, socket_path: Path, pool_size: int = 16, timeout: float | None = 60.0) -> None:
+    def __init__(
+        self, socket_path: Path, pool_size: int = 16, timeout: float | None = 60.0, transport: str = "socket"
+    ) -> None:
+        """``transport``: "shm" asks the bridge for shared-memory rings (fetch answers), "socket" not."""
+        if transport not in ("socket", "shm"):
+            raise ValueError(f"transport={transport!r}: expected 'socket' or 'shm'")
         self.socket_path = Path(socket_path)
         self.timeout = timeout
+        self.transport = transport
         self._idle: queue.LifoQueue[BridgeConnection] = queue.LifoQueue()
         self._slots = threading.BoundedSemaphore(pool_size)
         self._ids = itertools.count(1)
@@ -93,7 +124,7 @@ class BridgeClient:
                 try:
                     conn = self._idle.get_nowait()
                 except queue.Empty:
-                    return BridgeConnection(self.socket_path, self.timeout)
+                    return BridgeConnection(self.socket_path, self.timeout, self.transport)
                 if not conn.is_stale():
                     return conn
                 conn.close()
@@ -139,7 +170,8 @@ class BridgeClient:
         conn = self._acquire()
         try:
             rid = self._next_id()
-            protocol.send_frame(conn.sock, FrameType.REQUEST, rid, {"op": op, **header})
+            extra = {"transport": protocol.CAP_SHM} if conn.ring is not None else {}
+            protocol.send_frame(conn.sock, FrameType.REQUEST, rid, {"op": op, **header, **extra})
             first = protocol.recv_frame_head(conn.sock)
         except (OSError, ProtocolError) as exc:
             conn.close()
@@ -239,6 +271,7 @@ class FrameStream(io.RawIOBase):
         self._remaining = 0  # payload bytes of the current DATA frame still in the socket
         self._scratch = bytearray(self._SCRATCH)
         self._buf = memoryview(b"")
+        self._holds_slot = False  # _buf is a view of a ring slot, released once read
         self._done = False
         self.cancelled = False
         self._accept(first)
@@ -253,7 +286,17 @@ class FrameStream(io.RawIOBase):
             self._remaining = head.payload_length
             return
         assert self._conn is not None
-        protocol.recv_payload(self._conn.sock, head)
+        payload = protocol.recv_payload(self._conn.sock, head)
+        if head.type == FrameType.SHM_DATA:
+            ring = self._conn.ring
+            if ring is None or len(payload) != protocol.SHM_DATA_PAYLOAD.size:
+                raise ProtocolError("SHM_DATA frame on a connection without a ring, or malformed")
+            slot, length = protocol.SHM_DATA_PAYLOAD.unpack(payload)
+            self._buf = ring.slot(slot, length)
+            self._holds_slot = True
+            if not length:
+                self._release_slot()
+            return
         if head.type == FrameType.END:
             self._done = True
             self.cancelled = bool(head.header.get("cancelled"))
@@ -274,6 +317,12 @@ class FrameStream(io.RawIOBase):
             conn.close()
         self._client._release(conn)
 
+    def _release_slot(self) -> None:
+        self._holds_slot = False
+        self._buf = memoryview(b"")
+        assert self._conn is not None
+        self._conn.release_slots(1)
+
     def _fail(self, exc: BaseException) -> OSError:
         self._done = True
         self._finish(reuse=False)
@@ -287,6 +336,11 @@ class FrameStream(io.RawIOBase):
             n = min(len(out), len(self._buf))
             out[:n] = self._buf[:n]
             self._buf = self._buf[n:]
+            if self._holds_slot and not self._buf:
+                try:
+                    self._release_slot()
+                except OSError as exc:
+                    raise self._fail(exc) from exc
             return n
         try:
             while not self._remaining:
@@ -294,6 +348,8 @@ class FrameStream(io.RawIOBase):
                     return 0
                 assert self._conn is not None
                 self._accept(protocol.recv_frame_head(self._conn.sock))
+                if self._buf:
+                    return self.readinto(out)
             assert self._conn is not None
             sock = self._conn.sock
             if len(out) >= self._SCRATCH:
@@ -325,9 +381,14 @@ class FrameStream(io.RawIOBase):
         conn = self._conn
         assert conn is not None
         try:
+            if self._holds_slot:
+                self._release_slot()
             protocol.send_frame(conn.sock, FrameType.CANCEL, self._rid)
             drained = 0
             while not self._done:
+                if self._holds_slot:
+                    drained += len(self._buf)
+                    self._release_slot()
                 while self._remaining:
                     n = conn.sock.recv_into(self._scratch, min(self._SCRATCH, self._remaining))
                     if not n:

@@ -54,6 +54,14 @@ class FrameType(enum.IntEnum):
     END = 5  # server -> client: a streamed answer is complete (or was cancelled)
     ERROR = 6  # server -> client: the request failed; terminal for that request id
     CANCEL = 7  # client -> server: stop streaming the answer of request_id
+    # capability "shm" (see PROTOCOL.md, "Shared-memory transport"); sent only when both sides offered it
+    SHM_DATA = 8  # server -> client: payload u32 slot, u32 length: that many stream bytes are in the slot
+    SHM_RELEASE = 9  # client -> server: payload u32 count: the oldest ``count`` unreleased slots are free
+
+
+CAP_SHM = "shm"
+SHM_DATA_PAYLOAD = struct.Struct(">II")  # slot, length
+SHM_RELEASE_PAYLOAD = struct.Struct(">I")  # count
 
 
 class ErrorCode(enum.StrEnum):
@@ -246,9 +254,12 @@ def recv_frame(sock: socket.socket) -> Frame:
 # ------------------------------------------------------------------------------------------ handshake
 
 
-def client_hello(client_name: str) -> dict[str, Any]:
-    """The header a client sends in its HELLO frame."""
-    return {"magic": MAGIC, "versions": list(SUPPORTED_VERSIONS), "client": client_name}
+def client_hello(client_name: str, capabilities: list[str] | None = None) -> dict[str, Any]:
+    """The header a client sends in its HELLO frame (``capabilities``: optional features it supports)."""
+    hello: dict[str, Any] = {"magic": MAGIC, "versions": list(SUPPORTED_VERSIONS), "client": client_name}
+    if capabilities:
+        hello["capabilities"] = list(capabilities)
+    return hello
 
 
 def negotiate_version(hello: Mapping[str, Any]) -> int:

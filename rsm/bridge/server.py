@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rsm.bridge import protocol
+from rsm.bridge import protocol, shm
 from rsm.bridge.protocol import (
     DEFAULT_DATA_FRAME_BYTES,
     MAX_DATA_FRAME_BYTES,
@@ -208,6 +208,7 @@ class _Connection:
     closed: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
     buffer: bytearray | None = None  # reused for streams that cannot lend views of their data
+    ring: shm.ShmRing | None = None  # the shared-memory ring, when the client negotiated "shm"
 
 
 class _Cancelled(Exception):
@@ -232,6 +233,10 @@ class BridgeServer:
         shutdown_grace_s: float = 10.0,
         handlers: Mapping[str, Handler] | None = None,
         send_buffer_bytes: int = 0,
+        shm_enabled: bool = True,
+        shm_dir: Path | None = None,
+        shm_slots: int = shm.DEFAULT_SLOTS,
+        shm_slot_bytes: int = shm.DEFAULT_SLOT_BYTES,
     ) -> None:
         if not MIN_DATA_FRAME_BYTES <= frame_bytes <= MAX_DATA_FRAME_BYTES:
             raise ValueError(
@@ -245,6 +250,15 @@ class BridgeServer:
         self.shutdown_grace_s = shutdown_grace_s
         # SO_SNDBUF of accepted connections (0 = the system default); the kernel caps it at wmem_max
         self.send_buffer_bytes = send_buffer_bytes
+        # shared-memory transport for fetch answers (capability "shm"), offered to clients that ask
+        self.shm_enabled = shm_enabled
+        self.shm_dir = Path(shm_dir) if shm_dir is not None else shm.default_shm_dir()
+        self.shm_slots = shm_slots
+        self.shm_slot_bytes = shm_slot_bytes
+        if shm_enabled and not (
+            1 <= shm_slots <= 64 and shm.MIN_SLOT_BYTES <= shm_slot_bytes <= shm.MAX_SLOT_BYTES
+        ):
+            raise ValueError(f"bad shared-memory ring shape: {shm_slots} slots of {shm_slot_bytes} bytes")
         self._handlers: dict[str, Handler] = {
             Op.HEALTH: self._op_health,
             Op.CONFIGURE_INFO: self._op_configure_info,
@@ -280,6 +294,13 @@ class BridgeServer:
         finally:
             os.umask(old_umask)
         os.chmod(self.socket_path, 0o600)
+        if self.shm_enabled:
+            try:
+                shm.ensure_private_dir(self.shm_dir)
+                shm.remove_stale_rings(self.shm_dir)
+            except (OSError, ValueError) as exc:
+                log.warning("shared-memory transport disabled: %s", exc)
+                self.shm_enabled = False
         listener.listen(128)
         listener.settimeout(0.2)
         self._listener = listener
@@ -404,24 +425,36 @@ class BridgeServer:
                 self._send_error(conn, 0, exc.code, exc.message)
                 return
             conn.peer = str(hello.header.get("client", conn.peer))
-            protocol.send_frame(
-                sock,
-                FrameType.HELLO,
-                0,
-                {
-                    "magic": protocol.MAGIC,
-                    "version": version,
-                    "server": SERVER_NAME,
-                    "ops": self.ops,
-                    "max_frame_bytes": protocol.MAX_FRAME_BYTES,
-                    "data_frame_bytes": self.frame_bytes,
-                    "pid": os.getpid(),
-                },
-            )
+            answer: dict[str, Any] = {
+                "magic": protocol.MAGIC,
+                "version": version,
+                "server": SERVER_NAME,
+                "ops": self.ops,
+                "max_frame_bytes": protocol.MAX_FRAME_BYTES,
+                "data_frame_bytes": self.frame_bytes,
+                "pid": os.getpid(),
+            }
+            offered = hello.header.get("capabilities")
+            if self.shm_enabled and isinstance(offered, list) and protocol.CAP_SHM in offered:
+                try:
+                    conn.ring = shm.ShmRing.create(self.shm_dir, self.shm_slots, self.shm_slot_bytes)
+                except (OSError, ValueError) as exc:
+                    log.warning(
+                        "no shared-memory ring for %s (socket data frames instead): %s", conn.peer, exc
+                    )
+                if conn.ring is not None:
+                    answer["capabilities"] = [protocol.CAP_SHM]
+                    answer["shm"] = conn.ring.describe()
+            protocol.send_frame(sock, FrameType.HELLO, 0, answer)
             while True:
                 frame = protocol.recv_frame(sock)
+                if conn.ring is not None and not conn.ring.unlinked:
+                    conn.ring.unlink()  # the client mapped it (or gave up) before sending anything else
                 if frame.type == FrameType.CANCEL:
                     continue  # a late cancel of a stream that had already ended
+                if frame.type == FrameType.SHM_RELEASE:
+                    self._on_release(conn, frame)
+                    continue
                 if frame.type != FrameType.REQUEST:
                     self._send_error(
                         conn,
@@ -450,6 +483,8 @@ class BridgeServer:
             conn.closed = True
             with contextlib.suppress(OSError):
                 sock.close()
+            if conn.ring is not None:
+                conn.ring.close()
             with self._conns_lock:
                 self._conns.discard(conn)
 
@@ -466,7 +501,10 @@ class BridgeServer:
             self._send_error(conn, rid, ErrorCode.SHUTTING_DOWN, "bridge is shutting down")
             return
         if op in (Op.FETCH_LOG_SEGMENT, Op.FETCH_INDEX):
-            self._stream(conn, frame)
+            if conn.ring is not None and frame.header.get("transport") == protocol.CAP_SHM:
+                self._stream_shm(conn, frame, conn.ring)
+            else:
+                self._stream(conn, frame)
             return
         handler = self._handlers.get(op) if isinstance(op, str) else None
         if handler is None:
@@ -647,9 +685,114 @@ class BridgeServer:
             raise _Cancelled()
         if frame.type == FrameType.CANCEL:
             return
+        if frame.type == FrameType.SHM_RELEASE:
+            self._on_release(conn, frame)
+            return
         raise ProtocolError(
             f"{frame.type.name} frame {frame.request_id} received while streaming request {rid}"
         )
+
+    def _on_release(self, conn: _Connection, frame: protocol.Frame) -> None:
+        ring = conn.ring
+        if ring is None or len(frame.payload) != protocol.SHM_RELEASE_PAYLOAD.size:
+            raise ProtocolError(
+                f"SHM_RELEASE frame without a ring or with a bad payload ({len(frame.payload)} B)"
+            )
+        (count,) = protocol.SHM_RELEASE_PAYLOAD.unpack(frame.payload)
+        if count > ring.in_flight:
+            raise ProtocolError(f"SHM_RELEASE of {count} slots, only {ring.in_flight} in flight")
+        ring.in_flight -= count
+
+    def _await_slots(
+        self, conn: _Connection, rid: int, ring: shm.ShmRing, free: int, grace_s: float = 0.0
+    ) -> None:
+        """Block until at least ``free`` slots are released (flow control), reading RELEASE/CANCEL frames.
+
+        With ``grace_s``, then wait that long for a CANCEL (used at the fetch-size mark with free = all).
+        """
+        while ring.slots - ring.in_flight < free:
+            if self._stopping.is_set():
+                return
+            readable, _, _ = select.select([conn.sock], [], [], 0.2)
+            if readable:
+                self._check_cancel(conn, rid)
+        if grace_s:
+            readable, _, _ = select.select([conn.sock], [], [], grace_s)
+            if readable:
+                self._check_cancel(conn, rid)
+
+    def _stream_shm(self, conn: _Connection, frame: protocol.Frame, ring: shm.ShmRing) -> None:
+        """Like _stream, but each piece is copied once into a free ring slot and announced by SHM_DATA.
+
+        Same rules as the socket path: first piece before anything is sent (a missing segment is an
+        ERROR as the first frame), small pieces for the first MiB and a pause at that mark until the
+        client has released every slot (then a 1 ms grace for its CANCEL), CANCEL and shutdown checked
+        between pieces.  Read-ahead is bounded by the ring: a slot is written only once released.
+        """
+        rid = frame.request_id
+        op = frame.header.get("op")
+        sent = 0
+        stream = None
+        size = self.initial_frame_bytes
+        frame_bytes = ring.slot_bytes
+        announce = bytearray(protocol.PREFIX_SIZE + protocol.SHM_DATA_PAYLOAD.size)
+        try:
+            try:
+                stream = self._open_stream(frame.header)
+                pieces = _PieceReader(stream, conn)
+                data = pieces.read(min(size, ring.slot_bytes))
+            except Exception as exc:  # noqa: BLE001 - mapped to an ERROR frame
+                self._report_failure(conn, rid, op, exc)
+                return
+            while data:
+                if ring.in_flight >= ring.slots:
+                    self._await_slots(conn, rid, ring, 1)
+                    if ring.in_flight >= ring.slots:  # stopping
+                        break
+                slot = ring.next_slot
+                target = ring.slot_view(slot)
+                n = 0
+                for v in data:
+                    target[n : n + len(v)] = v
+                    n += len(v)
+                ring.next_slot = (slot + 1) % ring.slots
+                ring.in_flight += 1
+                protocol.PREFIX.pack_into(
+                    announce,
+                    0,
+                    protocol.data_frame_length(protocol.SHM_DATA_PAYLOAD.size),
+                    FrameType.SHM_DATA,
+                    rid,
+                    0,
+                )
+                protocol.SHM_DATA_PAYLOAD.pack_into(announce, protocol.PREFIX_SIZE, slot, n)
+                conn.sock.sendall(announce)
+                sent += n
+                if sent >= SMALL_FRAMES_UNTIL:
+                    size = frame_bytes
+                if sent == SMALL_FRAMES_UNTIL:
+                    self._await_slots(conn, rid, ring, ring.slots, CANCEL_GRACE_S)
+                else:
+                    self._poll_cancel(conn, rid)
+                if self._stopping.is_set():
+                    break
+                try:
+                    want = size if sent >= SMALL_FRAMES_UNTIL else min(size, SMALL_FRAMES_UNTIL - sent)
+                    data = pieces.read(min(want, ring.slot_bytes))
+                except Exception as exc:  # noqa: BLE001 - mapped to an ERROR frame
+                    self._report_failure(conn, rid, op, exc)
+                    return
+            if self._stopping.is_set():
+                self._send_error(conn, rid, ErrorCode.SHUTTING_DOWN, f"bridge stopping after {sent} bytes")
+                return
+            protocol.send_frame(conn.sock, FrameType.END, rid, {"bytes": sent})
+        except _Cancelled:
+            protocol.send_frame(conn.sock, FrameType.END, rid, {"bytes": sent, "cancelled": True})
+        finally:
+            self._bytes_streamed += sent
+            if stream is not None:
+                with contextlib.suppress(Exception):
+                    stream.close()
 
 
 class _PieceReader:
@@ -763,6 +906,10 @@ def serve(
     grace = float(settings.get("bridge.shutdown.grace.ms", "10000")) / 1000.0
     send_buffer = int(settings.get("bridge.socket.send.buffer.bytes", DEFAULT_SEND_BUFFER_BYTES))
     mmap_threshold = int(settings.get("bridge.malloc.mmap.threshold.bytes", DEFAULT_MMAP_THRESHOLD_BYTES))
+    transport = settings.get("bridge.transport", "shm").strip().lower()
+    if transport not in ("shm", "socket"):
+        raise ValueError(f"bridge.transport={transport!r}: expected 'shm' or 'socket'")
+    shm_dir_raw = settings.get("bridge.shm.dir")
     if tune_allocator(mmap_threshold):
         log.info("glibc mmap threshold set to %d bytes", mmap_threshold)
     if rsm_class:
@@ -780,6 +927,10 @@ def serve(
         initial_frame_bytes=initial_frame_bytes,
         shutdown_grace_s=grace,
         send_buffer_bytes=send_buffer,
+        shm_enabled=transport == "shm",
+        shm_dir=Path(shm_dir_raw) if shm_dir_raw else None,
+        shm_slots=int(settings.get("bridge.shm.slots", shm.DEFAULT_SLOTS)),
+        shm_slot_bytes=int(settings.get("bridge.shm.slot.bytes", shm.DEFAULT_SLOT_BYTES)),
     )
     server.bind()
 
