@@ -8,8 +8,10 @@ One segment is tiered into a file store once; then, in the same run, two identic
   size), close the stream early (the bridge cancels the rest);
 - ``sequential``: every reader streams the whole segment from position 0.
 "in-process" calls ``RemoteStorageManager.fetch_log_segment`` directly; "bridge" sends the same calls
-through a bridge process over its Unix socket with the Python client (``rsm.bridge.client``), the path the
-JVM plugin takes. Reported: MB/s, fetch latency (p50/p99, time to first byte) and CPU seconds per GiB
+through a bridge process over its Unix socket with the Python client (``rsm.bridge.client``), and with the
+JVM plugin itself (``BenchDriver``, one JVM per transport): ``shm`` (fetched bytes through the bridge's
+shared-memory rings, the plugin's default) and ``socket`` (DATA frames, ``bridge.transport=socket``).
+Reported: MB/s, fetch latency (p50/p99, time to first byte) and CPU seconds per GiB
 (client + bridge processes). Runs for plain segments (the cheapest RSM work, the bridge's worst case)
 and compressed+encrypted ones, each with a hot chunk cache (the segment is in memory: reads are memory
 copies, a ceiling no inter-process path can match) and a cold one (reads decode chunks from the store,
@@ -201,12 +203,15 @@ class JvmDriver:
 
     def __init__(
         self, classpath: str, sock: Path, md: RemoteLogSegmentMetadata, size: int, readers: int, fetches: int,
-        sequential: bool, work: Path,
+        sequential: bool, work: Path, transport: str = "shm",
     ) -> None:  # fmt: skip
         from rsm.bridge.protocol import uuid_to_kafka
 
-        props = work / "jvm-plugin.properties"
-        props.write_text(f"bridge.socket.path={sock}\nbridge.command=\nbridge.pool.size={readers + 2}\n")
+        props = work / f"jvm-plugin-{transport}.properties"
+        props.write_text(
+            f"bridge.socket.path={sock}\nbridge.command=\nbridge.pool.size={readers + 2}\n"
+            f"bridge.transport={transport}\n"
+        )
         tip = md.remote_log_segment_id.topic_id_partition
         seg = {
             "topic_id": uuid_to_kafka(tip.topic_id), "topic": tip.topic, "partition": tip.partition,
@@ -348,17 +353,19 @@ def main() -> int:
 
             try:
                 for workload, sequential in (("kafka-like 1 MiB", False), ("sequential", True)):
-                    jvm = (
-                        JvmDriver(classpath, sock, md, size, args.readers, args.fetches, sequential, work)
-                        if classpath
-                        else None
-                    )
+                    # the JVM plugin over both transports: shared-memory rings (the default) and socket frames
+                    jvms = {
+                        transport: JvmDriver(
+                            classpath, sock, md, size, args.readers, args.fetches, sequential, work, transport
+                        )
+                        for transport in (("shm", "socket") if classpath else ())
+                    }
                     modes: list[tuple[str, Callable[..., Any], Callable[[], int]]] = [
                         ("in-process", rsm.fetch_log_segment, in_process_reads),
                         ("bridge, Python client", client.fetch_log_segment, bridge_reads),
                     ]
-                    if jvm is not None:
-                        modes.append(("bridge, JVM plugin", jvm.run, bridge_reads))
+                    for transport, jvm in jvms.items():
+                        modes.append((f"bridge, JVM plugin, {transport}", jvm.run, bridge_reads))
                     # warm-up (caches, connections; the JVM warmed itself up), then --rounds measured runs
                     # per mode, interleaved (a, b, c, a, b, c, ...): on a shared machine every mode sees the
                     # same spells of load; the fastest run of each (the least disturbed) is reported
@@ -369,7 +376,7 @@ def main() -> int:
                         for _ in range(args.rounds):
                             for mode, fetch, counter in modes:
                                 cpu0, read0, streamed0 = proc_cpu(proc.pid), counter(), bridge_streamed()
-                                if mode == "bridge, JVM plugin":
+                                if mode.startswith("bridge, JVM plugin"):
                                     r = fetch()
                                 else:
                                     r = run_workload(
@@ -386,7 +393,7 @@ def main() -> int:
                                 )
                                 runs[mode].append(r)
                     finally:
-                        if jvm is not None:
+                        for jvm in jvms.values():
                             jvm.close()
                     out: dict[str, dict[str, Any]] = {}
                     for mode, mode_runs in runs.items():
@@ -405,14 +412,25 @@ def main() -> int:
                                 f"{r['bridge_sent_bytes'] / r['bytes']:.2f}",
                             )
                         )
-                    bridge_mode = "bridge, JVM plugin" if classpath else "bridge, Python client"
-                    ratio = out[bridge_mode]["mb_s"] / out["in-process"]["mb_s"]
-                    results[f"{name} / {workload}"] = {**out, "bridge_over_in_process": ratio}
-                    label = f"{bridge_mode} / in-process throughput, {name}, {workload}"
-                    if "cold" in name:
-                        targets.append(Target(label, ratio, 0.8))
-                    else:
-                        info.append(f"{label} = {ratio:.2f} (no target: hot cache reads are memory copies)")
+                    bridge_modes = (
+                        ["bridge, JVM plugin, shm", "bridge, JVM plugin, socket"]
+                        if classpath
+                        else ["bridge, Python client"]
+                    )
+                    ratios = {m: out[m]["mb_s"] / out["in-process"]["mb_s"] for m in bridge_modes}
+                    results[f"{name} / {workload}"] = {
+                        **out,
+                        "bridge_over_in_process": ratios[bridge_modes[0]],
+                        "ratios": ratios,
+                    }
+                    for bridge_mode, ratio in ratios.items():
+                        label = f"{bridge_mode} / in-process throughput, {name}, {workload}"
+                        if "cold" in name:
+                            targets.append(Target(label, ratio, 0.8))
+                        else:
+                            info.append(
+                                f"{label} = {ratio:.2f} (no target: hot cache reads are memory copies)"
+                            )
             finally:
                 client.close()
                 proc.terminate()

@@ -198,6 +198,8 @@ def test_plugin_copy_fetch_cancel_restart_delete(
             assert driver.ok("index TRANSACTION")["sha256"] == sha(Path(files["txnindex"]).read_bytes())
         health = driver.ok("health")
         assert health["status"] == "ok" and health["in_flight"] == 1
+        # the plugin negotiated the shared-memory transport: fetched bytes went through the rings
+        assert health["shm_bytes_streamed"] >= 2 * len(log_bytes), health
         old_pid = health["pid"]
 
         # kill -9 the bridge: once it is gone, the very next call finds a fresh one the plugin started
@@ -335,3 +337,71 @@ def test_plugin_gives_up_on_a_bridge_that_does_not_answer(bridge_plugin_jar, jav
         driver.stop()
         server.stop()
         thread.join(15)
+
+
+@pytest.mark.parametrize("transport", ["shm", "socket"])
+def test_plugin_transport_shm_and_socket_fallback(
+    bridge_plugin_jar, java_build, short_dir, tmp_path, transport
+):
+    """bridge.transport=shm (default) fetches through shared-memory rings; =socket keeps DATA frames.
+    Both give the same bytes, cancel early closes, and leave no ring file behind."""
+    from test_bridge_server import MemoryRSM, make_segment
+
+    from rsm.bridge.server import BridgeServer
+
+    shm_dir = short_dir / "shm"
+    server = BridgeServer(MemoryRSM(), short_dir / "b.sock", shm_dir=shm_dir)
+    server.bind()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    _, sd, data = make_segment(tmp_path, 5 * 1024 * 1024 + 4321)
+    epochs = tmp_path / "epochs"
+    epochs.write_bytes(sd.leader_epoch_index)
+    props = short_dir / "plugin.properties"
+    props.write_text(
+        f"bridge.socket.path={short_dir / 'b.sock'}\nbridge.command=\nbridge.transport={transport}\n"
+    )
+    classpath = os.pathsep.join(
+        [
+            str(JVM_DIR / "target" / "classes"),
+            str(JVM_DIR / "target" / "test-classes"),
+            str(java_build.kafka_libs / "*"),
+        ]
+    )
+    driver = Driver(classpath, tmp_path)
+    try:
+        driver.ok(f"configure {props}")
+        seg = {
+            "log": str(sd.log_segment),
+            "index": str(sd.offset_index),
+            "timeindex": str(sd.time_index),
+            "txnindex": str(sd.transaction_index),
+            "snapshot": str(sd.producer_snapshot_index),
+            "epochs_file": str(epochs),
+            "start": 0,
+            "end": 99,
+            "topic": "t",
+            "partition": 0,
+        }
+        driver.ok("segment " + json.dumps(seg))
+        driver.ok("copy")
+        full = driver.ok("fetch 0")
+        assert (full["length"], full["sha256"]) == (len(data), sha(data))
+        part = driver.ok("fetch 1000 2500000")
+        assert part["sha256"] == sha(data[1000:2500001])
+        head = driver.ok("fetch_partial 17 1500000")  # past the first MiB, then closed: cancelled
+        assert head["sha256"] == sha(data[17:1500017])
+        concurrent = driver.ok("fetch_concurrent 10")
+        assert concurrent["digests"] == [sha(data)]
+        health = driver.ok("health")
+        if transport == "shm":
+            assert health["shm_bytes_streamed"] >= 2 * len(data), health
+        else:
+            assert health["shm_bytes_streamed"] == 0 and health["bytes_streamed"] >= 2 * len(data), health
+        assert list(shm_dir.iterdir()) == []  # mapped rings are unlinked at once
+        driver.ok("close")
+    finally:
+        driver.stop()
+        server.stop()
+        thread.join(15)
+    assert list(shm_dir.iterdir()) == []

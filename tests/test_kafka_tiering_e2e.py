@@ -327,6 +327,10 @@ def test_tiering_through_the_bridge(bridge_plugin_jar, kafka_broker_factory, s3_
         assert not missing, f"{len(missing)} committed records missing, e.g. {sorted(missing)[:5]}"
         assert set(got) == set(expected)
         assert headers_seen > 0
+        # Kafka's remote reads went through the plugin's shared-memory transport (the default), every byte
+        streamed = BridgeClient(sock).health()
+        assert streamed["shm_bytes_streamed"] > 0, streamed
+        assert streamed["shm_bytes_streamed"] == streamed["bytes_streamed"], streamed
         print(
             f"e2e: {len(expected)} committed records read back, {len(manifests)} segments tiered "
             f"({total} bytes), bridge pid {killed[0]} killed with {in_flight_at_kill} requests in flight, restarted as {health['pid']}, local starts {local_start}",

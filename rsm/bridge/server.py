@@ -274,6 +274,7 @@ class BridgeServer:
         self._started = time.monotonic()
         self._requests = 0
         self._bytes_streamed = 0
+        self._shm_bytes_streamed = 0
         self._log_configs_received = 0
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -544,6 +545,7 @@ class BridgeServer:
             "server": SERVER_NAME,
             "store_bytes_read": _store_bytes_read(self.rsm),
             "bytes_streamed": self._bytes_streamed,
+            "shm_bytes_streamed": self._shm_bytes_streamed,
         }
 
     def _op_configure_info(self, ctx: RequestContext) -> dict[str, Any]:
@@ -790,6 +792,7 @@ class BridgeServer:
             protocol.send_frame(conn.sock, FrameType.END, rid, {"bytes": sent, "cancelled": True})
         finally:
             self._bytes_streamed += sent
+            self._shm_bytes_streamed += sent
             if stream is not None:
                 with contextlib.suppress(Exception):
                     stream.close()

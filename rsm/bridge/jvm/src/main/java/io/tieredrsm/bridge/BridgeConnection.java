@@ -5,9 +5,13 @@ import java.io.IOException;
 import java.net.StandardProtocolFamily;
 import java.net.UnixDomainSocketAddress;
 import java.nio.ByteBuffer;
+import java.nio.MappedByteBuffer;
+import java.nio.channels.FileChannel;
 import java.nio.channels.SocketChannel;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.LinkOption;
 import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -27,6 +31,11 @@ final class BridgeConnection implements AutoCloseable {
     static final byte END = 5;
     static final byte ERROR = 6;
     static final byte CANCEL = 7;
+    /** Capability "shm": server -> client, payload u32 slot, u32 length (the bytes are in that slot). */
+    static final byte SHM_DATA = 8;
+    /** Capability "shm": client -> server, payload u32 count (the oldest held slots are free again). */
+    static final byte SHM_RELEASE = 9;
+    static final String CAP_SHM = "shm";
 
     static final int PREFIX_SIZE = 13;
     static final int MAX_FRAME_BYTES = 16 * 1024 * 1024 + 4 * 1024 * 1024;
@@ -99,20 +108,36 @@ final class BridgeConnection implements AutoCloseable {
     private int pendingPayload;
     final Map<String, Object> serverHello;
     volatile boolean broken;
+    /** The bridge's shared-memory ring (read-only mapping), or null: fetch answers come as DATA frames. */
+    private volatile MappedByteBuffer ring;
+    private int ringSlots;
+    private int ringSlotBytes;
+    private final byte[] releaseOne = {0, 0, 0, 1};
 
     BridgeConnection(Path socketPath, String clientName) throws IOException {
         this(socketPath, clientName, 30_000);
     }
 
     BridgeConnection(Path socketPath, String clientName, long timeoutMs) throws IOException {
+        this(socketPath, clientName, timeoutMs, false);
+    }
+
+    /** With {@code shm}, offers the "shm" capability and maps the ring the bridge creates for it. */
+    BridgeConnection(Path socketPath, String clientName, long timeoutMs, boolean shm) throws IOException {
         this.timeoutMs = timeoutMs;
         SocketChannel ch = SocketChannel.open(StandardProtocolFamily.UNIX);
         try {
             ch.connect(UnixDomainSocketAddress.of(socketPath));
             this.channel = ch;
             OPEN.add(this);
-            send(HELLO, 0, Json.write(Map.of("magic", MAGIC, "versions", List.of(PROTOCOL_VERSION),
-                    "client", clientName)), null, 0, 0);
+            Map<String, Object> h = new java.util.LinkedHashMap<>();
+            h.put("magic", MAGIC);
+            h.put("versions", List.of(PROTOCOL_VERSION));
+            h.put("client", clientName);
+            if (shm) {
+                h.put("capabilities", List.of(CAP_SHM));
+            }
+            send(HELLO, 0, Json.write(h), null, 0, 0);
             Frame hello = read();
             if (hello.type == ERROR) {
                 throw new IOException("bridge refused the handshake: " + hello.header.get("code") + ": "
@@ -122,9 +147,88 @@ final class BridgeConnection implements AutoCloseable {
                 throw new IOException("bridge answered the handshake with frame type " + hello.type);
             }
             this.serverHello = hello.header;
+            if (shm && hello.header.get("shm") instanceof Map
+                    && hello.header.get("capabilities") instanceof List
+                    && ((List<?>) hello.header.get("capabilities")).contains(CAP_SHM)) {
+                mapRing((Map<?, ?>) hello.header.get("shm"));
+                // "mapped" (or not): the bridge removes the file's name when this first frame arrives
+                send(SHM_RELEASE, 0, null, new byte[4], 0, 4);
+            }
         } catch (IOException | RuntimeException e) {
+            OPEN.remove(this);
+            unmapRing();
             ch.close();
             throw e;
+        }
+    }
+
+    private void mapRing(Map<?, ?> desc) {
+        try {
+            Path path = Path.of(String.valueOf(desc.get("path")));
+            int slots = ((Number) desc.get("slots")).intValue();
+            int slotBytes = ((Number) desc.get("slot_bytes")).intValue();
+            long size = (long) slots * slotBytes;
+            if (slots < 1 || slotBytes < 1 || size > Integer.MAX_VALUE) {
+                throw new IOException("bad ring shape " + slots + " x " + slotBytes);
+            }
+            try (FileChannel fc = FileChannel.open(path, StandardOpenOption.READ, LinkOption.NOFOLLOW_LINKS)) {
+                if (fc.size() < size) {
+                    throw new IOException("ring file " + path + " is smaller than " + size + " bytes");
+                }
+                this.ring = fc.map(FileChannel.MapMode.READ_ONLY, 0, size);
+            }
+            this.ringSlots = slots;
+            this.ringSlotBytes = slotBytes;
+        } catch (IOException | RuntimeException e) {
+            // not fatal: this connection's fetches use socket DATA frames
+            this.ring = null;
+        }
+    }
+
+    /** True when fetch answers on this connection may come through the shared-memory ring. */
+    boolean hasRing() {
+        return ring != null;
+    }
+
+    /**
+     * Copies {@code len} bytes at {@code pos} in slot {@code slot} of the ring into {@code b}. The caller
+     * checked the bounds with {@link #checkSlot}.
+     */
+    void copyFromRing(int slot, int pos, byte[] b, int off, int len) throws IOException {
+        MappedByteBuffer r = ring;
+        if (r == null) {
+            throw new IOException("shared-memory ring closed");
+        }
+        r.get(slot * ringSlotBytes + pos, b, off, len);
+    }
+
+    /** Validates an SHM_DATA announcement (slot, length). */
+    void checkSlot(int slot, int length) throws IOException {
+        if (ring == null || slot < 0 || slot >= ringSlots || length < 0 || length > ringSlotBytes) {
+            throw new IOException("SHM_DATA frame (slot " + slot + ", length " + length + ") outside the ring");
+        }
+    }
+
+    /** Returns the oldest held slot to the bridge (SHM_RELEASE, count 1). */
+    void releaseSlot() throws IOException {
+        send(SHM_RELEASE, 0, null, releaseOne, 0, 4);
+    }
+
+    private void unmapRing() {
+        MappedByteBuffer r = ring;
+        ring = null;
+        if (r == null) {
+            return;
+        }
+        // free the mapping now rather than at some later GC (sun.misc.Unsafe.invokeCleaner, jdk.unsupported)
+        try {
+            Class<?> unsafeClass = Class.forName("sun.misc.Unsafe");
+            java.lang.reflect.Field f = unsafeClass.getDeclaredField("theUnsafe");
+            f.setAccessible(true);
+            Object unsafe = f.get(null);
+            unsafeClass.getMethod("invokeCleaner", ByteBuffer.class).invoke(unsafe, r);
+        } catch (ReflectiveOperationException | RuntimeException ignored) {
+            // the GC unmaps it eventually
         }
     }
 
@@ -299,5 +403,14 @@ final class BridgeConnection implements AutoCloseable {
         } catch (IOException ignored) {
             // closing anyway
         }
+    }
+
+    /**
+     * Unmaps the ring once no reader can use it any more: called by the pool when it drops the
+     * connection (not by the watchdog's close, which may race with a reader copying from a slot).
+     */
+    void dispose() {
+        close();
+        unmapRing();
     }
 }

@@ -73,6 +73,8 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
     private volatile boolean closed;
     private long stopGraceMs = 15_000;
     private long requestTimeoutMs = 300_000;
+    /** bridge.transport=shm: fetch answers through a shared-memory ring per connection (else socket frames). */
+    private boolean shm = true;
 
     @Override
     public void configure(Map<String, ?> configs) {
@@ -99,6 +101,11 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
         slots = new Semaphore(poolSize);
         stopGraceMs = Long.parseLong(all.getOrDefault("bridge.shutdown.grace.ms", "10000")) + 5_000;
         requestTimeoutMs = Long.parseLong(all.getOrDefault("bridge.request.timeout.ms", "300000"));
+        String transport = all.getOrDefault("bridge.transport", "shm").trim().toLowerCase(java.util.Locale.ROOT);
+        if (!transport.equals("shm") && !transport.equals("socket")) {
+            throw new IllegalArgumentException("bridge.transport=" + transport + ": expected shm or socket");
+        }
+        shm = transport.equals("shm");
 
         String commandText = all.getOrDefault("bridge.command", "rsm bridge serve").trim();
         List<String> command = commandText.isEmpty() || commandText.equals("none") ? List.of()
@@ -131,8 +138,8 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
                     Long.parseLong(all.getOrDefault("bridge.topic.config.ttl.ms", "30000")),
                     Long.parseLong(all.getOrDefault("bridge.topic.config.timeout.ms", "10000")));
         }
-        LOG.info("bridge RSM configured: socket {}, command {}, pool {}, topic configs from {}", socketPath,
-                command.isEmpty() ? "(external bridge)" : command, poolSize,
+        LOG.info("bridge RSM configured: socket {}, transport {}, command {}, pool {}, topic configs from {}",
+                socketPath, transport, command.isEmpty() ? "(external bridge)" : command, poolSize,
                 topicConfigs == null ? "(none)" : admin.get("bootstrap.servers"));
         // Start (or find) the bridge now so a broken set-up shows at broker start, not at the first copy.
         try {
@@ -195,7 +202,7 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
             if (!c.isStale()) {
                 return c;
             }
-            c.close();
+            c.dispose();
         }
         try {
             return connect();
@@ -207,13 +214,13 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
 
     private BridgeConnection connect() throws RemoteStorageException {
         try {
-            return new BridgeConnection(socketPath, CLIENT_NAME, requestTimeoutMs);
+            return new BridgeConnection(socketPath, CLIENT_NAME, requestTimeoutMs, shm);
         } catch (IOException first) {
             // nobody answers: the bridge died or was never started; (re)start it, then try once more
             discardIdle();
             bridge.ensureRunning();
             try {
-                return new BridgeConnection(socketPath, CLIENT_NAME, requestTimeoutMs);
+                return new BridgeConnection(socketPath, CLIENT_NAME, requestTimeoutMs, shm);
             } catch (IOException e) {
                 throw new RemoteStorageException("cannot connect to the bridge at " + socketPath + ": " + e, e);
             }
@@ -223,7 +230,7 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
     private void discardIdle() {
         BridgeConnection c;
         while ((c = idle.pollFirst()) != null) {
-            c.close();
+            c.dispose();
         }
     }
 
@@ -231,7 +238,7 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
         if (!c.broken && !closed) {
             idle.offerFirst(c);
         } else {
-            c.close();
+            c.dispose();
         }
         slots.release();
     }
@@ -289,6 +296,9 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
             Map<String, Object> h = new LinkedHashMap<>();
             h.put("op", op);
             h.putAll(header);
+            if (c.hasRing()) {
+                h.put("transport", BridgeConnection.CAP_SHM);
+            }
             c.send(BridgeConnection.REQUEST, rid, Json.write(h), null, 0, 0);
             first = c.read();
         } catch (IOException | IllegalArgumentException e) {
@@ -428,6 +438,10 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
         private final String what;
         /** Payload bytes of the current DATA frame still to read (they are in the connection). */
         private int remaining;
+        /** The current chunk is in ring slot {@code slot} from {@code slotPos} (else in the socket). */
+        private boolean holdsSlot;
+        private int slot;
+        private int slotPos;
         private boolean done;
         private final byte[] one = new byte[1];
 
@@ -455,6 +469,29 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
                     // straight into the caller's array as the caller reads
                     remaining = f.payloadLength;
                     break;
+                case BridgeConnection.SHM_DATA: {
+                    if (f.payloadLength != 8) {
+                        fail();
+                        throw new IOException(what + ": malformed SHM_DATA frame");
+                    }
+                    ByteBuffer p = ByteBuffer.wrap(f.payload, f.payloadOffset, 8);
+                    int s = p.getInt();
+                    int len = p.getInt();
+                    try {
+                        conn.checkSlot(s, len);
+                    } catch (IOException e) {
+                        fail();
+                        throw new IOException(what + ": " + e.getMessage(), e);
+                    }
+                    slot = s;
+                    slotPos = 0;
+                    remaining = len;
+                    holdsSlot = true;
+                    if (len == 0) {
+                        releaseSlot();
+                    }
+                    break;
+                }
                 case BridgeConnection.END:
                     finish();
                     break;
@@ -465,6 +502,12 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
                     fail();
                     throw new IOException(what + ": unexpected frame type " + f.type + " in a stream");
             }
+        }
+
+        private void releaseSlot() throws IOException {
+            holdsSlot = false;
+            remaining = 0;
+            conn.releaseSlot();
         }
 
         private void finish() {
@@ -523,6 +566,16 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
             }
             int n;
             try {
+                if (holdsSlot) {
+                    n = Math.min(len, remaining);
+                    conn.copyFromRing(slot, slotPos, b, off, n);
+                    slotPos += n;
+                    remaining -= n;
+                    if (remaining == 0) {
+                        releaseSlot();
+                    }
+                    return n;
+                }
                 n = conn.readPayload(b, off, Math.min(len, remaining));
             } catch (IOException e) {
                 fail();
@@ -534,7 +587,10 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
 
         @Override
         public int available() {
-            return conn == null ? 0 : Math.min(remaining, conn.availablePayload());
+            if (conn == null) {
+                return 0;
+            }
+            return holdsSlot ? remaining : Math.min(remaining, conn.availablePayload());
         }
 
         @Override
@@ -545,11 +601,17 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
             }
             // tell the bridge to stop, then read what it had already sent until its END
             try {
+                if (holdsSlot) {
+                    releaseSlot();
+                }
                 conn.send(BridgeConnection.CANCEL, rid, null, null, 0, 0);
                 long drained = 0;
                 while (!done) {
                     BridgeConnection.Frame f = conn.read();
-                    if (f.type == BridgeConnection.DATA && f.requestId == rid) {
+                    if (f.type == BridgeConnection.SHM_DATA && f.requestId == rid) {
+                        conn.releaseSlot(); // sent before our CANCEL arrived: give the slot back unread
+                        drained += 1;
+                    } else if (f.type == BridgeConnection.DATA && f.requestId == rid) {
                         drained += f.payloadLength;
                         if (drained > MAX_DRAIN_BYTES) {
                             fail();
