@@ -372,3 +372,28 @@ def test_bridge_killed_mid_stream_fails_the_read_cleanly(dirs, tmp_path):
         proc.stdout.close()
     # the mapping was already unlinked: nothing left behind by the dead bridge
     assert list(shm_dir.iterdir()) == []
+
+
+def test_a_ring_that_cannot_be_created_falls_back_to_socket_frames(dirs, tmp_path, monkeypatch):
+    """A full tmpfs (ENOSPC at posix_fallocate) must not break fetches: that connection uses DATA frames."""
+    import errno
+
+    from rsm.bridge import shm as shm_module
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    server, rsm, t = start(dirs)
+    try:
+        monkeypatch.setattr(shm_module.os, "posix_fallocate", full)
+        client = BridgeClient(server.socket_path, transport="shm")
+        md, sd, data = make_segment(tmp_path, 2 * MIB + 5)
+        client.copy_log_segment_data(md, sd)
+        with client.fetch_log_segment(md, 0) as s:
+            assert s._conn.ring is None
+            assert s.read() == data
+        assert client.health()["shm_bytes_streamed"] == 0
+        assert list(dirs[1].iterdir()) == []  # the half-made file was removed
+        client.close()
+    finally:
+        stop(server, t)

@@ -141,6 +141,11 @@ class ShmRing:
         fd = os.open(path, flags, 0o600)
         try:
             os.ftruncate(fd, slots * slot_bytes)
+            # reserve the pages now: on a full tmpfs (a small /dev/shm in a container) writing a sparse
+            # mapping would kill the bridge with SIGBUS; this fails cleanly (ENOSPC) and the connection
+            # falls back to socket DATA frames
+            if hasattr(os, "posix_fallocate"):
+                os.posix_fallocate(fd, 0, slots * slot_bytes)
             mm = mmap.mmap(fd, slots * slot_bytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(fd)
