@@ -63,7 +63,7 @@ def write_keyring(path: Path) -> str:
 class Driver:
     """The Java driver process: one command per line, one JSON answer per line."""
 
-    def __init__(self, classpath: str, cwd: Path) -> None:
+    def __init__(self, classpath: str, cwd: Path, pythonpath: str = str(REPO)) -> None:
         self.proc = subprocess.Popen(
             ["java", "-cp", classpath, "io.tieredrsm.bridge.PluginDriver"],
             stdin=subprocess.PIPE,
@@ -71,7 +71,7 @@ class Driver:
             stderr=open(cwd / "driver.err", "wb"),  # noqa: SIM115 - lives as long as the process
             cwd=cwd,
             text=True,
-            env=dict(os.environ, PYTHONPATH=str(REPO)),
+            env=dict(os.environ, PYTHONPATH=pythonpath),
         )
 
     def __call__(self, command: str) -> dict[str, Any]:
@@ -405,3 +405,61 @@ def test_plugin_transport_shm_and_socket_fallback(
         server.stop()
         thread.join(15)
     assert list(shm_dir.iterdir()) == []
+
+
+def test_plugin_shm_stream_fails_cleanly_when_the_bridge_is_killed_mid_stream(
+    bridge_plugin_jar, java_build, short_dir, tmp_path
+):
+    """SIGKILL of the bridge while Kafka holds a half-read stream over shm: the read fails with an
+    IOException (no hang, no crash of the JVM), and the next call gets a restarted bridge."""
+    from test_bridge_server import make_segment
+
+    tests_dir = Path(__file__).resolve().parent
+    _, sd, data = make_segment(tmp_path, 6 * 1024 * 1024)
+    epochs = tmp_path / "epochs"
+    epochs.write_bytes(sd.leader_epoch_index)
+    props = short_dir / "plugin.properties"
+    props.write_text(
+        f"bridge.socket.path={short_dir / 'b.sock'}\n"
+        f"bridge.command={sys.executable} -m rsm.cli.main bridge serve --rsm-class test_bridge_server:MemoryRSM\n"
+        f"bridge.log.file={short_dir / 'bridge.log'}\n"
+        f"bridge.shm.dir={short_dir / 'shm'}\n"
+        "fetch.delay.ms=5\nbridge.restart.backoff.ms=100\n"
+    )
+    classpath = os.pathsep.join(
+        [
+            str(JVM_DIR / "target" / "classes"),
+            str(JVM_DIR / "target" / "test-classes"),
+            str(java_build.kafka_libs / "*"),
+        ]
+    )
+    driver = Driver(classpath, tmp_path, os.pathsep.join([str(tests_dir), str(REPO)]))
+    try:
+        driver.ok(f"configure {props}")
+        seg = {
+            "log": str(sd.log_segment),
+            "index": str(sd.offset_index),
+            "timeindex": str(sd.time_index),
+            "txnindex": str(sd.transaction_index),
+            "snapshot": str(sd.producer_snapshot_index),
+            "epochs_file": str(epochs),
+            "start": 0,
+            "end": 99,
+            "topic": "t",
+            "partition": 0,
+        }
+        driver.ok("segment " + json.dumps(seg))
+        driver.ok("copy")
+        health = driver.ok("health")
+        assert driver.ok("open 0 1500000")["length"] == 1_500_000
+        assert driver.ok("health")["shm_bytes_streamed"] > 0
+        os.kill(health["pid"], signal.SIGKILL)
+        rest = driver("rest")
+        assert not rest["ok"] and rest["exception"] in ("IOException", "RemoteStorageException"), rest
+        after = driver.ok("health")  # the plugin restarted the bridge
+        assert after["pid"] != health["pid"]
+        driver.ok("close")
+    finally:
+        driver.stop()
+    leftovers = list((short_dir / "shm").iterdir()) if (short_dir / "shm").exists() else []
+    assert leftovers == []

@@ -275,6 +275,7 @@ class BridgeServer:
         self._requests = 0
         self._bytes_streamed = 0
         self._shm_bytes_streamed = 0
+        self._counters_lock = threading.Lock()  # the byte counters are updated by every connection thread
         self._log_configs_received = 0
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -644,7 +645,8 @@ class BridgeServer:
         except _Cancelled:
             protocol.send_frame(conn.sock, FrameType.END, rid, {"bytes": sent, "cancelled": True})
         finally:
-            self._bytes_streamed += sent
+            with self._counters_lock:
+                self._bytes_streamed += sent
             if stream is not None:
                 with contextlib.suppress(Exception):
                     stream.close()
@@ -770,6 +772,8 @@ class BridgeServer:
                 protocol.SHM_DATA_PAYLOAD.pack_into(announce, protocol.PREFIX_SIZE, slot, n)
                 conn.sock.sendall(announce)
                 sent += n
+                with self._counters_lock:  # per piece: health shows a stream in progress too
+                    self._shm_bytes_streamed += n
                 if sent >= SMALL_FRAMES_UNTIL:
                     size = frame_bytes
                 if sent == SMALL_FRAMES_UNTIL:
@@ -791,8 +795,8 @@ class BridgeServer:
         except _Cancelled:
             protocol.send_frame(conn.sock, FrameType.END, rid, {"bytes": sent, "cancelled": True})
         finally:
-            self._bytes_streamed += sent
-            self._shm_bytes_streamed += sent
+            with self._counters_lock:
+                self._bytes_streamed += sent
             if stream is not None:
                 with contextlib.suppress(Exception):
                     stream.close()

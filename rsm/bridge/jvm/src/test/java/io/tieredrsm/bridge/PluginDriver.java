@@ -35,6 +35,8 @@ import org.apache.kafka.server.log.remote.storage.RemoteStorageManager.IndexType
  * copy | delete | health | close
  * fetch START [END]             reads everything: {"length","sha256"}
  * fetch_partial START N         reads N bytes, then closes the stream early
+ * open START N                  reads N bytes and keeps the stream open (for "rest")
+ * rest                          reads the open stream to its end: {"length","sha256"} or the exception
  * index TYPE
  * </pre>
  */
@@ -46,6 +48,7 @@ public final class PluginDriver {
         BridgeRemoteStorageManager rsm = new BridgeRemoteStorageManager();
         RemoteLogSegmentMetadata metadata = null;
         LogSegmentData data = null;
+        InputStream held = null;
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
         String line;
         while ((line = in.readLine()) != null) {
@@ -104,6 +107,31 @@ public final class PluginDriver {
                         String[] a = w[1].split(" ");
                         InputStream s = rsm.fetchLogSegment(metadata, Integer.parseInt(a[0]));
                         digest(s, Long.parseLong(a[1]), out);
+                        break;
+                    }
+                    case "open": {
+                        String[] a = w[1].split(" ");
+                        held = rsm.fetchLogSegment(metadata, Integer.parseInt(a[0]));
+                        byte[] buf = new byte[Integer.parseInt(a[1])];
+                        int got = 0;
+                        while (got < buf.length) {
+                            int n = held.read(buf, got, buf.length - got);
+                            if (n < 0) {
+                                break;
+                            }
+                            got += n;
+                        }
+                        out.put("length", got);
+                        break;
+                    }
+                    case "rest": {
+                        InputStream s = held;
+                        held = null;
+                        try {
+                            digest(s, Long.MAX_VALUE, out);
+                        } finally {
+                            s.close();
+                        }
                         break;
                     }
                     case "fetch_concurrent": {
