@@ -340,7 +340,7 @@ class BridgeServer:
                 except TimeoutError:
                     if parent_pid is not None and time.monotonic() - last_parent_check > 1.0:
                         last_parent_check = time.monotonic()
-                        if not _pid_alive(parent_pid):
+                        if not shm.pid_alive(parent_pid):
                             log.warning("parent process %d is gone; bridge stopping", parent_pid)
                             self._stopping.set()
                     continue
@@ -873,16 +873,6 @@ def tune_allocator(mmap_threshold: int = DEFAULT_MMAP_THRESHOLD_BYTES) -> bool:
         )
     except (OSError, AttributeError):
         return False
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _load_class(spec: str) -> type:

@@ -83,7 +83,7 @@ def remove_stale_rings(directory: Path) -> int:
         if not m:
             continue
         pid = int(m.group(1))
-        if pid != os.getpid() and _pid_alive(pid):
+        if pid != os.getpid() and pid_alive(pid):
             continue
         with contextlib.suppress(OSError):
             (Path(directory) / name).unlink()
@@ -93,7 +93,8 @@ def remove_stale_rings(directory: Path) -> int:
     return removed
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (one owned by another user counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
