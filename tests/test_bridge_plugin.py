@@ -104,6 +104,29 @@ def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def driver_classpath(java_build: Any) -> str:
+    """The plugin's classes, the driver's test classes and Kafka's jars, as the broker would load them."""
+    return os.pathsep.join(
+        [
+            str(JVM_DIR / "target" / "classes"),
+            str(JVM_DIR / "target" / "test-classes"),
+            str(java_build.kafka_libs / "*"),
+        ]
+    )
+
+
+def segment_data_files(sd: Any, epochs: Path) -> dict[str, Any]:
+    """The driver's `segment` fields for a LogSegmentData (its leader epochs written to ``epochs``)."""
+    return {
+        "log": str(sd.log_segment),
+        "index": str(sd.offset_index),
+        "timeindex": str(sd.time_index),
+        "txnindex": str(sd.transaction_index),
+        "snapshot": str(sd.producer_snapshot_index),
+        "epochs_file": str(epochs),
+    }
+
+
 def segment_files(seg_dir: Path) -> dict[str, Any]:
     log = next(seg_dir.glob("*.log"))
     base = log.stem
@@ -150,13 +173,7 @@ def test_plugin_copy_fetch_cancel_restart_delete(
         )
         + "\n"
     )
-    classpath = os.pathsep.join(
-        [
-            str(JVM_DIR / "target" / "classes"),
-            str(JVM_DIR / "target" / "test-classes"),
-            str(java_build.kafka_libs / "*"),
-        ]
-    )
+    classpath = driver_classpath(java_build)
     driver = Driver(classpath, tmp_path)
     try:
         driver.ok(f"configure {props}")
@@ -244,13 +261,7 @@ def test_plugin_reports_a_bridge_that_cannot_start(bridge_plugin_jar, java_build
         "bridge.restart.backoff.ms=60000\n"
         "storage.file.root=/nonexistent\n"
     )
-    classpath = os.pathsep.join(
-        [
-            str(JVM_DIR / "target" / "classes"),
-            str(JVM_DIR / "target" / "test-classes"),
-            str(java_build.kafka_libs / "*"),
-        ]
-    )
+    classpath = driver_classpath(java_build)
     driver = Driver(classpath, tmp_path)
     try:
         driver.ok(f"configure {props}")  # Kafka must not fail to start because the bridge is down
@@ -317,13 +328,7 @@ def test_plugin_gives_up_on_a_bridge_that_does_not_answer(bridge_plugin_jar, jav
     props.write_text(
         f"bridge.socket.path={short_dir / 'b.sock'}\nbridge.command=\nbridge.request.timeout.ms=1000\n"
     )
-    classpath = os.pathsep.join(
-        [
-            str(JVM_DIR / "target" / "classes"),
-            str(JVM_DIR / "target" / "test-classes"),
-            str(java_build.kafka_libs / "*"),
-        ]
-    )
+    classpath = driver_classpath(java_build)
     driver = Driver(classpath, tmp_path)
     try:
         driver.ok(f"configure {props}")
@@ -361,28 +366,11 @@ def test_plugin_transport_shm_and_socket_fallback(
     props.write_text(
         f"bridge.socket.path={short_dir / 'b.sock'}\nbridge.command=\nbridge.transport={transport}\n"
     )
-    classpath = os.pathsep.join(
-        [
-            str(JVM_DIR / "target" / "classes"),
-            str(JVM_DIR / "target" / "test-classes"),
-            str(java_build.kafka_libs / "*"),
-        ]
-    )
+    classpath = driver_classpath(java_build)
     driver = Driver(classpath, tmp_path)
     try:
         driver.ok(f"configure {props}")
-        seg = {
-            "log": str(sd.log_segment),
-            "index": str(sd.offset_index),
-            "timeindex": str(sd.time_index),
-            "txnindex": str(sd.transaction_index),
-            "snapshot": str(sd.producer_snapshot_index),
-            "epochs_file": str(epochs),
-            "start": 0,
-            "end": 99,
-            "topic": "t",
-            "partition": 0,
-        }
+        seg = {**segment_data_files(sd, epochs), "start": 0, "end": 99, "topic": "t", "partition": 0}
         driver.ok("segment " + json.dumps(seg))
         driver.ok("copy")
         full = driver.ok("fetch 0")
@@ -426,28 +414,11 @@ def test_plugin_shm_stream_fails_cleanly_when_the_bridge_is_killed_mid_stream(
         f"bridge.shm.dir={short_dir / 'shm'}\n"
         "fetch.delay.ms=5\nbridge.restart.backoff.ms=100\n"
     )
-    classpath = os.pathsep.join(
-        [
-            str(JVM_DIR / "target" / "classes"),
-            str(JVM_DIR / "target" / "test-classes"),
-            str(java_build.kafka_libs / "*"),
-        ]
-    )
+    classpath = driver_classpath(java_build)
     driver = Driver(classpath, tmp_path, os.pathsep.join([str(tests_dir), str(REPO)]))
     try:
         driver.ok(f"configure {props}")
-        seg = {
-            "log": str(sd.log_segment),
-            "index": str(sd.offset_index),
-            "timeindex": str(sd.time_index),
-            "txnindex": str(sd.transaction_index),
-            "snapshot": str(sd.producer_snapshot_index),
-            "epochs_file": str(epochs),
-            "start": 0,
-            "end": 99,
-            "topic": "t",
-            "partition": 0,
-        }
+        seg = {**segment_data_files(sd, epochs), "start": 0, "end": 99, "topic": "t", "partition": 0}
         driver.ok("segment " + json.dumps(seg))
         driver.ok("copy")
         health = driver.ok("health")
