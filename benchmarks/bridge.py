@@ -197,13 +197,14 @@ def jvm_classpath() -> str | None:
 class JvmDriver:
     """The workload through the JVM plugin (BridgeRemoteStorageManager, Kafka's path) on a running bridge.
 
-    One JVM per workload: it warms up (JIT) as long as one measured run, then runs one measured run per
-    `run()`, so its runs interleave with the other modes'.
+    One JVM per workload: it warms up (JIT) for ``warmup_s`` seconds of the same workload (a broker is a
+    long-running JVM: its steady state is the figure to judge), then runs one measured run per `run()`, so
+    its runs interleave with the other modes'.
     """
 
     def __init__(
         self, classpath: str, sock: Path, md: RemoteLogSegmentMetadata, size: int, readers: int, fetches: int,
-        sequential: bool, work: Path, transport: str = "shm",
+        sequential: bool, work: Path, transport: str = "shm", warmup_s: float = 8.0,
     ) -> None:  # fmt: skip
         from rsm.bridge.protocol import uuid_to_kafka
 
@@ -221,7 +222,8 @@ class JvmDriver:
         }  # fmt: skip
         self.proc = subprocess.Popen(
             ["java", "-Xmx512m", "-cp", classpath, "io.tieredrsm.bridge.BenchDriver", str(props), json.dumps(seg),
-             str(readers), str(fetches), str(-1 if sequential else READ_BYTES), "2"],
+             str(readers), str(fetches), str(-1 if sequential else READ_BYTES), "2",
+             str(warmup_s)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         )  # fmt: skip
         assert self.proc.stdout
@@ -278,6 +280,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="measured runs per mode, interleaved")
     parser.add_argument("--only", default="", help="run only the variants whose name contains this text")
     parser.add_argument("--no-jvm", action="store_true", help="skip the runs through the JVM plugin")
+    parser.add_argument(
+        "--jvm-warmup-s", type=float, default=8.0, help="seconds of JIT warm-up per JVM before measuring"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
@@ -356,7 +361,16 @@ def main() -> int:
                     # the JVM plugin over both transports: shared-memory rings (the default) and socket frames
                     jvms = {
                         transport: JvmDriver(
-                            classpath, sock, md, size, args.readers, args.fetches, sequential, work, transport
+                            classpath,
+                            sock,
+                            md,
+                            size,
+                            args.readers,
+                            args.fetches,
+                            sequential,
+                            work,
+                            transport,
+                            args.jvm_warmup_s,
                         )
                         for transport in (("shm", "socket") if classpath else ())
                     }

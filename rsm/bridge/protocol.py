@@ -35,6 +35,7 @@ MAGIC = "rsm-bridge"
 
 PREFIX = struct.Struct(">IBII")  # length, type, request id, header length
 PREFIX_SIZE = PREFIX.size  # 13
+_U32 = struct.Struct(">I")
 _AFTER_LENGTH = PREFIX_SIZE - 4  # type + request id + header length = 9
 
 MAX_HEADER_BYTES = 4 * 1024 * 1024
@@ -249,6 +250,111 @@ def recv_frame(sock: socket.socket) -> Frame:
     """Read one frame. Raises ConnectionClosed on EOF and ProtocolError on a malformed frame."""
     head = recv_frame_head(sock)
     return Frame(head.type, head.request_id, head.header, recv_payload(sock, head))
+
+
+def _parse_head(view: memoryview) -> tuple[FrameType, int, dict[str, Any], int]:
+    """Type, request id, header and payload offset of a whole frame held in ``view`` (prefix included)."""
+    length, type_code, request_id, header_length = PREFIX.unpack_from(view)
+    if header_length > MAX_HEADER_BYTES or header_length > length - _AFTER_LENGTH:
+        raise ProtocolError(f"header length {header_length} does not fit in a frame of {length} bytes")
+    try:
+        frame_type = FrameType(type_code)
+    except ValueError:
+        raise ProtocolError(f"unknown frame type {type_code} (request {request_id})") from None
+    header: dict[str, Any] = {}
+    if header_length:
+        raw = view[PREFIX_SIZE : PREFIX_SIZE + header_length]
+        try:
+            header = json.loads(bytes(raw))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ProtocolError(f"{frame_type.name} frame {request_id}: header is not JSON: {exc}") from None
+        if not isinstance(header, dict):
+            raise ProtocolError(f"{frame_type.name} frame {request_id}: header is not a JSON object")
+    return frame_type, request_id, header, PREFIX_SIZE + header_length
+
+
+class FrameReader:
+    """Whole frames from a socket through one receive buffer.
+
+    Why: one ``recv`` brings in every frame the peer has written so far, so a frame costs a system call
+    (and, in a threaded server, a GIL hand-off) only when none is buffered. A client that has read what it
+    wanted writes its ``SHM_RELEASE`` and ``CANCEL`` together; the bridge takes both with one wake-up.
+    Frames larger than the buffer (a request with a big payload) are read straight into their own buffer.
+    """
+
+    def __init__(self, sock: socket.socket, buffer_bytes: int = 64 * 1024) -> None:
+        self.sock = sock
+        self._buf = bytearray(buffer_bytes)
+        self._view = memoryview(self._buf)
+        self._start = 0
+        self._end = 0
+
+    def _complete(self) -> int:
+        """Size of the whole frame at the head of the buffer when all of it is buffered, else 0."""
+        have = self._end - self._start
+        if have < 4:
+            return 0
+        (length,) = _U32.unpack_from(self._buf, self._start)
+        if length < _AFTER_LENGTH or length > MAX_FRAME_BYTES:
+            raise ProtocolError(f"frame length {length} outside [{_AFTER_LENGTH}, {MAX_FRAME_BYTES}]")
+        return 4 + length if have >= 4 + length else 0
+
+    def buffered(self) -> bool:
+        """True when a whole frame is waiting in the buffer (reading it will not block)."""
+        return self._complete() > 0
+
+    def _fill(self, flags: int = 0) -> bool:
+        """Receive what has arrived into the free end of the buffer; False when nothing has (non-blocking)."""
+        if self._start == self._end:
+            self._start = self._end = 0
+        elif self._end == len(self._buf) or self._start > len(self._buf) // 2:
+            n = self._end - self._start
+            self._buf[:n] = self._view[self._start : self._end]
+            self._start, self._end = 0, n
+        try:
+            got = self.sock.recv_into(self._view[self._end :], 0, flags)
+        except (BlockingIOError, InterruptedError):
+            return False
+        if got == 0:
+            raise ConnectionClosed(
+                "connection closed between frames"
+                if self._start == self._end
+                else f"connection closed in the middle of a frame ({self._end - self._start} bytes of it)"
+            )
+        self._end += got
+        return True
+
+    def poll(self) -> bool:
+        """Without blocking: True when a whole frame can be read now (ConnectionClosed on EOF)."""
+        if self.buffered():
+            return True
+        while self._fill(socket.MSG_DONTWAIT):
+            if self.buffered():
+                return True
+        return False
+
+    def recv_frame(self) -> Frame:
+        """The next frame, blocking until all of it has arrived."""
+        while self._end - self._start < 4:
+            self._fill()
+        (length,) = _U32.unpack_from(self._buf, self._start)
+        if length < _AFTER_LENGTH or length > MAX_FRAME_BYTES:
+            raise ProtocolError(f"frame length {length} outside [{_AFTER_LENGTH}, {MAX_FRAME_BYTES}]")
+        total = 4 + length
+        if total > len(self._buf):  # larger than the buffer: its own buffer, the rest read straight into it
+            whole = bytearray(total)
+            have = self._end - self._start
+            whole[:have] = self._view[self._start : self._end]
+            self._start = self._end = 0
+            _recv_exact_into(self.sock, memoryview(whole)[have:], "frame")
+            view = memoryview(whole)
+        else:
+            while self._end - self._start < total:
+                self._fill()
+            view = self._view[self._start : self._start + total]
+            self._start += total
+        frame_type, request_id, header, payload_at = _parse_head(view)
+        return Frame(frame_type, request_id, header, bytearray(view[payload_at:]))
 
 
 # ------------------------------------------------------------------------------------------ handshake

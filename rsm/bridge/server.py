@@ -209,6 +209,10 @@ class _Connection:
     lock: threading.Lock = field(default_factory=threading.Lock)
     buffer: bytearray | None = None  # reused for streams that cannot lend views of their data
     ring: shm.ShmRing | None = None  # the shared-memory ring, when the client negotiated "shm"
+    reader: protocol.FrameReader = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.reader = protocol.FrameReader(self.sock)
 
 
 class _Cancelled(Exception):
@@ -415,7 +419,7 @@ class BridgeServer:
     def _serve_connection(self, conn: _Connection) -> None:
         sock = conn.sock
         try:
-            hello = protocol.recv_frame(sock)
+            hello = conn.reader.recv_frame()
             if hello.type != FrameType.HELLO:
                 self._send_error(
                     conn, hello.request_id, ErrorCode.VERSION_MISMATCH, "first frame must be HELLO"
@@ -449,7 +453,7 @@ class BridgeServer:
                     answer["shm"] = conn.ring.describe()
             protocol.send_frame(sock, FrameType.HELLO, 0, answer)
             while True:
-                frame = protocol.recv_frame(sock)
+                frame = conn.reader.recv_frame()
                 if conn.ring is not None and not conn.ring.unlinked:
                     conn.ring.unlink()  # the client mapped it (or gave up) before sending anything else
                 if frame.type == FrameType.CANCEL:
@@ -503,10 +507,7 @@ class BridgeServer:
             self._send_error(conn, rid, ErrorCode.SHUTTING_DOWN, "bridge is shutting down")
             return
         if op in (Op.FETCH_LOG_SEGMENT, Op.FETCH_INDEX):
-            if conn.ring is not None and frame.header.get("transport") == protocol.CAP_SHM:
-                self._stream_shm(conn, frame, conn.ring)
-            else:
-                self._stream(conn, frame)
+            self._stream(conn, frame)
             return
         handler = self._handlers.get(op) if isinstance(op, str) else None
         if handler is None:
@@ -588,59 +589,55 @@ class BridgeServer:
         return self.rsm.fetch_log_segment(metadata, start, end, log_config)
 
     def _stream(self, conn: _Connection, frame: protocol.Frame) -> None:
-        """Answer a fetch with DATA frames then END; an error ends it with ERROR instead.
+        """Answer a fetch with pieces of the stream then END; an error ends it with ERROR instead.
 
-        The first piece is read before anything is sent, so a missing segment is an ERROR frame the
-        client sees at call time.  Between frames the server looks for a CANCEL (the broker read what
-        it needed and closed its stream) and for shutdown.
+        One driver for both transports (``_SocketSink``: DATA frames; ``_ShmSink``: ring slots announced
+        by SHM_DATA). The first piece is read before anything is sent, so a missing segment is an ERROR
+        frame the client sees at call time. Kafka reads its fetch size (1 MiB by default) from a random
+        position and closes: pieces end exactly at the 1 MiB mark, where the server pauses until the client
+        has taken everything sent and then briefly waits for its CANCEL, so a reader that is done costs no
+        storage read or copy beyond what it asked for. Between later pieces the server looks for a CANCEL
+        and for shutdown.
 
-        Hot path: the RSM's streams hand out views of their decoded chunks (``read_view``), which go to
-        the socket with one ``sendmsg`` next to a preallocated frame prefix - no copy in Python, one
-        system call per frame.  A blocking send is the flow control: the next piece is read from storage
-        only once the kernel accepted the previous one, so read-ahead stays at one frame plus the socket
-        buffer.
+        Hot path: the RSM's streams lend views of their decoded chunks (``read_view``); the socket sink
+        sends them with one ``sendmsg`` next to a preallocated frame prefix, the ring sink copies them once
+        into a slot. Read-ahead is bounded by the transport: the socket buffer, or the ring's free slots.
         """
         rid = frame.request_id
         op = frame.header.get("op")
+        ring = conn.ring if frame.header.get("transport") == protocol.CAP_SHM else None
+        sink: _Sink = _ShmSink(self, conn, rid, ring) if ring is not None else _SocketSink(self, conn, rid)
         sent = 0
+        stopped = False
         stream = None
-        # small frames for the first MiB (Kafka reads its fetch size, 1 MiB by default, then closes: a
-        # small frame bounds what is read from storage for nothing), full-size frames after that
-        size = self.initial_frame_bytes
         try:
             try:
                 stream = self._open_stream(frame.header)
                 pieces = _PieceReader(stream, conn)
-                data = pieces.read(size)
+                data = pieces.read(sink.piece_bytes(0))
             except Exception as exc:  # noqa: BLE001 - mapped to an ERROR frame
                 self._report_failure(conn, rid, op, exc)
                 return
-            prefix = bytearray(protocol.PREFIX_SIZE)
             while data:
-                n = sum(len(v) for v in data)
-                protocol.PREFIX.pack_into(prefix, 0, protocol.data_frame_length(n), FrameType.DATA, rid, 0)
-                protocol.send_views(conn.sock, [prefix, *data])
-                sent += n
-                if sent >= SMALL_FRAMES_UNTIL:
-                    size = self.frame_bytes
-                # Kafka reads its fetch size (1 MiB by default) and closes: at that mark, go on only for
-                # a client still reading (one that drained what was sent and sent no CANCEL); one that
-                # is done cancels instead, and nothing more is read from storage or copied for nothing
+                if not sink.await_room():
+                    stopped = True
+                    break
+                sent += sink.deliver(data)
                 if sent == SMALL_FRAMES_UNTIL:
-                    self._await_drained(conn, rid, CANCEL_GRACE_S)
+                    sink.await_taken(CANCEL_GRACE_S)
                 else:
                     self._poll_cancel(conn, rid)
                 if self._stopping.is_set():
-                    self._send_error(
-                        conn, rid, ErrorCode.SHUTTING_DOWN, f"bridge stopping after {sent} bytes"
-                    )
-                    return
+                    stopped = True
+                    break
                 try:
-                    want = size if sent >= SMALL_FRAMES_UNTIL else min(size, SMALL_FRAMES_UNTIL - sent)
-                    data = pieces.read(want)
+                    data = pieces.read(sink.piece_bytes(sent))
                 except Exception as exc:  # noqa: BLE001 - mapped to an ERROR frame
                     self._report_failure(conn, rid, op, exc)
                     return
+            if stopped:
+                self._send_error(conn, rid, ErrorCode.SHUTTING_DOWN, f"bridge stopping after {sent} bytes")
+                return
             protocol.send_frame(conn.sock, FrameType.END, rid, {"bytes": sent})
         except _Cancelled:
             protocol.send_frame(conn.sock, FrameType.END, rid, {"bytes": sent, "cancelled": True})
@@ -651,40 +648,20 @@ class BridgeServer:
                 with contextlib.suppress(Exception):
                     stream.close()
 
-    def _await_drained(self, conn: _Connection, rid: int, grace_s: float = 0.0) -> None:
-        """Wait until the client has read everything sent on this connection, or sent a CANCEL.
-
-        With ``grace_s``, a client that has drained gets that long to send its CANCEL (it has just read
-        the last byte it wanted and is closing its stream).
-        """
-        fd = conn.sock.fileno()
-        out = bytearray(4)
-        poll = DRAIN_POLL_S
-        while not self._stopping.is_set():
-            fcntl.ioctl(fd, termios.TIOCOUTQ, out)  # bytes sent that the client has not read yet
-            drained = not int.from_bytes(out, sys.byteorder)
-            if drained and not grace_s:
-                return
-            # no event says "the peer read": poll, backing off so a slow reader costs few wake-ups
-            readable, _, _ = select.select([conn.sock], [], [], grace_s if drained else poll)
-            poll = min(poll * 2, DRAIN_POLL_MAX_S)
-            if readable:
-                self._check_cancel(conn, rid)
-            elif drained:
-                return
+    def _next_frame_within(self, conn: _Connection, timeout: float) -> bool:
+        """True when a frame from the client can be read now or arrives within ``timeout`` seconds."""
+        if conn.reader.buffered():
+            return True
+        readable, _, _ = select.select([conn.sock], [], [], timeout)
+        return bool(readable)
 
     def _poll_cancel(self, conn: _Connection, rid: int) -> None:
-        """Raise _Cancelled when the client has sent a CANCEL for this stream (non-blocking check)."""
-        try:
-            peek = conn.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
-        except (BlockingIOError, InterruptedError):
-            return
-        if not peek:
-            raise ConnectionClosed("client closed the connection while streaming")
-        self._check_cancel(conn, rid)
+        """Handle every frame the client has sent so far (non-blocking); raise _Cancelled on its CANCEL."""
+        while conn.reader.poll():  # raises ConnectionClosed when the client went away
+            self._check_cancel(conn, rid)
 
     def _check_cancel(self, conn: _Connection, rid: int) -> None:
-        frame = protocol.recv_frame(conn.sock)  # raises ConnectionClosed when the client went away
+        frame = conn.reader.recv_frame()  # raises ConnectionClosed when the client went away
         if frame.type == FrameType.CANCEL and frame.request_id == rid:
             raise _Cancelled()
         if frame.type == FrameType.CANCEL:
@@ -707,99 +684,140 @@ class BridgeServer:
             raise ProtocolError(f"SHM_RELEASE of {count} slots, only {ring.in_flight} in flight")
         ring.in_flight -= count
 
-    def _await_slots(
-        self, conn: _Connection, rid: int, ring: shm.ShmRing, free: int, grace_s: float = 0.0
-    ) -> None:
-        """Block until at least ``free`` slots are released (flow control), reading RELEASE/CANCEL frames.
 
-        With ``grace_s``, then wait that long for a CANCEL (used at the fetch-size mark with free = all).
-        """
-        while ring.slots - ring.in_flight < free:
-            if self._stopping.is_set():
-                return
-            readable, _, _ = select.select([conn.sock], [], [], 0.2)
-            if readable:
-                self._check_cancel(conn, rid)
-        if grace_s:
-            readable, _, _ = select.select([conn.sock], [], [], grace_s)
-            if readable:
-                self._check_cancel(conn, rid)
+class _Sink:
+    """Where a stream's pieces go: the transport half of ``BridgeServer._stream``."""
 
-    def _stream_shm(self, conn: _Connection, frame: protocol.Frame, ring: shm.ShmRing) -> None:
-        """Like _stream, but each piece is copied once into a free ring slot and announced by SHM_DATA.
+    def __init__(self, server: BridgeServer, conn: _Connection, rid: int) -> None:
+        self.server = server
+        self.conn = conn
+        self.rid = rid
 
-        Same rules as the socket path: first piece before anything is sent (a missing segment is an
-        ERROR as the first frame), small pieces for the first MiB and a pause at that mark until the
-        client has released every slot (then a 1 ms grace for its CANCEL), CANCEL and shutdown checked
-        between pieces.  Read-ahead is bounded by the ring: a slot is written only once released.
-        """
-        rid = frame.request_id
-        op = frame.header.get("op")
-        sent = 0
-        stream = None
-        size = self.initial_frame_bytes
-        frame_bytes = ring.slot_bytes
-        announce = bytearray(protocol.PREFIX_SIZE + protocol.SHM_DATA_PAYLOAD.size)
-        try:
-            try:
-                stream = self._open_stream(frame.header)
-                pieces = _PieceReader(stream, conn)
-                data = pieces.read(min(size, ring.slot_bytes))
-            except Exception as exc:  # noqa: BLE001 - mapped to an ERROR frame
-                self._report_failure(conn, rid, op, exc)
+    def piece_bytes(self, sent: int) -> int:
+        """Size of the next piece after ``sent`` bytes: pieces end exactly at the fetch-size mark."""
+        first, full = self.first_piece_bytes(), self.full_piece_bytes()
+        return min(first, SMALL_FRAMES_UNTIL - sent) if sent < SMALL_FRAMES_UNTIL else full
+
+    def first_piece_bytes(self) -> int:
+        raise NotImplementedError
+
+    def full_piece_bytes(self) -> int:
+        raise NotImplementedError
+
+    def await_room(self) -> bool:
+        """Block until a piece may be delivered; False when the server is stopping instead."""
+        raise NotImplementedError
+
+    def deliver(self, data: list[memoryview]) -> int:
+        """Hand one piece to the client; returns its size."""
+        raise NotImplementedError
+
+    def await_taken(self, grace_s: float) -> None:
+        """Wait until the client has taken everything delivered, then ``grace_s`` for its CANCEL."""
+        raise NotImplementedError
+
+
+class _SocketSink(_Sink):
+    """DATA frames: a blocking ``sendmsg`` is the flow control (read-ahead = the socket buffer)."""
+
+    def __init__(self, server: BridgeServer, conn: _Connection, rid: int) -> None:
+        super().__init__(server, conn, rid)
+        self._prefix = bytearray(protocol.PREFIX_SIZE)
+
+    def first_piece_bytes(self) -> int:
+        return self.server.initial_frame_bytes
+
+    def full_piece_bytes(self) -> int:
+        return self.server.frame_bytes
+
+    def await_room(self) -> bool:
+        return True
+
+    def deliver(self, data: list[memoryview]) -> int:
+        n = sum(len(v) for v in data)
+        protocol.PREFIX.pack_into(self._prefix, 0, protocol.data_frame_length(n), FrameType.DATA, self.rid, 0)
+        protocol.send_views(self.conn.sock, [self._prefix, *data])
+        return n
+
+    def await_taken(self, grace_s: float) -> None:
+        """``SIOCOUTQ`` = 0: no event says "the peer read", so poll, backing off (a slow reader costs few
+        wake-ups); a client that drained gets ``grace_s`` to send its CANCEL."""
+        server, conn = self.server, self.conn
+        fd = conn.sock.fileno()
+        out = bytearray(4)
+        poll = DRAIN_POLL_S
+        while not server._stopping.is_set():
+            fcntl.ioctl(fd, termios.TIOCOUTQ, out)  # bytes sent that the client has not read yet
+            drained = not int.from_bytes(out, sys.byteorder)
+            if drained and not grace_s:
                 return
-            while data:
-                if ring.in_flight >= ring.slots:
-                    self._await_slots(conn, rid, ring, 1)
-                    if ring.in_flight >= ring.slots:  # stopping
-                        break
-                slot = ring.next_slot
-                target = ring.slot_view(slot)
-                n = 0
-                for v in data:
-                    target[n : n + len(v)] = v
-                    n += len(v)
-                ring.next_slot = (slot + 1) % ring.slots
-                ring.in_flight += 1
-                protocol.PREFIX.pack_into(
-                    announce,
-                    0,
-                    protocol.data_frame_length(protocol.SHM_DATA_PAYLOAD.size),
-                    FrameType.SHM_DATA,
-                    rid,
-                    0,
-                )
-                protocol.SHM_DATA_PAYLOAD.pack_into(announce, protocol.PREFIX_SIZE, slot, n)
-                conn.sock.sendall(announce)
-                sent += n
-                with self._counters_lock:  # per piece: health shows a stream in progress too
-                    self._shm_bytes_streamed += n
-                if sent >= SMALL_FRAMES_UNTIL:
-                    size = frame_bytes
-                if sent == SMALL_FRAMES_UNTIL:
-                    self._await_slots(conn, rid, ring, ring.slots, CANCEL_GRACE_S)
-                else:
-                    self._poll_cancel(conn, rid)
-                if self._stopping.is_set():
-                    break
-                try:
-                    want = size if sent >= SMALL_FRAMES_UNTIL else min(size, SMALL_FRAMES_UNTIL - sent)
-                    data = pieces.read(min(want, ring.slot_bytes))
-                except Exception as exc:  # noqa: BLE001 - mapped to an ERROR frame
-                    self._report_failure(conn, rid, op, exc)
-                    return
-            if self._stopping.is_set():
-                self._send_error(conn, rid, ErrorCode.SHUTTING_DOWN, f"bridge stopping after {sent} bytes")
+            if server._next_frame_within(conn, grace_s if drained else poll):
+                server._check_cancel(conn, self.rid)
+            elif drained:
                 return
-            protocol.send_frame(conn.sock, FrameType.END, rid, {"bytes": sent})
-        except _Cancelled:
-            protocol.send_frame(conn.sock, FrameType.END, rid, {"bytes": sent, "cancelled": True})
-        finally:
-            with self._counters_lock:
-                self._bytes_streamed += sent
-            if stream is not None:
-                with contextlib.suppress(Exception):
-                    stream.close()
+            poll = min(poll * 2, DRAIN_POLL_MAX_S)
+
+
+class _ShmSink(_Sink):
+    """Ring slots: each piece is copied once into the next free slot and announced by SHM_DATA.
+
+    The first MiB goes as one piece when a slot holds it (one copy, one announcement, one release per
+    Kafka fetch); read-ahead is bounded by the ring, since a slot is written only once released.
+    """
+
+    def __init__(self, server: BridgeServer, conn: _Connection, rid: int, ring: shm.ShmRing) -> None:
+        super().__init__(server, conn, rid)
+        self.ring = ring
+        self._announce = bytearray(protocol.PREFIX_SIZE + protocol.SHM_DATA_PAYLOAD.size)
+        protocol.PREFIX.pack_into(
+            self._announce,
+            0,
+            protocol.data_frame_length(protocol.SHM_DATA_PAYLOAD.size),
+            FrameType.SHM_DATA,
+            rid,
+            0,
+        )
+
+    def first_piece_bytes(self) -> int:
+        return self.ring.slot_bytes
+
+    def full_piece_bytes(self) -> int:
+        return self.ring.slot_bytes
+
+    def _await_free(self, free: int) -> None:
+        """Block until at least ``free`` slots are released (or the server stops), reading RELEASE/CANCEL."""
+        server, conn, ring = self.server, self.conn, self.ring
+        while ring.slots - ring.in_flight < free and not server._stopping.is_set():
+            if server._next_frame_within(conn, 0.2):
+                server._check_cancel(conn, self.rid)
+
+    def await_room(self) -> bool:
+        if self.ring.in_flight >= self.ring.slots:
+            self._await_free(1)
+        return self.ring.in_flight < self.ring.slots
+
+    def deliver(self, data: list[memoryview]) -> int:
+        ring = self.ring
+        slot = ring.next_slot
+        target = ring.slot_view(slot)
+        n = 0
+        for v in data:
+            target[n : n + len(v)] = v
+            n += len(v)
+        ring.next_slot = (slot + 1) % ring.slots
+        ring.in_flight += 1
+        protocol.SHM_DATA_PAYLOAD.pack_into(self._announce, protocol.PREFIX_SIZE, slot, n)
+        self.conn.sock.sendall(self._announce)
+        with self.server._counters_lock:  # per piece: health shows a stream in progress too
+            self.server._shm_bytes_streamed += n
+        return n
+
+    def await_taken(self, grace_s: float) -> None:
+        server, conn = self.server, self.conn
+        self._await_free(self.ring.slots)
+        # the client releases its last slot and cancels in one write: usually both are buffered already
+        if grace_s and not server._stopping.is_set() and server._next_frame_within(conn, grace_s):
+            server._poll_cancel(conn, self.rid)
 
 
 class _PieceReader:

@@ -214,6 +214,22 @@ final class BridgeConnection implements AutoCloseable {
         send(SHM_RELEASE, 0, null, releaseOne, 0, 4);
     }
 
+    /**
+     * Cancels stream {@code requestId}, first releasing the slot the reader holds when {@code release}: both
+     * frames in one write, so the bridge (waiting for the release at the fetch-size mark) wakes once.
+     */
+    void cancel(int requestId, boolean release) throws IOException {
+        ByteBuffer b = ByteBuffer.allocate(2 * PREFIX_SIZE + 4);
+        if (release) {
+            b.putInt(9 + 4).put(SHM_RELEASE).putInt(0).putInt(0).put(releaseOne);
+        }
+        b.putInt(9).put(CANCEL).putInt(requestId).putInt(0);
+        b.flip();
+        while (b.hasRemaining()) {
+            channel.write(b);
+        }
+    }
+
     private void unmapRing() {
         MappedByteBuffer r = ring;
         ring = null;

@@ -440,6 +440,11 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
         private int remaining;
         /** The current chunk is in ring slot {@code slot} from {@code slotPos} (else in the socket). */
         private boolean holdsSlot;
+        /**
+         * The held slot is read to its end but not released yet: released when the next piece is wanted,
+         * or together with the CANCEL at close (one write, one wake-up of the bridge per Kafka fetch).
+         */
+        private boolean slotSpent;
         private int slot;
         private int slotPos;
         private boolean done;
@@ -506,6 +511,7 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
 
         private void releaseSlot() throws IOException {
             holdsSlot = false;
+            slotSpent = false;
             remaining = 0;
             conn.releaseSlot();
         }
@@ -532,6 +538,14 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
             while (remaining == 0 && !done) {
                 if (conn == null) {
                     throw new IOException(what + ": stream closed");
+                }
+                if (slotSpent) {
+                    try {
+                        releaseSlot();
+                    } catch (IOException e) {
+                        fail();
+                        throw new IOException(what + ": bridge connection lost mid-stream", e);
+                    }
                 }
                 readFrame();
             }
@@ -571,9 +585,7 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
                     conn.copyFromRing(slot, slotPos, b, off, n);
                     slotPos += n;
                     remaining -= n;
-                    if (remaining == 0) {
-                        releaseSlot();
-                    }
+                    slotSpent = remaining == 0;
                     return n;
                 }
                 n = conn.readPayload(b, off, Math.min(len, remaining));
@@ -601,10 +613,9 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
             }
             // tell the bridge to stop, then read what it had already sent until its END
             try {
-                if (holdsSlot) {
-                    releaseSlot();
-                }
-                conn.send(BridgeConnection.CANCEL, rid, null, null, 0, 0);
+                conn.cancel(rid, holdsSlot);
+                holdsSlot = false;
+                slotSpent = false;
                 long drained = 0;
                 while (!done) {
                     BridgeConnection.Frame f = conn.read();
