@@ -25,7 +25,8 @@ import json
 import socket
 import struct
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -155,18 +156,38 @@ def data_frame_length(payload_len: int) -> int:
     return length
 
 
-def send_views(sock: socket.socket, buffers: list[bytes | bytearray | memoryview]) -> None:
-    """Write buffers back to back with scatter-gather I/O (``sendmsg``): no concatenation, no copy."""
+def send_views(
+    sock: socket.socket,
+    buffers: list[bytes | bytearray | memoryview],
+    on_block: Callable[[], AbstractContextManager[object]] | None = None,
+) -> None:
+    """Write buffers back to back with scatter-gather I/O (``sendmsg``): no concatenation, no copy.
+
+    With ``on_block``, what the socket takes at once is sent without blocking and only the rest is sent
+    inside ``on_block()`` (the bridge lends its work permit while a slow reader holds it up).
+    """
     views = [memoryview(b).cast("B") for b in buffers if len(b)]
+    if on_block is not None:
+        with suppress(BlockingIOError, InterruptedError):
+            _consume(views, sock.sendmsg(views, [], socket.MSG_DONTWAIT))
+        if not views:
+            return
+        with on_block():
+            send_views(sock, views)
+        return
     while views:
-        sent = sock.sendmsg(views)
-        while sent and views:
-            if sent >= len(views[0]):
-                sent -= len(views[0])
-                views.pop(0)
-            else:
-                views[0] = views[0][sent:]
-                sent = 0
+        _consume(views, sock.sendmsg(views))
+
+
+def _consume(views: list[memoryview], sent: int) -> None:
+    """Drop ``sent`` bytes from the front of ``views``."""
+    while sent and views:
+        if sent >= len(views[0]):
+            sent -= len(views[0])
+            views.pop(0)
+        else:
+            views[0] = views[0][sent:]
+            sent = 0
 
 
 def send_frame(

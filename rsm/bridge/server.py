@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from rsm.bridge import protocol, shm
+from rsm.bridge.permits import WorkPermits, default_permits
 from rsm.bridge.protocol import (
     DEFAULT_DATA_FRAME_BYTES,
     MAX_DATA_FRAME_BYTES,
@@ -241,6 +242,7 @@ class BridgeServer:
         shm_dir: Path | None = None,
         shm_slots: int = shm.DEFAULT_SLOTS,
         shm_slot_bytes: int = shm.DEFAULT_SLOT_BYTES,
+        fetch_permits: int | None = None,
     ) -> None:
         if not MIN_DATA_FRAME_BYTES <= frame_bytes <= MAX_DATA_FRAME_BYTES:
             raise ValueError(
@@ -271,6 +273,8 @@ class BridgeServer:
         }
         self._handlers.update(handlers or {})
         self._listener: socket.socket | None = None
+        # streams working at once (see permits.py): None = one more than the cores, 0 = no limit
+        self.permits = WorkPermits(default_permits() if fetch_permits is None else fetch_permits)
         self._stopping = threading.Event()
         self._stopped = threading.Event()
         self._conns: set[_Connection] = set()
@@ -507,7 +511,8 @@ class BridgeServer:
             self._send_error(conn, rid, ErrorCode.SHUTTING_DOWN, "bridge is shutting down")
             return
         if op in (Op.FETCH_LOG_SEGMENT, Op.FETCH_INDEX):
-            self._stream(conn, frame)
+            with self.permits.working():
+                self._stream(conn, frame)
             return
         handler = self._handlers.get(op) if isinstance(op, str) else None
         if handler is None:
@@ -652,7 +657,8 @@ class BridgeServer:
         """True when a frame from the client can be read now or arrives within ``timeout`` seconds."""
         if conn.reader.buffered():
             return True
-        readable, _, _ = select.select([conn.sock], [], [], timeout)
+        with self.permits.waiting():
+            readable, _, _ = select.select([conn.sock], [], [], timeout)
         return bool(readable)
 
     def _poll_cancel(self, conn: _Connection, rid: int) -> None:
@@ -736,7 +742,8 @@ class _SocketSink(_Sink):
     def deliver(self, data: list[memoryview]) -> int:
         n = sum(len(v) for v in data)
         protocol.PREFIX.pack_into(self._prefix, 0, protocol.data_frame_length(n), FrameType.DATA, self.rid, 0)
-        protocol.send_views(self.conn.sock, [self._prefix, *data])
+        # a client whose socket buffer is full holds the send up: its permit goes to other streams meanwhile
+        protocol.send_views(self.conn.sock, [self._prefix, *data], on_block=self.server.permits.waiting)
         return n
 
     def await_taken(self, grace_s: float) -> None:
@@ -925,6 +932,7 @@ def serve(
     if transport not in ("shm", "socket"):
         raise ValueError(f"bridge.transport={transport!r}: expected 'shm' or 'socket'")
     shm_dir_raw = settings.get("bridge.shm.dir")
+    permits_raw = settings.get("bridge.fetch.permits", "").strip()
     if tune_allocator(mmap_threshold):
         log.info("glibc mmap threshold set to %d bytes", mmap_threshold)
     if rsm_class:
@@ -946,6 +954,7 @@ def serve(
         shm_dir=Path(shm_dir_raw) if shm_dir_raw else None,
         shm_slots=int(settings.get("bridge.shm.slots", shm.DEFAULT_SLOTS)),
         shm_slot_bytes=int(settings.get("bridge.shm.slot.bytes", shm.DEFAULT_SLOT_BYTES)),
+        fetch_permits=int(permits_raw) if permits_raw else None,
     )
     server.bind()
 

@@ -113,6 +113,10 @@ final class BridgeConnection implements AutoCloseable {
     private int ringSlots;
     private int ringSlotBytes;
     private final byte[] releaseOne = {0, 0, 0, 1};
+    /** Request id of a stream cancelled without waiting for its END (0: none): read before the next use. */
+    private int owedEnd;
+    /** A cancelled stream's bytes still arriving in DATA frames are skipped, up to this many. */
+    static final int MAX_DRAIN_BYTES = 8 * 1024 * 1024;
 
     BridgeConnection(Path socketPath, String clientName) throws IOException {
         this(socketPath, clientName, 30_000);
@@ -216,9 +220,12 @@ final class BridgeConnection implements AutoCloseable {
 
     /**
      * Cancels stream {@code requestId}, first releasing the slot the reader holds when {@code release}: both
-     * frames in one write, so the bridge (waiting for the release at the fetch-size mark) wakes once.
+     * frames in one write, so the bridge (waiting for the release at the fetch-size mark) wakes once. The
+     * stream's END is not waited for here: {@link #settle} reads it before the connection's next use, by
+     * which time it has usually arrived (the caller's close does not wait for a round trip).
      */
     void cancel(int requestId, boolean release) throws IOException {
+        owedEnd = requestId;
         ByteBuffer b = ByteBuffer.allocate(2 * PREFIX_SIZE + 4);
         if (release) {
             b.putInt(9 + 4).put(SHM_RELEASE).putInt(0).putInt(0).put(releaseOne);
@@ -385,6 +392,42 @@ final class BridgeConnection implements AutoCloseable {
         } finally {
             deadlineNanos = 0;
             in.flip();
+        }
+    }
+
+    /**
+     * Reads what is left of a stream cancelled by {@link #cancel}: slots it was sent are given back unread,
+     * DATA frames skipped, up to its END (or ERROR). Returns false when the connection is unusable (broken,
+     * or more than {@link #MAX_DRAIN_BYTES} still to skip: cheaper to drop it).
+     */
+    boolean settle() {
+        int rid = owedEnd;
+        if (rid == 0) {
+            return !broken;
+        }
+        try {
+            long drained = 0;
+            while (true) {
+                Frame f = read();
+                if (f.requestId != rid) {
+                    return false;
+                }
+                if (f.type == SHM_DATA) {
+                    releaseSlot(); // sent before our CANCEL arrived
+                } else if (f.type == DATA) {
+                    drained += f.payloadLength;
+                    if (drained > MAX_DRAIN_BYTES) {
+                        return false;
+                    }
+                } else if (f.type == END || f.type == ERROR) {
+                    owedEnd = 0;
+                    return !broken;
+                } else {
+                    return false;
+                }
+            }
+        } catch (IOException | RuntimeException e) {
+            return false;
         }
     }
 

@@ -59,7 +59,6 @@ import org.slf4j.LoggerFactory;
 public class BridgeRemoteStorageManager implements RemoteStorageManager {
     private static final Logger LOG = LoggerFactory.getLogger(BridgeRemoteStorageManager.class);
     static final String CLIENT_NAME = "rsm-bridge-jvm/0.1.0";
-    private static final int MAX_DRAIN_BYTES = 8 * 1024 * 1024;
     /** Keys the broker adds to the rsm.config.* settings; they are not the user's RSM settings. */
     private static final java.util.Set<String> BROKER_KEYS = java.util.Set.of("broker.id", "node.id", "log.dir",
             "log.dirs", "cluster.id");
@@ -199,7 +198,7 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
         }
         BridgeConnection c;
         while ((c = idle.pollFirst()) != null) {
-            if (!c.isStale()) {
+            if (c.settle() && !c.isStale()) {
                 return c;
             }
             c.dispose();
@@ -611,29 +610,13 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
                 done = true;
                 return;
             }
-            // tell the bridge to stop, then read what it had already sent until its END
+            // tell the bridge to stop and hand the connection back at once: what the bridge had already sent
+            // and its END are read by the next borrower (BridgeConnection.settle), usually without waiting
             try {
                 conn.cancel(rid, holdsSlot);
                 holdsSlot = false;
                 slotSpent = false;
-                long drained = 0;
-                while (!done) {
-                    BridgeConnection.Frame f = conn.read();
-                    if (f.type == BridgeConnection.SHM_DATA && f.requestId == rid) {
-                        conn.releaseSlot(); // sent before our CANCEL arrived: give the slot back unread
-                        drained += 1;
-                    } else if (f.type == BridgeConnection.DATA && f.requestId == rid) {
-                        drained += f.payloadLength;
-                        if (drained > MAX_DRAIN_BYTES) {
-                            fail();
-                            return;
-                        }
-                    } else if (f.requestId == rid && (f.type == BridgeConnection.END || f.type == BridgeConnection.ERROR)) {
-                        finish();
-                    } else {
-                        fail();
-                    }
-                }
+                finish();
             } catch (IOException | RuntimeException e) {
                 fail();
             }
