@@ -31,6 +31,7 @@ from rsm.manifest import Manifest
 from rsm.metadata import IndexType
 from rsm.storage import ObjectStore
 from rsm.transform import PieceKind, SegmentCipher, decode_piece
+from segment_format.buffers import copy_into
 
 log = logging.getLogger(__name__)
 
@@ -267,12 +268,12 @@ class SegmentStream(io.RawIOBase):
         out = memoryview(buffer).cast("B")
         with self._lock:
             want = self._want(len(out))
+            pieces = []
             n = 0
             while n < want:
-                piece = self._take(want - n)
-                out[n : n + len(piece)] = piece
-                n += len(piece)
-            return n
+                pieces.append(self._take(want - n))
+                n += len(pieces[-1])
+            return copy_into(out, pieces)  # GIL released for the copy
 
     def close(self) -> None:
         with self._lock:

@@ -39,6 +39,7 @@ from rsm.bridge.protocol import (
     Op,
     ProtocolError,
 )
+from segment_format.buffers import copy_into
 
 log = logging.getLogger(__name__)
 
@@ -806,11 +807,7 @@ class _ShmSink(_Sink):
     def deliver(self, data: list[memoryview]) -> int:
         ring = self.ring
         slot = ring.next_slot
-        target = ring.slot_view(slot)
-        n = 0
-        for v in data:
-            target[n : n + len(v)] = v
-            n += len(v)
+        n = copy_into(ring.slot_view(slot), data)  # GIL released: other streams run meanwhile
         ring.next_slot = (slot + 1) % ring.slots
         ring.in_flight += 1
         protocol.SHM_DATA_PAYLOAD.pack_into(self._announce, protocol.PREFIX_SIZE, slot, n)
