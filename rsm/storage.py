@@ -18,9 +18,12 @@ shared files, instance roles) through botocore; they are never logged.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import uuid
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -75,6 +78,13 @@ class ObjectStore:
         self.root = root
         self.part_size = part_size
         self.stats = IOStats()
+        # entered around each read that waits on the network (not local files): the bridge lends a fetch's
+        # work permit meanwhile, so ten readers waiting on S3 do not hold back the streams ready to work
+        self.remote_wait: Callable[[], AbstractContextManager[object]] | None = None
+
+    def _network_wait(self) -> AbstractContextManager[object]:
+        hook = self.remote_wait
+        return hook() if hook is not None and self.backend is not Backend.FILE else contextlib.nullcontext()
 
     @classmethod
     def from_config(cls, config: RsmConfig) -> ObjectStore:
@@ -145,7 +155,8 @@ class ObjectStore:
     # -- reads -------------------------------------------------------------------------------------------
     def get(self, bucket: str, key: str) -> bytes:
         try:
-            data = self.fs.cat_file(self.path(bucket, key))
+            with self._network_wait():
+                data = self.fs.cat_file(self.path(bucket, key))
         except FileNotFoundError:
             raise ObjectNotFound(self.describe(bucket, key)) from None
         self.stats.read(len(data))
@@ -156,7 +167,8 @@ class ObjectStore:
         if end <= start:
             return b""
         try:
-            data = self.fs.cat_file(self.path(bucket, key), start=start, end=end)
+            with self._network_wait():
+                data = self.fs.cat_file(self.path(bucket, key), start=start, end=end)
         except FileNotFoundError:
             raise ObjectNotFound(self.describe(bucket, key)) from None
         self.stats.read(len(data))

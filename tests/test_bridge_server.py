@@ -646,3 +646,28 @@ def test_real_rsm_streams_chunk_views_across_chunk_boundaries(sock_dir, tmp_path
         server.stop()
         t.join(15)
         rsm.close()
+
+
+@pytest.mark.parametrize("transport", ["socket", "shm"])
+def test_a_stalled_reader_lends_its_work_permit(sock_dir, tmp_path, transport):
+    """With one work permit, a reader that stops reading (its stream waits on it) does not block others."""
+    rsm = MemoryRSM()
+    rsm.configure({})
+    server = BridgeServer(rsm, sock_dir / "b.sock", fetch_permits=1)
+    server.bind()
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    client = BridgeClient(sock_dir / "b.sock", pool_size=4, transport=transport, timeout=10)
+    try:
+        md, sd, data = make_segment(tmp_path, 32 * 1024 * 1024)
+        client.copy_log_segment_data(md, sd)
+        stalled = client.fetch_log_segment(md, 0)
+        assert stalled.read(1) == data[:1]  # and no more: its stream waits for this reader
+        with ThreadPoolExecutor(2) as pool:
+            other = pool.submit(lambda: client.fetch_log_segment(md, 5, 5 + 3 * 1024 * 1024).read())
+            assert other.result(timeout=10) == data[5 : 5 + 3 * 1024 * 1024 + 1]
+        stalled.close()
+    finally:
+        client.close()
+        server.stop()
+        t.join(15)

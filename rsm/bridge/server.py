@@ -39,6 +39,8 @@ from rsm.bridge.protocol import (
     Op,
     ProtocolError,
 )
+from rsm.errors import RemoteStorageException
+from rsm.storage import ObjectStore
 from segment_format.buffers import copy_into
 
 log = logging.getLogger(__name__)
@@ -276,6 +278,11 @@ class BridgeServer:
         self._listener: socket.socket | None = None
         # streams working at once (see permits.py): None = one more than the cores, 0 = no limit
         self.permits = WorkPermits(default_permits() if fetch_permits is None else fetch_permits)
+        store = None
+        with contextlib.suppress(AttributeError, RemoteStorageException):  # another RSM class, or unconfigured
+            store = rsm.store
+        if isinstance(store, ObjectStore):  # ours: a fetch waiting on the network lends its permit
+            store.remote_wait = self.permits.waiting
         self._stopping = threading.Event()
         self._stopped = threading.Event()
         self._conns: set[_Connection] = set()
