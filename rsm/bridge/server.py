@@ -279,7 +279,9 @@ class BridgeServer:
         # streams working at once (see permits.py): None = one more than the cores, 0 = no limit
         self.permits = WorkPermits(default_permits() if fetch_permits is None else fetch_permits)
         store = None
-        with contextlib.suppress(AttributeError, RemoteStorageException):  # another RSM class, or unconfigured
+        with contextlib.suppress(
+            AttributeError, RemoteStorageException
+        ):  # another RSM class, or unconfigured
             store = rsm.store
         if isinstance(store, ObjectStore):  # ours: a fetch waiting on the network lends its permit
             store.remote_wait = self.permits.waiting
