@@ -15,8 +15,9 @@ Reported: MB/s, fetch latency (p50/p99, time to first byte) and CPU seconds per 
 (client + bridge processes). Runs for plain segments (the cheapest RSM work, the bridge's worst case)
 and compressed+encrypted ones, each with a hot chunk cache (the segment is in memory: reads are memory
 copies, a ceiling no inter-process path can match) and a cold one (reads decode chunks from the store,
-as remote reads of old data do). Target, on the cold runs: the bridge keeps at least 80% of the
-in-process throughput.
+as remote reads of old data do). Target, on the cold runs through the JVM plugin with its default
+transport (shm): the bridge keeps at least 80% of the in-process throughput. The socket transport (the
+fallback when no private tmpfs is usable) is reported beside it without a target.
 """
 
 from __future__ import annotations
@@ -277,7 +278,12 @@ def main() -> int:
         action="store_true",
         help="leave glibc's mmap threshold at its default in the bridge and in this process",
     )
-    parser.add_argument("--rounds", type=int, default=3, help="measured runs per mode, interleaved")
+    parser.add_argument(
+        "--fetch-permits",
+        default="",
+        help="bridge.fetch.permits (default: the bridge's, cores + 1; 0: no limit)",
+    )
+    parser.add_argument("--rounds", type=int, default=5, help="measured runs per mode, interleaved")
     parser.add_argument("--only", default="", help="run only the variants whose name contains this text")
     parser.add_argument("--no-jvm", action="store_true", help="skip the runs through the JVM plugin")
     parser.add_argument(
@@ -315,6 +321,7 @@ def main() -> int:
             "bridge.frame.initial.bytes": str(args.initial_frame_kib * 1024),
             "bridge.socket.send.buffer.bytes": str(args.sndbuf_kib * 1024),
             "bridge.malloc.mmap.threshold.bytes": str(mmap_threshold),
+            **({"bridge.fetch.permits": args.fetch_permits} if args.fetch_permits else {}),
         }
         plain = {**base, "prefix": "plain/", "compression.enabled": "false", "encryption.enabled": "false"}
         enc = {
@@ -439,12 +446,14 @@ def main() -> int:
                     }
                     for bridge_mode, ratio in ratios.items():
                         label = f"{bridge_mode} / in-process throughput, {name}, {workload}"
-                        if "cold" in name:
-                            targets.append(Target(label, ratio, 0.8))
-                        else:
+                        if "cold" not in name:
                             info.append(
                                 f"{label} = {ratio:.2f} (no target: hot cache reads are memory copies)"
                             )
+                        elif bridge_mode == bridge_modes[0]:
+                            targets.append(Target(label, ratio, 0.8))
+                        else:  # the socket fallback (no usable /dev/shm): reported, judged by the default
+                            info.append(f"{label} = {ratio:.2f} (fallback transport: no target)")
             finally:
                 client.close()
                 proc.terminate()
