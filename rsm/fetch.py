@@ -197,6 +197,11 @@ class SegmentStream(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
+    @property
+    def remaining(self) -> int:
+        """Bytes of the requested range not read yet (the bridge tells a client that stopped early)."""
+        return max(0, self._stop - self._pos)
+
     def _maybe_prefetch(self, i: int) -> None:
         """Ask for chunks after ``i`` in the background, once this stream has proved to be sequential."""
         if not self._prefetch or self._pos - self._start < self._prefetch_after:

@@ -379,6 +379,13 @@ def test_plugin_transport_shm_and_socket_fallback(
         assert part["sha256"] == sha(data[1000:2500001])
         head = driver.ok("fetch_partial 17 1500000")  # past the first MiB, then closed: cancelled
         assert head["sha256"] == sha(data[17:1500017])
+        # Kafka's pattern: exactly the first answer (1 MiB), then close: no CANCEL, the slot goes back
+        # with the next request on the pooled connection, which must still answer right
+        for start in (17, 3 * 1024 * 1024):
+            exact = driver.ok(f"fetch_partial {start} {1024 * 1024}")
+            assert exact["sha256"] == sha(data[start : start + 1024 * 1024])
+        tail = driver.ok(f"fetch {len(data) - 1024 * 1024 - 5}")  # ends 5 bytes past the first answer
+        assert tail["sha256"] == sha(data[len(data) - 1024 * 1024 - 5 :])
         concurrent = driver.ok("fetch_concurrent 10")
         assert concurrent["digests"] == [sha(data)]
         health = driver.ok("health")

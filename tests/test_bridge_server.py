@@ -671,3 +671,95 @@ def test_a_stalled_reader_lends_its_work_permit(sock_dir, tmp_path, transport):
         client.close()
         server.stop()
         t.join(15)
+
+
+@pytest.mark.parametrize("transport", ["socket", "shm"])
+def test_stop_after_ends_the_answer_with_more_and_reads_nothing_past_it(sock_dir, tmp_path, transport):
+    """``stop_after`` (the JVM plugin's Kafka fetches): pieces end exactly there, END says whether the range
+    goes on, in the same write as the last piece; nothing past it is decoded; a follow-up from there gets
+    the rest; a bad value is an INVALID_REQUEST."""
+    from test_rsm_helpers import make_segment as make_kafka_segment
+
+    from rsm import RemoteStorageManager
+    from rsm.bridge.client import BridgeConnection
+
+    chunk = 256 * 1024
+    rsm = RemoteStorageManager()
+    rsm.configure(
+        {
+            "storage.backend": "file",
+            "storage.file.root": str(tmp_path / "store"),
+            "chunk.size": str(chunk),
+            "compression.enabled": "false",
+            "cache.chunk.bytes": "0",
+            "fetch.prefetch.chunks": "0",
+        }
+    )
+    server = BridgeServer(rsm, sock_dir / "s.sock", shm_dir=tmp_path / "shm")
+    server.bind()
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    conn = BridgeConnection(sock_dir / "s.sock", timeout=10, transport=transport)
+    assert (conn.ring is not None) == (transport == "shm")
+    try:
+        seg = make_kafka_segment(
+            tmp_path / "kseg", TopicIdPartition(uuid.uuid4(), "stop", 0), batches=200, value_size=4000
+        )
+        data = seg.data.log_segment.read_bytes()
+        assert len(data) > 3 * 1024 * 1024
+        md = dataclasses.replace(
+            seg.metadata, custom_metadata=rsm.copy_log_segment_data(seg.metadata, seg.data)
+        )
+        meta = protocol.encode_metadata(md)
+
+        def answer(rid: int, start: int, end: int | None, stop_after: object) -> tuple[bytes, dict]:
+            header = {
+                "op": "fetch_log_segment",
+                "metadata": meta,
+                "start_position": start,
+                "end_position": end,
+            }
+            if stop_after is not None:
+                header["stop_after"] = stop_after
+            if transport == "shm":
+                header["transport"] = "shm"
+            protocol.send_frame(conn.sock, FrameType.REQUEST, rid, header)
+            got = bytearray()
+            while True:
+                f = protocol.recv_frame(conn.sock)
+                assert f.request_id == rid
+                if f.type == FrameType.DATA:
+                    got += f.payload
+                elif f.type == FrameType.SHM_DATA:
+                    slot, n = protocol.SHM_DATA_PAYLOAD.unpack(f.payload)
+                    got += conn.ring.slot(slot, n)
+                    conn.release_slots(1)
+                else:
+                    return bytes(got), {"type": f.type, **f.header}
+
+        mib = 1024 * 1024
+        read0 = rsm.store.stats.snapshot()["bytes_read"]
+        start = chunk + 7
+        head, end = answer(1, start, None, mib)
+        assert head == data[start : start + mib]
+        assert end == {"type": FrameType.END, "bytes": mib, "more": True}
+        # chunks decoded: those under [start, start + 1 MiB) (plus the small manifest), not one more
+        covering = ((start + mib - 1) // chunk - start // chunk + 1) * chunk
+        assert covering <= rsm.store.stats.snapshot()["bytes_read"] - read0 < covering + chunk
+        rest, end = answer(2, start + mib, None, None)  # the follow-up: the rest, as a plain fetch
+        assert head + rest == data[start:]
+        assert end["type"] == FrameType.END and "more" not in end
+        # a range that ends exactly at the stop, or before it: no "more"
+        exact, end = answer(3, 10, 10 + mib - 1, mib)
+        assert exact == data[10 : 10 + mib] and end["more"] is False
+        short, end = answer(4, len(data) - 100, None, mib)
+        assert short == data[-100:] and end == {"type": FrameType.END, "bytes": 100}
+        for bad in (0, -5, "1", True):
+            _, err = answer(5, 0, None, bad)
+            assert err["type"] == FrameType.ERROR and err["code"] == "INVALID_REQUEST", bad
+            assert "stop_after" in err["message"]
+    finally:
+        conn.close()
+        server.stop()
+        t.join(15)
+        rsm.close()

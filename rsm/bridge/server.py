@@ -609,10 +609,13 @@ class BridgeServer:
         One driver for both transports (``_SocketSink``: DATA frames; ``_ShmSink``: ring slots announced
         by SHM_DATA). The first piece is read before anything is sent, so a missing segment is an ERROR
         frame the client sees at call time. Kafka reads its fetch size (1 MiB by default) from a random
-        position and closes: pieces end exactly at the 1 MiB mark, where the server pauses until the client
-        has taken everything sent and then briefly waits for its CANCEL, so a reader that is done costs no
-        storage read or copy beyond what it asked for. Between later pieces the server looks for a CANCEL
-        and for shutdown.
+        position and closes, so a reader that is done should cost no storage read or copy beyond what it
+        asked for. A client that says so (``stop_after``, the JVM plugin) gets pieces ending exactly there
+        and an END with ``"more": true`` in the same write, and asks again from that position if it wants
+        more: no waiting on the client at all, one wake-up of the bridge per Kafka fetch. Without it, pieces
+        end exactly at the 1 MiB mark, where the server pauses until the client has taken everything sent,
+        then briefly waits for its CANCEL. Between later pieces the server looks for a CANCEL and for
+        shutdown.
 
         Hot path: the RSM's streams lend views of their decoded chunks (``read_view``); the socket sink
         sends them with one ``sendmsg`` next to a preallocated frame prefix, the ring sink copies them once
@@ -627,9 +630,11 @@ class BridgeServer:
         stream = None
         try:
             try:
+                stop_after = _stop_after(frame.header)
+                mark = stop_after or SMALL_FRAMES_UNTIL
                 stream = self._open_stream(frame.header)
                 pieces = _PieceReader(stream, conn)
-                data = pieces.read(sink.piece_bytes(0))
+                data = pieces.read(sink.piece_bytes(0, mark))
             except Exception as exc:  # noqa: BLE001 - mapped to an ERROR frame
                 self._report_failure(conn, rid, op, exc)
                 return
@@ -637,8 +642,15 @@ class BridgeServer:
                 if not sink.await_room():
                     stopped = True
                     break
+                if stop_after and sent + sum(len(v) for v in data) == stop_after:
+                    # the client's stop: END ("more" when the range goes on) in the same write as the piece
+                    left = getattr(stream, "remaining", None)
+                    more = left is None or left > 0
+                    end = protocol.encode_frame(FrameType.END, rid, {"bytes": stop_after, "more": more})
+                    sent += sink.deliver(data, end)
+                    return
                 sent += sink.deliver(data)
-                if sent == SMALL_FRAMES_UNTIL:
+                if sent == mark:
                     sink.await_taken(CANCEL_GRACE_S)
                 else:
                     self._poll_cancel(conn, rid)
@@ -646,7 +658,7 @@ class BridgeServer:
                     stopped = True
                     break
                 try:
-                    data = pieces.read(sink.piece_bytes(sent))
+                    data = pieces.read(sink.piece_bytes(sent, mark))
                 except Exception as exc:  # noqa: BLE001 - mapped to an ERROR frame
                     self._report_failure(conn, rid, op, exc)
                     return
@@ -709,10 +721,10 @@ class _Sink:
         self.conn = conn
         self.rid = rid
 
-    def piece_bytes(self, sent: int) -> int:
-        """Size of the next piece after ``sent`` bytes: pieces end exactly at the fetch-size mark."""
+    def piece_bytes(self, sent: int, mark: int) -> int:
+        """Size of the next piece after ``sent`` bytes: pieces end exactly at ``mark`` (the fetch size)."""
         first, full = self.first_piece_bytes(), self.full_piece_bytes()
-        return min(first, SMALL_FRAMES_UNTIL - sent) if sent < SMALL_FRAMES_UNTIL else full
+        return min(first, mark - sent) if sent < mark else full
 
     def first_piece_bytes(self) -> int:
         raise NotImplementedError
@@ -724,8 +736,8 @@ class _Sink:
         """Block until a piece may be delivered; False when the server is stopping instead."""
         raise NotImplementedError
 
-    def deliver(self, data: list[memoryview]) -> int:
-        """Hand one piece to the client; returns its size."""
+    def deliver(self, data: list[memoryview], trailer: bytes = b"") -> int:
+        """Hand one piece to the client, then the ``trailer`` frame in the same write; returns its size."""
         raise NotImplementedError
 
     def await_taken(self, grace_s: float) -> None:
@@ -749,11 +761,13 @@ class _SocketSink(_Sink):
     def await_room(self) -> bool:
         return True
 
-    def deliver(self, data: list[memoryview]) -> int:
+    def deliver(self, data: list[memoryview], trailer: bytes = b"") -> int:
         n = sum(len(v) for v in data)
         protocol.PREFIX.pack_into(self._prefix, 0, protocol.data_frame_length(n), FrameType.DATA, self.rid, 0)
         # a client whose socket buffer is full holds the send up: its permit goes to other streams meanwhile
-        protocol.send_views(self.conn.sock, [self._prefix, *data], on_block=self.server.permits.waiting)
+        protocol.send_views(
+            self.conn.sock, [self._prefix, *data, trailer], on_block=self.server.permits.waiting
+        )
         return n
 
     def await_taken(self, grace_s: float) -> None:
@@ -813,14 +827,14 @@ class _ShmSink(_Sink):
             self._await_free(1)
         return self.ring.in_flight < self.ring.slots
 
-    def deliver(self, data: list[memoryview]) -> int:
+    def deliver(self, data: list[memoryview], trailer: bytes = b"") -> int:
         ring = self.ring
         slot = ring.next_slot
         n = copy_into(ring.slot_view(slot), data)  # GIL released: other streams run meanwhile
         ring.next_slot = (slot + 1) % ring.slots
         ring.in_flight += 1
         protocol.SHM_DATA_PAYLOAD.pack_into(self._announce, protocol.PREFIX_SIZE, slot, n)
-        self.conn.sock.sendall(self._announce)
+        self.conn.sock.sendall(self._announce + trailer if trailer else self._announce)
         with self.server._counters_lock:  # per piece: health shows a stream in progress too
             self.server._shm_bytes_streamed += n
         return n
@@ -831,6 +845,16 @@ class _ShmSink(_Sink):
         # the client releases its last slot and cancels in one write: usually both are buffered already
         if grace_s and not server._stopping.is_set() and server._next_frame_within(conn, grace_s):
             server._poll_cancel(conn, self.rid)
+
+
+def _stop_after(header: Mapping[str, Any]) -> int | None:
+    """The request's ``stop_after`` (answer at most that many bytes, then END "more"), or None."""
+    value = header.get("stop_after")
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"stop_after: expected a positive integer, got {value!r}")
+    return value
 
 
 class _PieceReader:

@@ -112,9 +112,10 @@ final class BridgeConnection implements AutoCloseable {
     private volatile MappedByteBuffer ring;
     private int ringSlots;
     private int ringSlotBytes;
-    private final byte[] releaseOne = {0, 0, 0, 1};
     /** Request id of a stream cancelled without waiting for its END (0: none): read before the next use. */
     private int owedEnd;
+    /** Slots read to their end whose SHM_RELEASE goes out with the next frame sent. */
+    private int owedReleases;
     /** A cancelled stream's bytes still arriving in DATA frames are skipped, up to this many. */
     static final int MAX_DRAIN_BYTES = 8 * 1024 * 1024;
 
@@ -213,28 +214,62 @@ final class BridgeConnection implements AutoCloseable {
         }
     }
 
-    /** Returns the oldest held slot to the bridge (SHM_RELEASE, count 1). */
+    /** Returns the oldest held slot to the bridge now (SHM_RELEASE), with any owed before it. */
     void releaseSlot() throws IOException {
-        send(SHM_RELEASE, 0, null, releaseOne, 0, 4);
+        owedReleases++;
+        flushReleases();
     }
 
     /**
-     * Cancels stream {@code requestId}, first releasing the slot the reader holds when {@code release}: both
-     * frames in one write, so the bridge (waiting for the release at the fetch-size mark) wakes once. The
-     * stream's END is not waited for here: {@link #settle} reads it before the connection's next use, by
-     * which time it has usually arrived (the caller's close does not wait for a round trip).
+     * Returns the oldest held slot with the next frame this connection sends (in the same write): a reader
+     * that is done with its slot does not wake the bridge just to say so.
      */
-    void cancel(int requestId, boolean release) throws IOException {
-        owedEnd = requestId;
-        ByteBuffer b = ByteBuffer.allocate(2 * PREFIX_SIZE + 4);
-        if (release) {
-            b.putInt(9 + 4).put(SHM_RELEASE).putInt(0).putInt(0).put(releaseOne);
-        }
-        b.putInt(9).put(CANCEL).putInt(requestId).putInt(0);
-        b.flip();
-        while (b.hasRemaining()) {
+    void oweRelease() {
+        owedReleases++;
+    }
+
+    private void flushReleases() throws IOException {
+        ByteBuffer b = releases();
+        while (b != null && b.hasRemaining()) {
             channel.write(b);
         }
+    }
+
+    /** The owed SHM_RELEASE frame (null when none is owed); the debt is paid once it is written. */
+    private ByteBuffer releases() {
+        if (owedReleases == 0) {
+            return null;
+        }
+        ByteBuffer b = ByteBuffer.allocate(PREFIX_SIZE + 4);
+        b.putInt(9 + 4).put(SHM_RELEASE).putInt(0).putInt(0).putInt(owedReleases).flip();
+        owedReleases = 0;
+        return b;
+    }
+
+    /**
+     * Consumes the next frame when it is an END of {@code requestId} already in the receive buffer (no
+     * system call) and returns its header; otherwise leaves everything as it is and returns null.
+     */
+    Map<String, Object> bufferedEnd(int requestId) throws IOException {
+        if (pendingPayload > 0 || in.remaining() < PREFIX_SIZE) {
+            return null;
+        }
+        int at = in.position();
+        int length = in.getInt(at);
+        if (in.get(at + 4) != END || in.getInt(at + 5) != requestId || length < 9 || in.remaining() < 4 + length) {
+            return null;
+        }
+        return read().header;
+    }
+
+    /**
+     * Cancels stream {@code requestId}; owed slot releases go in the same write, so the bridge (waiting for
+     * them at the fetch-size mark) wakes once. The stream's END is not waited for here: {@link #settle}
+     * reads it before the connection's next use, by which time it has usually arrived.
+     */
+    void cancel(int requestId) throws IOException {
+        owedEnd = requestId;
+        send(CANCEL, requestId, null, null, 0, 0);
     }
 
     private void unmapRing() {
@@ -269,9 +304,17 @@ final class BridgeConnection implements AutoCloseable {
         ByteBuffer p = ByteBuffer.allocate(PREFIX_SIZE + headerBytes.length);
         p.putInt((int) length).put(type).putInt(requestId).putInt(headerBytes.length).put(headerBytes);
         p.flip();
-        ByteBuffer[] bufs = payload == null || len == 0
-                ? new ByteBuffer[]{p} : new ByteBuffer[]{p, ByteBuffer.wrap(payload, off, len)};
-        long remaining = p.remaining() + (long) len;
+        ByteBuffer owed = type == SHM_RELEASE ? null : releases(); // owed releases ride along
+        List<ByteBuffer> list = new java.util.ArrayList<>(3);
+        if (owed != null) {
+            list.add(owed);
+        }
+        list.add(p);
+        if (payload != null && len > 0) {
+            list.add(ByteBuffer.wrap(payload, off, len));
+        }
+        ByteBuffer[] bufs = list.toArray(new ByteBuffer[0]);
+        long remaining = p.remaining() + (long) len + (owed == null ? 0 : owed.remaining());
         while (remaining > 0) {
             remaining -= channel.write(bufs);
         }

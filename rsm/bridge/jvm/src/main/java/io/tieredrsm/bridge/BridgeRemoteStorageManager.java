@@ -58,6 +58,8 @@ import org.slf4j.LoggerFactory;
  */
 public class BridgeRemoteStorageManager implements RemoteStorageManager {
     private static final Logger LOG = LoggerFactory.getLogger(BridgeRemoteStorageManager.class);
+    /** A fetch's first answer: Kafka's default fetch size (max.partition.fetch.bytes, 1 MiB). */
+    static final int FIRST_ANSWER_BYTES = 1024 * 1024;
     static final String CLIENT_NAME = "rsm-bridge-jvm/0.1.0";
     /** Keys the broker adds to the rsm.config.* settings; they are not the user's RSM settings. */
     private static final java.util.Set<String> BROKER_KEYS = java.util.Set.of("broker.id", "node.id", "log.dir",
@@ -291,12 +293,17 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
         BridgeConnection c = borrow();
         BridgeConnection.Frame first;
         int rid = nextRequestId();
+        Map<String, Object> h = new LinkedHashMap<>();
         try {
-            Map<String, Object> h = new LinkedHashMap<>();
             h.put("op", op);
             h.putAll(header);
             if (c.hasRing()) {
                 h.put("transport", BridgeConnection.CAP_SHM);
+            }
+            if ("fetch_log_segment".equals(op)) {
+                // Kafka reads its fetch size and closes: the bridge answers that much, then END "more";
+                // FrameInputStream asks for the rest only if the caller reads on
+                h.put("stop_after", FIRST_ANSWER_BYTES);
             }
             c.send(BridgeConnection.REQUEST, rid, Json.write(h), null, 0, 0);
             first = c.read();
@@ -309,7 +316,7 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
             release(c);
             throw mapError(first.header, what);
         }
-        return new FrameInputStream(this, c, rid, first, what);
+        return new FrameInputStream(this, c, rid, first, what, h);
     }
 
     // ------------------------------------------------------------------------------- encoding
@@ -429,32 +436,47 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
         }
     }
 
-    /** The fetched bytes, read frame by frame as the caller reads; closing early cancels the stream. */
+    /**
+     * The fetched bytes, read frame by frame as the caller reads. A fetch's first answer stops after
+     * {@link #FIRST_ANSWER_BYTES} with END "more": a caller that reads on gets the rest through a follow-up
+     * request from that position; one that closes there (Kafka) costs no CANCEL and no wait. Closing in the
+     * middle of an answer cancels it.
+     */
     static final class FrameInputStream extends InputStream {
         private final BridgeRemoteStorageManager owner;
         private BridgeConnection conn;
-        private final int rid;
+        private int rid;
         private final String what;
-        /** Payload bytes of the current DATA frame still to read (they are in the connection). */
+        /** The request that opened the stream (its follow-ups differ in start_position and request id). */
+        private final Map<String, Object> request;
+        /** Segment position of the next byte the current answer delivers. */
+        private long position;
+        /** Payload bytes of the current piece still to read (in the connection, or in the held slot). */
         private int remaining;
-        /** The current chunk is in ring slot {@code slot} from {@code slotPos} (else in the socket). */
+        /** The current piece is in ring slot {@code slot} from {@code slotPos} (else in the socket). */
         private boolean holdsSlot;
         /**
          * The held slot is read to its end but not released yet: released when the next piece is wanted,
-         * or together with the CANCEL at close (one write, one wake-up of the bridge per Kafka fetch).
+         * or with the next frame the connection sends (one write, no wake-up of the bridge of its own).
          */
         private boolean slotSpent;
         private int slot;
         private int slotPos;
+        /** The answer ended with END "more": the rest is one follow-up request away. */
+        private boolean paused;
         private boolean done;
         private final byte[] one = new byte[1];
 
         FrameInputStream(BridgeRemoteStorageManager owner, BridgeConnection conn, int rid,
-                         BridgeConnection.Frame first, String what) throws RemoteStorageException {
+                         BridgeConnection.Frame first, String what, Map<String, Object> request)
+                throws RemoteStorageException {
             this.owner = owner;
             this.conn = conn;
             this.rid = rid;
             this.what = what;
+            this.request = request;
+            Object start = request.get("start_position");
+            this.position = start instanceof Number ? ((Number) start).longValue() : 0;
             try {
                 accept(first);
             } catch (IOException e) {
@@ -491,13 +513,11 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
                     slotPos = 0;
                     remaining = len;
                     holdsSlot = true;
-                    if (len == 0) {
-                        releaseSlot();
-                    }
+                    slotSpent = len == 0;
                     break;
                 }
                 case BridgeConnection.END:
-                    finish();
+                    onEnd(f.header);
                     break;
                 case BridgeConnection.ERROR:
                     finish();
@@ -508,6 +528,16 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
             }
         }
 
+        private void onEnd(Map<String, Object> header) {
+            remaining = 0;
+            if (Boolean.TRUE.equals(header.get("more"))) {
+                paused = true;
+            } else {
+                finish();
+            }
+        }
+
+        /** Gives the held slot back now (the next piece is wanted: the bridge may be waiting for room). */
         private void releaseSlot() throws IOException {
             holdsSlot = false;
             slotSpent = false;
@@ -515,10 +545,21 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
             conn.releaseSlot();
         }
 
+        /** Hands the held slot back with the connection's next frame (no write of its own). */
+        private void oweSlot() {
+            if (holdsSlot) {
+                holdsSlot = false;
+                slotSpent = false;
+                remaining = 0;
+                conn.oweRelease();
+            }
+        }
+
         private void finish() {
             done = true;
             remaining = 0;
             if (conn != null) {
+                oweSlot();
                 owner.release(conn);
                 conn = null;
             }
@@ -533,18 +574,31 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
             }
         }
 
+        /** Asks for the rest of the range from where the paused answer stopped (same connection). */
+        private void resume() throws IOException {
+            Map<String, Object> h = new LinkedHashMap<>(request);
+            h.remove("stop_after"); // the caller reads on: stream the rest, with flow control
+            h.put("start_position", position);
+            rid = owner.nextRequestId();
+            paused = false;
+            oweSlot(); // released in the same write as the request
+            conn.send(BridgeConnection.REQUEST, rid, Json.write(h), null, 0, 0);
+        }
+
         private boolean fill() throws IOException {
             while (remaining == 0 && !done) {
                 if (conn == null) {
                     throw new IOException(what + ": stream closed");
                 }
-                if (slotSpent) {
-                    try {
+                try {
+                    if (paused) {
+                        resume();
+                    } else if (slotSpent) {
                         releaseSlot();
-                    } catch (IOException e) {
-                        fail();
-                        throw new IOException(what + ": bridge connection lost mid-stream", e);
                     }
+                } catch (IOException e) {
+                    fail();
+                    throw new IOException(what + ": bridge connection lost mid-stream", e);
                 }
                 readFrame();
             }
@@ -585,6 +639,7 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
                     slotPos += n;
                     remaining -= n;
                     slotSpent = remaining == 0;
+                    position += n;
                     return n;
                 }
                 n = conn.readPayload(b, off, Math.min(len, remaining));
@@ -593,12 +648,13 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
                 throw new IOException(what + ": bridge connection lost mid-stream", e);
             }
             remaining -= n;
+            position += n;
             return n;
         }
 
         @Override
         public int available() {
-            if (conn == null) {
+            if (conn == null || paused) {
                 return 0;
             }
             return holdsSlot ? remaining : Math.min(remaining, conn.availablePayload());
@@ -610,12 +666,22 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
                 done = true;
                 return;
             }
-            // tell the bridge to stop and hand the connection back at once: what the bridge had already sent
-            // and its END are read by the next borrower (BridgeConnection.settle), usually without waiting
             try {
-                conn.cancel(rid, holdsSlot);
-                holdsSlot = false;
-                slotSpent = false;
+                if (!paused && (!holdsSlot || remaining == 0)) {
+                    // the caller read all it was sent: the answer's END may have come with the last piece
+                    Map<String, Object> end = conn.bufferedEnd(rid);
+                    if (end != null) {
+                        paused = true; // complete or "more": either way nothing to cancel
+                    }
+                }
+                if (paused) {
+                    finish(); // the slot goes back with the connection's next request
+                    return;
+                }
+                // in the middle of an answer: tell the bridge to stop and hand the connection back at once;
+                // what it had already sent and its END are read by the next borrower (settle)
+                oweSlot();
+                conn.cancel(rid);
                 finish();
             } catch (IOException | RuntimeException e) {
                 fail();
