@@ -91,14 +91,7 @@ def test_the_store_lends_the_permit_only_while_it_waits_on_the_network(
 ) -> None:
     """S3 reads run inside the remote-wait hook (the bridge lends its permit there); local reads do not."""
     if backend == "s3":
-        configs = {
-            "storage.backend": "s3",
-            "storage.s3.endpoint.url": s3_server.endpoint_url,
-            "storage.s3.region": s3_server.region,
-            "storage.s3.access.key.id": "testing",
-            "storage.s3.secret.access.key": "testing",
-            "bucket": s3_server.make_bucket(),
-        }
+        configs = s3_server.rsm_configs(bucket=s3_server.make_bucket())
     else:
         configs = {"storage.backend": "file", "storage.file.root": str(tmp_path / "store"), "bucket": "b"}
     configs.update({"chunk.size": str(1 << 20), "compression.enabled": "false", "cache.chunk.bytes": "0"})

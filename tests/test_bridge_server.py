@@ -589,14 +589,10 @@ def test_a_reader_that_stops_at_the_fetch_size_costs_nothing_past_it(bridge, tmp
     assert client.health()["bytes_streamed"] - sent0 == mib + len(data) - 7
 
 
-def test_real_rsm_streams_chunk_views_across_chunk_boundaries(sock_dir, tmp_path):
-    """The real RSM lends views of its decoded chunks (read_view) and the bridge sends them as they are:
-    every range, across chunk boundaries and frame sizes, arrives intact; readinto matches the bytes."""
-    from test_rsm_helpers import make_segment as make_kafka_segment
-
+def plain_file_rsm(tmp_path: Path, chunk: int, extra: dict[str, str]):
+    """The real RSM on a file store under tmp_path: plain chunks (no compression, no encryption)."""
     from rsm import RemoteStorageManager
 
-    chunk = 100 * 1024 + 3  # chunks never line up with frames
     rsm = RemoteStorageManager()
     rsm.configure(
         {
@@ -605,9 +601,19 @@ def test_real_rsm_streams_chunk_views_across_chunk_boundaries(sock_dir, tmp_path
             "chunk.size": str(chunk),
             "compression.enabled": "false",
             "encryption.enabled": "false",
-            "fetch.prefetch.chunks": "2",
+            **extra,
         }
     )
+    return rsm
+
+
+def test_real_rsm_streams_chunk_views_across_chunk_boundaries(sock_dir, tmp_path):
+    """The real RSM lends views of its decoded chunks (read_view) and the bridge sends them as they are:
+    every range, across chunk boundaries and frame sizes, arrives intact; readinto matches the bytes."""
+    from test_rsm_helpers import make_segment as make_kafka_segment
+
+    chunk = 100 * 1024 + 3  # chunks never line up with frames
+    rsm = plain_file_rsm(tmp_path, chunk, {"fetch.prefetch.chunks": "2"})
     server = BridgeServer(rsm, sock_dir / "r.sock", frame_bytes=64 * 1024, initial_frame_bytes=64 * 1024)
     server.bind()
     t = threading.Thread(target=server.serve_forever, daemon=True)
@@ -680,21 +686,10 @@ def test_stop_after_ends_the_answer_with_more_and_reads_nothing_past_it(sock_dir
     the rest; a bad value is an INVALID_REQUEST."""
     from test_rsm_helpers import make_segment as make_kafka_segment
 
-    from rsm import RemoteStorageManager
     from rsm.bridge.client import BridgeConnection
 
     chunk = 256 * 1024
-    rsm = RemoteStorageManager()
-    rsm.configure(
-        {
-            "storage.backend": "file",
-            "storage.file.root": str(tmp_path / "store"),
-            "chunk.size": str(chunk),
-            "compression.enabled": "false",
-            "cache.chunk.bytes": "0",
-            "fetch.prefetch.chunks": "0",
-        }
-    )
+    rsm = plain_file_rsm(tmp_path, chunk, {"cache.chunk.bytes": "0", "fetch.prefetch.chunks": "0"})
     server = BridgeServer(rsm, sock_dir / "s.sock", shm_dir=tmp_path / "shm")
     server.bind()
     t = threading.Thread(target=server.serve_forever, daemon=True)

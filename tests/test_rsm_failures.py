@@ -153,11 +153,7 @@ def test_copy_interrupted_at_every_step_leaves_no_manifest_and_a_retry_succeeds(
 def test_interrupted_copy_on_s3_leaves_no_manifest(tmp_path: Path, s3_server: Any, fail_at: int) -> None:
     bucket = s3_server.make_bucket()
     configs = {
-        "storage.backend": "s3",
-        "storage.s3.endpoint.url": s3_server.endpoint_url,
-        "storage.s3.region": s3_server.region,
-        "storage.s3.access.key.id": "testing",
-        "storage.s3.secret.access.key": "testing",
+        **s3_server.rsm_configs(),
         "storage.s3.multipart.part.size": str(5 << 20),
         "bucket": bucket,
         "chunk.size": str(1 << 20),
@@ -288,10 +284,7 @@ def test_secrets_never_in_exceptions_logs_manifests_or_describe(
     keyring = write_keyring(tmp_path / "keyring.json")
     key_material = list(json.loads(keyring.read_text()).values())
     configs = {
-        "storage.backend": "s3",
-        "storage.s3.endpoint.url": s3_server.endpoint_url,
-        "storage.s3.region": s3_server.region,
-        "storage.s3.access.key.id": "testing",
+        **s3_server.rsm_configs(),
         "storage.s3.secret.access.key": secret,  # wrong: moto rejects nothing, so also test a missing bucket
         "bucket": "no-such-bucket-" + uuid.uuid4().hex[:8],
         "encryption.keyring.path": str(keyring),

@@ -112,15 +112,12 @@ def test_roundtrip_s3(tmp_path_factory: pytest.TempPathFactory, s3_server: objec
     bucket = s3_server.make_bucket()  # type: ignore[attr-defined]
     rsm = RemoteStorageManager()
     rsm.configure(
-        {
-            "storage.backend": "s3",
-            "storage.s3.endpoint.url": s3_server.endpoint_url,  # type: ignore[attr-defined]
-            "storage.s3.region": s3_server.region,  # type: ignore[attr-defined]
-            "storage.s3.access.key.id": "testing",
-            "storage.s3.secret.access.key": "testing",
-            "storage.s3.multipart.part.size": str(5 << 20),
-            "encryption.keyring.path": str(write_keyring(base / "keyring.json")),
-        }
+        s3_server.rsm_configs(  # type: ignore[attr-defined]
+            **{
+                "storage.s3.multipart.part.size": str(5 << 20),
+                "encryption.keyring.path": str(write_keyring(base / "keyring.json")),
+            }
+        )
     )
 
     @settings(SETTINGS, max_examples=15)
@@ -145,11 +142,7 @@ def test_multipart_upload_of_a_large_segment_on_s3(tmp_path: Path, s3_server: ob
     rsm = RemoteStorageManager()
     rsm.configure(
         {
-            "storage.backend": "s3",
-            "storage.s3.endpoint.url": s3_server.endpoint_url,  # type: ignore[attr-defined]
-            "storage.s3.region": s3_server.region,  # type: ignore[attr-defined]
-            "storage.s3.access.key.id": "testing",
-            "storage.s3.secret.access.key": "testing",
+            **s3_server.rsm_configs(),  # type: ignore[attr-defined]
             "storage.s3.multipart.part.size": str(5 << 20),
             "bucket": bucket,
             "chunk.size": str(1 << 20),

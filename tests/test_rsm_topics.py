@@ -38,15 +38,7 @@ class Store:
         else:
             self.buckets = {name: s3.make_bucket() for name in ("a", "a2", "b")}  # type: ignore[union-attr]
             self.fs = s3.s3fs()  # type: ignore[union-attr]
-            self.configs.update(
-                {
-                    "storage.backend": "s3",
-                    "storage.s3.endpoint.url": s3.endpoint_url,  # type: ignore[union-attr]
-                    "storage.s3.region": s3.region,  # type: ignore[union-attr]
-                    "storage.s3.access.key.id": "testing",
-                    "storage.s3.secret.access.key": "testing",
-                }
-            )
+            self.configs.update(s3.rsm_configs())  # type: ignore[union-attr]
 
     def keys(self, bucket: str) -> dict[str, bytes]:
         """Every object of a bucket: key -> content."""

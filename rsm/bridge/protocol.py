@@ -238,25 +238,35 @@ def recv_frame_head(sock: socket.socket) -> FrameHead:
     if first < PREFIX_SIZE:
         _recv_exact_into(sock, view[first:], "frame prefix")
     length, type_code, request_id, header_length = PREFIX.unpack(prefix)
+    frame_type = _check_prefix(length, type_code, request_id, header_length)
+    header: dict[str, Any] = {}
+    if header_length:
+        raw = bytearray(header_length)
+        _recv_exact_into(sock, memoryview(raw), f"{frame_type.name} frame header")
+        header = _json_header(raw, frame_type, request_id)
+    return FrameHead(frame_type, request_id, header, length - _AFTER_LENGTH - header_length)
+
+
+def _check_prefix(length: int, type_code: int, request_id: int, header_length: int) -> FrameType:
+    """The frame's type, once its prefix is known to be well formed (else ProtocolError)."""
     if length < _AFTER_LENGTH or length > MAX_FRAME_BYTES:
         raise ProtocolError(f"frame length {length} outside [{_AFTER_LENGTH}, {MAX_FRAME_BYTES}]")
     if header_length > MAX_HEADER_BYTES or header_length > length - _AFTER_LENGTH:
         raise ProtocolError(f"header length {header_length} does not fit in a frame of {length} bytes")
     try:
-        frame_type = FrameType(type_code)
+        return FrameType(type_code)
     except ValueError:
         raise ProtocolError(f"unknown frame type {type_code} (request {request_id})") from None
-    header: dict[str, Any] = {}
-    if header_length:
-        raw = bytearray(header_length)
-        _recv_exact_into(sock, memoryview(raw), f"{frame_type.name} frame header")
-        try:
-            header = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ProtocolError(f"{frame_type.name} frame {request_id}: header is not JSON: {exc}") from None
-        if not isinstance(header, dict):
-            raise ProtocolError(f"{frame_type.name} frame {request_id}: header is not a JSON object")
-    return FrameHead(frame_type, request_id, header, length - _AFTER_LENGTH - header_length)
+
+
+def _json_header(raw: bytes | bytearray, frame_type: FrameType, request_id: int) -> dict[str, Any]:
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ProtocolError(f"{frame_type.name} frame {request_id}: header is not JSON: {exc}") from None
+    if not isinstance(header, dict):
+        raise ProtocolError(f"{frame_type.name} frame {request_id}: header is not a JSON object")
+    return header
 
 
 def recv_payload(sock: socket.socket, head: FrameHead) -> bytearray:
@@ -276,21 +286,10 @@ def recv_frame(sock: socket.socket) -> Frame:
 def _parse_head(view: memoryview) -> tuple[FrameType, int, dict[str, Any], int]:
     """Type, request id, header and payload offset of a whole frame held in ``view`` (prefix included)."""
     length, type_code, request_id, header_length = PREFIX.unpack_from(view)
-    if header_length > MAX_HEADER_BYTES or header_length > length - _AFTER_LENGTH:
-        raise ProtocolError(f"header length {header_length} does not fit in a frame of {length} bytes")
-    try:
-        frame_type = FrameType(type_code)
-    except ValueError:
-        raise ProtocolError(f"unknown frame type {type_code} (request {request_id})") from None
+    frame_type = _check_prefix(length, type_code, request_id, header_length)
     header: dict[str, Any] = {}
     if header_length:
-        raw = view[PREFIX_SIZE : PREFIX_SIZE + header_length]
-        try:
-            header = json.loads(bytes(raw))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ProtocolError(f"{frame_type.name} frame {request_id}: header is not JSON: {exc}") from None
-        if not isinstance(header, dict):
-            raise ProtocolError(f"{frame_type.name} frame {request_id}: header is not a JSON object")
+        header = _json_header(bytes(view[PREFIX_SIZE : PREFIX_SIZE + header_length]), frame_type, request_id)
     return frame_type, request_id, header, PREFIX_SIZE + header_length
 
 

@@ -80,6 +80,17 @@ class S3Server:
             "client_kwargs": {"endpoint_url": self.endpoint_url, "region_name": self.region},
         }
 
+    def rsm_configs(self, **extra: str) -> dict[str, str]:
+        """RemoteStorageManager configs for this endpoint (s3 backend, dummy credentials) plus ``extra``."""
+        return {
+            "storage.backend": "s3",
+            "storage.s3.endpoint.url": self.endpoint_url,
+            "storage.s3.region": self.region,
+            "storage.s3.access.key.id": self.access_key,
+            "storage.s3.secret.access.key": self.secret_key,
+            **extra,
+        }
+
     def s3fs(self, **kwargs: Any) -> _s3fs.S3FileSystem:
         """A fresh (uncached) s3fs filesystem talking to this endpoint."""
         import s3fs  # noqa: PLC0415
