@@ -42,10 +42,12 @@ from _common import Target, finish, make_segment, metadata_for, print_table
 
 from rsm import RemoteLogSegmentMetadata, RemoteStorageManager
 from rsm.bridge.client import BridgeClient
-from rsm.bridge.server import DEFAULT_MMAP_THRESHOLD_BYTES, tune_allocator
+from rsm.bridge.server import ARENA_EXTRA_BLOCKS, DEFAULT_MMAP_THRESHOLD_BYTES, tune_allocator
+from rsm.bridge.shm import ChunkArena
 
 MiB = 1 << 20
 READ_BYTES = 1 * MiB
+CHUNK_BYTES = 4 * MiB  # the RSM's default chunk.size
 
 
 def bridge_batch(rng: random.Random) -> bytes:
@@ -349,6 +351,12 @@ def main() -> int:
             md, data = metadata_for(path, last, size)
             rsm = RemoteStorageManager()
             rsm.configure(configs)
+            # the in-process RSM decodes into the same kind of arena the bridge uses (private memory here):
+            # chunks reuse pre-faulted blocks on both sides, so the ratio measures the crossing alone
+            arena = ChunkArena.anonymous(
+                int(configs["cache.chunk.bytes"]) // CHUNK_BYTES + ARENA_EXTRA_BLOCKS, CHUNK_BYTES
+            )
+            rsm.set_chunk_allocator(arena.allocate)
             custom = rsm.copy_log_segment_data(md, data, None)
             md = RemoteLogSegmentMetadata(**{**md.__dict__, "custom_metadata": custom})
             proc, sock = start_bridge(work, configs)

@@ -30,10 +30,14 @@ from rsm.layout import MANIFEST_SUFFIX
 from rsm.manifest import Manifest
 from rsm.metadata import IndexType
 from rsm.storage import ObjectStore
-from rsm.transform import PieceKind, SegmentCipher, decode_piece
+from rsm.transform import Codec, PieceKind, SegmentCipher, check_piece, decode_piece, decode_piece_into
 from segment_format.buffers import copy_into
 
 log = logging.getLogger(__name__)
+
+Buffer = bytes | bytearray | memoryview
+# where a reader decodes a chunk: a buffer of exactly the asked size (the bridge's shared arena), or None
+ChunkAllocator = Callable[[int], "Buffer | None"]
 
 # a stream starts decoding chunks ahead of its reader only after this many bytes (and half a chunk):
 # more than Kafka's default fetch size (1 MiB) plus the bridge's read-ahead
@@ -83,12 +87,14 @@ class SegmentReader:
         manifest: Manifest,
         cipher: SegmentCipher | None,
         chunk_cache: ByteLRU[bytes] | None = None,
+        allocate: ChunkAllocator | None = None,
     ) -> None:
         self.store = store
         self.bucket = bucket
         self.manifest = manifest
         self.cipher = cipher
         self.cache = chunk_cache
+        self.allocate = allocate
 
     @property
     def size(self) -> int:
@@ -103,33 +109,50 @@ class SegmentReader:
         index = self.manifest.log
         lo, hi = index.stored_span(i)
         start, end = index.original_span(i)
-        stored = self.store.get_range(self.bucket, self.manifest.location["log"], lo, hi)
-        data = decode_piece(
-            stored,
-            kind=PieceKind.LOG,
-            number=i,
-            codec=index.codecs[i],
-            size=end - start,
-            cipher=self.cipher,
-            crc=None if index.crc32c is None else index.crc32c[i],
-        )
+        crc = None if index.crc32c is None else index.crc32c[i]
+        block = self.allocate(end - start) if self.allocate is not None else None
+        if block is not None:
+            self._decode_into(i, lo, hi, block, crc)
+            data = block
+        else:
+            stored = self.store.get_range(self.bucket, self.manifest.location["log"], lo, hi)
+            data = decode_piece(
+                stored, kind=PieceKind.LOG, number=i, codec=index.codecs[i], size=end - start,
+                cipher=self.cipher, crc=crc,
+            )  # fmt: skip
         if self.cache is not None:
             self.cache.put(key, data)
         return data
+
+    def _decode_into(self, i: int, lo: int, hi: int, block: Buffer, crc: int | None) -> None:
+        """Decode chunk ``i`` (stored bytes [lo, hi)) into ``block``; a plain chunk is read straight in."""
+        out = memoryview(block)
+        key = self.manifest.location["log"]
+        codec = self.manifest.log.codecs[i]
+        if codec is Codec.NONE and self.cipher is None:
+            self.store.get_range_into(self.bucket, key, lo, out)
+            check_piece(out, kind=PieceKind.LOG, number=i, size=len(out), crc=crc)
+        else:
+            stored = self.store.get_range(self.bucket, key, lo, hi)
+            decode_piece_into(
+                stored, out, kind=PieceKind.LOG, number=i, codec=codec, cipher=self.cipher, crc=crc
+            )
 
     def index(self, index_type: IndexType) -> bytes:
         entry = self.manifest.indexes[index_type]
         stored = self.store.get_range(
             self.bucket, self.manifest.location["indexes"], entry.offset, entry.offset + entry.stored_size
         )
-        return decode_piece(
-            stored,
-            kind=PieceKind.INDEX,
-            number=list(IndexType).index(index_type),
-            codec=entry.codec,
-            size=entry.size,
-            cipher=self.cipher,
-            crc=entry.crc32c,
+        return bytes(
+            decode_piece(
+                stored,
+                kind=PieceKind.INDEX,
+                number=list(IndexType).index(index_type),
+                codec=entry.codec,
+                size=entry.size,
+                cipher=self.cipher,
+                crc=entry.crc32c,
+            )
         )
 
     def read_range(self, start: int, stop: int) -> bytes:

@@ -47,7 +47,7 @@ from rsm.errors import (
     RemoteStorageException,
     SegmentIntegrityError,
 )
-from rsm.fetch import SegmentReader, cipher_for
+from rsm.fetch import ChunkAllocator, SegmentReader, cipher_for
 from rsm.keyring import Keyring
 from rsm.layout import Location, SegmentKeys
 from rsm.log_config import LogConfig
@@ -90,6 +90,7 @@ class RemoteStorageManager:
         self._overlays: OverlayCache | None = None
         self._manifests: ByteLRU[tuple[Manifest, int]] = ByteLRU(8 << 20, sizeof=lambda v: v[1])
         self._chunks: ByteLRU[bytes] = ByteLRU(64 << 20)
+        self._allocate: ChunkAllocator | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._prefetch = 1
         self._lock = threading.Lock()
@@ -255,7 +256,15 @@ class RemoteStorageManager:
         manifest = self._manifest(metadata, keys)
         with self._errors("decryption setup", metadata, keys.bucket, keys.manifest):
             cipher = cipher_for(manifest, self._keyring)
-        return SegmentReader(self.store, keys.bucket, manifest, cipher, self._chunks), keys
+        return SegmentReader(self.store, keys.bucket, manifest, cipher, self._chunks, self._allocate), keys
+
+    def set_chunk_allocator(self, allocate: ChunkAllocator | None) -> None:
+        """Decode fetched chunks into buffers from ``allocate(size)`` (None from it: the heap as usual).
+
+        Why: the bridge passes its shared-memory arena, so a chunk decoded for one fetch is cached where the
+        broker can read it in place, with no copy between the processes.
+        """
+        self._allocate = allocate
 
     # -- copy --------------------------------------------------------------------------------------------
     def copy_log_segment_data(

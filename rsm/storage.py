@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 import uuid
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from typing import Any, Protocol
 import fsspec
 
 from rsm.config import Backend, RsmConfig
+from segment_format.buffers import copy_into
 
 log = logging.getLogger(__name__)
 
@@ -175,6 +177,30 @@ class ObjectStore:
         if len(data) != end - start:
             raise OSError(f"short read of {self.describe(bucket, key)}: {len(data)} of {end - start} bytes")
         return bytes(data)
+
+    def get_range_into(self, bucket: str, key: str, start: int, out: memoryview) -> None:
+        """Bytes [start, start + len(out)) of an object into ``out``: a local file is read straight into it
+        (no intermediate bytes object); a remote object is fetched, then copied."""
+        if self.backend is not Backend.FILE:
+            copy_into(out, [self.get_range(bucket, key, start, start + len(out))])
+            return
+        path = self.path(bucket, key)
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError:
+            raise ObjectNotFound(self.describe(bucket, key)) from None
+        try:
+            got = 0
+            while got < len(out):
+                n = os.preadv(fd, [out[got:]], start + got)
+                if n == 0:
+                    break
+                got += n
+        finally:
+            os.close(fd)
+        self.stats.read(got)
+        if got != len(out):
+            raise OSError(f"short read of {self.describe(bucket, key)}: {got} of {len(out)} bytes")
 
     def exists(self, bucket: str, key: str) -> bool:
         return bool(self.fs.exists(self.path(bucket, key)))

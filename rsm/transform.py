@@ -28,6 +28,8 @@ import crc32c as _crc32c
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from segment_format.buffers import copy_into
+
 DATA_KEY_BYTES = 32
 TAG_BYTES = 16
 AAD_PREFIX = b"kafka-tiered-rsm/chunk/v1|"
@@ -115,20 +117,62 @@ def decode_piece(
     size: int,
     cipher: SegmentCipher | None,
     crc: int | None,
-) -> bytes:
-    """Undo `encode_piece`, checking length and (when recorded) the CRC-32C of the original bytes."""
+) -> bytes | memoryview:
+    """Undo `encode_piece`, checking length and (when recorded) the CRC-32C of the original bytes.
+
+    A decompressed piece comes back as a view of the decompressor's buffer (not copied into bytes).
+    """
     data: bytes | memoryview = stored
     if cipher is not None:
         data = cipher.decrypt(kind, number, data)
     if codec is Codec.ZSTD:
         try:
-            data = bytes(cramjam.zstd.decompress(data, output_len=size))
+            data = memoryview(cramjam.zstd.decompress(data, output_len=size))
         except Exception as exc:  # cramjam raises its own DecompressionError
             raise TransformError(f"{kind.name.lower()} piece {number} does not decompress: {exc}") from None
     elif codec is not Codec.NONE:
         raise TransformError(f"{kind.name.lower()} piece {number}: unknown codec {codec}")
+    check_piece(data, kind=kind, number=number, size=size, crc=crc)
+    return data
+
+
+def decode_piece_into(
+    stored: bytes | memoryview,
+    out: memoryview,
+    *,
+    kind: PieceKind,
+    number: int,
+    codec: Codec,
+    cipher: SegmentCipher | None,
+    crc: int | None,
+) -> None:
+    """`decode_piece` writing the original bytes into ``out`` (exactly their size): a shared arena block."""
+    data: bytes | memoryview = stored
+    if cipher is not None:
+        data = cipher.decrypt(kind, number, data)
+    if codec is Codec.ZSTD:
+        try:
+            n = cramjam.zstd.decompress_into(data, out)
+        except Exception as exc:  # cramjam raises its own DecompressionError
+            raise TransformError(f"{kind.name.lower()} piece {number} does not decompress: {exc}") from None
+        if n != len(out):
+            raise TransformError(f"{kind.name.lower()} piece {number}: {n} bytes, expected {len(out)}")
+    elif codec is Codec.NONE:
+        if len(data) != len(out):
+            raise TransformError(
+                f"{kind.name.lower()} piece {number}: {len(data)} bytes, expected {len(out)}"
+            )
+        copy_into(out, [data])
+    else:
+        raise TransformError(f"{kind.name.lower()} piece {number}: unknown codec {codec}")
+    check_piece(out, kind=kind, number=number, size=len(out), crc=crc)
+
+
+def check_piece(
+    data: bytes | memoryview, *, kind: PieceKind, number: int, size: int, crc: int | None
+) -> None:
+    """The decoded piece has the recorded length and (when recorded) CRC-32C, else TransformError."""
     if len(data) != size:
         raise TransformError(f"{kind.name.lower()} piece {number}: {len(data)} bytes, expected {size}")
     if crc is not None and crc32c(data) != crc:
         raise TransformError(f"{kind.name.lower()} piece {number}: CRC-32C mismatch")
-    return bytes(data)

@@ -252,6 +252,99 @@ static PyTypeObject NativeBufferType = {
 };
 
 /* ------------------------------------------------------------------------------------------------ */
+/* ArenaBlock: a writable window of a larger buffer (a shared-memory arena), exported through the buffer
+   protocol. Views of it keep it alive; when the last reference goes, on_free(offset) is called so the
+   arena can reuse the window. The bridge decodes chunks into such windows and lets the broker read them
+   in place (no copy between the processes).                                                          */
+
+typedef struct {
+    PyObject_HEAD Py_buffer arena; /* an export of the whole arena: it cannot be closed under us */
+    Py_ssize_t offset, len;
+    PyObject *on_free;
+} ArenaBlock;
+
+static int ab_getbuffer(ArenaBlock *self, Py_buffer *view, int flags) {
+    return PyBuffer_FillInfo(view, (PyObject *)self, (char *)self->arena.buf + self->offset, self->len, 0, flags);
+}
+
+static void ab_dealloc(ArenaBlock *self) {
+    if (self->on_free) {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        PyObject *r = PyObject_CallFunction(self->on_free, "n", self->offset);
+        if (!r) PyErr_WriteUnraisable(self->on_free);
+        Py_XDECREF(r);
+        PyErr_Restore(type, value, tb);
+        Py_DECREF(self->on_free);
+    }
+    if (self->arena.obj) PyBuffer_Release(&self->arena);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *ab_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    static char *kw[] = {"arena", "offset", "length", "on_free", NULL};
+    PyObject *arena_obj, *on_free;
+    Py_ssize_t offset, len;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OnnO", kw, &arena_obj, &offset, &len, &on_free)) return NULL;
+    if (!PyCallable_Check(on_free)) {
+        PyErr_SetString(PyExc_TypeError, "ArenaBlock: on_free must be callable");
+        return NULL;
+    }
+    ArenaBlock *self = (ArenaBlock *)type->tp_alloc(type, 0);
+    if (!self) return NULL;
+    if (PyObject_GetBuffer(arena_obj, &self->arena, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+        self->arena.obj = NULL;
+        Py_DECREF(self);
+        return NULL;
+    }
+    if (offset < 0 || len < 0 || offset > self->arena.len - len) {
+        PyErr_Format(PyExc_ValueError, "ArenaBlock: [%zd, %zd + %zd) is outside the arena's %zd bytes", offset,
+                     offset, len, self->arena.len);
+        Py_DECREF(self);
+        return NULL;
+    }
+    self->offset = offset;
+    self->len = len;
+    Py_INCREF(on_free);
+    self->on_free = on_free;
+    return (PyObject *)self;
+}
+
+static Py_ssize_t ab_length(ArenaBlock *self) { return self->len; }
+
+static PyObject *ab_get_offset(ArenaBlock *self, void *closure) { return PyLong_FromSsize_t(self->offset); }
+
+static PyBufferProcs ab_as_buffer = {(getbufferproc)ab_getbuffer, NULL};
+static PySequenceMethods ab_as_sequence = {.sq_length = (lenfunc)ab_length};
+static PyGetSetDef ab_getset[] = {
+    {"offset", (getter)ab_get_offset, NULL, "Where the block starts in the arena.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject ArenaBlockType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "segment_format._native.ArenaBlock",
+    .tp_basicsize = sizeof(ArenaBlock),
+    .tp_dealloc = (destructor)ab_dealloc,
+    .tp_as_buffer = &ab_as_buffer,
+    .tp_as_sequence = &ab_as_sequence,
+    .tp_getset = ab_getset,
+    .tp_new = ab_new,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "ArenaBlock(arena, offset, length, on_free): bytes [offset, offset + length) of a writable "
+              "buffer, exported through the buffer protocol; on_free(offset) runs when the last reference "
+              "(views included) is gone.",
+};
+
+/* buffer_address(obj) -> int: where obj's buffer starts in memory (the bridge locates views in its arena). */
+static PyObject *py_buffer_address(PyObject *self, PyObject *obj) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *r = PyLong_FromVoidPtr(view.buf);
+    PyBuffer_Release(&view);
+    return r;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
 /* Growable byte buffers.                                                                            */
 
 typedef struct {
@@ -1191,6 +1284,7 @@ static PyMethodDef native_methods[] = {
     {"decode_v2", decode_v2, METH_VARARGS, decode_v2_doc},
     {"crc32c", py_crc32c, METH_VARARGS, "crc32c(data, crc=0) -> int: CRC-32C of data, continuing from crc."},
     {"crc32c_hardware", py_crc32c_hardware, METH_NOARGS, "True when CRC-32C uses the SSE4.2 instruction."},
+    {"buffer_address", py_buffer_address, METH_O, "buffer_address(obj) -> int: where obj's buffer starts."},
     {"copy_into", py_copy_into, METH_VARARGS,
      "copy_into(target, sources) -> int: the sources back to back at the start of target, GIL released."},
     {"_set_crc32c_hardware", py_set_crc32c_hardware, METH_O,
@@ -1210,14 +1304,15 @@ PyMODINIT_FUNC PyInit__native(void) {
 #endif
     crc_zeros_table(crc_zeros_long, CRC_LONG);
     crc_zeros_table(crc_zeros_short, CRC_SHORT);
-    if (PyType_Ready(&NativeBufferType) < 0) return NULL;
+    if (PyType_Ready(&NativeBufferType) < 0 || PyType_Ready(&ArenaBlockType) < 0) return NULL;
     PyObject *m = PyModule_Create(&native_module);
     if (!m) return NULL;
     DecodeError = PyErr_NewExceptionWithDoc("segment_format._native.DecodeError",
                                             "Malformed batch bytes: args are (position, reason).", PyExc_ValueError,
                                             NULL);
     if (!DecodeError || PyModule_AddObjectRef(m, "DecodeError", DecodeError) < 0 ||
-        PyModule_AddObjectRef(m, "NativeBuffer", (PyObject *)&NativeBufferType) < 0) {
+        PyModule_AddObjectRef(m, "NativeBuffer", (PyObject *)&NativeBufferType) < 0 ||
+        PyModule_AddObjectRef(m, "ArenaBlock", (PyObject *)&ArenaBlockType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

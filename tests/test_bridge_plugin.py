@@ -217,6 +217,8 @@ def test_plugin_copy_fetch_cancel_restart_delete(
         assert health["status"] == "ok" and health["in_flight"] == 1
         # the plugin negotiated the shared-memory transport: fetched bytes went through the rings
         assert health["shm_bytes_streamed"] >= 2 * len(log_bytes), health
+        # ... most of them read in place from the chunk arena (decoded there, not copied into a slot)
+        assert health["arena_bytes_streamed"] >= len(log_bytes), health
         old_pid = health["pid"]
 
         # kill -9 the bridge: once it is gone, the very next call finds a fresh one the plugin started

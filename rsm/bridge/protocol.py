@@ -59,11 +59,13 @@ class FrameType(enum.IntEnum):
     # capability "shm" (see PROTOCOL.md, "Shared-memory transport"); sent only when both sides offered it
     SHM_DATA = 8  # server -> client: payload u32 slot, u32 length: that many stream bytes are in the slot
     SHM_RELEASE = 9  # client -> server: payload u32 count: the oldest ``count`` unreleased slots are free
+    ARENA_DATA = 10  # server -> client: payload u64 offset, u32 length: stream bytes at that arena offset
 
 
 CAP_SHM = "shm"
 SHM_DATA_PAYLOAD = struct.Struct(">II")  # slot, length
 SHM_RELEASE_PAYLOAD = struct.Struct(">I")  # count
+ARENA_DATA_PAYLOAD = struct.Struct(">QI")  # offset, length
 
 
 class ErrorCode(enum.StrEnum):

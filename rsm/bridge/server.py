@@ -8,6 +8,7 @@ heavy lifting - socket I/O, hashing, compression, encryption - releases the GIL)
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import fcntl
 import importlib
@@ -57,6 +58,8 @@ DRAIN_POLL_MAX_S = 0.004
 CANCEL_GRACE_S = 0.001
 # glibc mmap threshold for the bridge process (see tune_allocator); glibc caps it at 32 MiB on 64-bit
 DEFAULT_MMAP_THRESHOLD_BYTES = 32 * 1024 * 1024
+DEFAULT_ARENA_BLOCK_BYTES = 4 * 1024 * 1024
+ARENA_EXTRA_BLOCKS = 16  # beyond the chunk cache's: chunks held by streams, prefetches, unreleased pieces
 DEFAULT_SEND_BUFFER_BYTES = 1024 * 1024  # the first MiB of a fetch goes out without waiting for the reader
 
 Handler = Callable[["RequestContext"], "dict[str, Any] | None"]
@@ -214,6 +217,9 @@ class _Connection:
     buffer: bytearray | None = None  # reused for streams that cannot lend views of their data
     ring: shm.ShmRing | None = None  # the shared-memory ring, when the client negotiated "shm"
     reader: protocol.FrameReader = field(init=False)
+    # what each announced, unreleased piece pins, oldest first: arena views (their blocks stay allocated
+    # until the client releases them) or None (a ring slot)
+    pieces: collections.deque[list[memoryview] | None] = field(default_factory=collections.deque)
 
     def __post_init__(self) -> None:
         self.reader = protocol.FrameReader(self.sock)
@@ -246,6 +252,7 @@ class BridgeServer:
         shm_slots: int = shm.DEFAULT_SLOTS,
         shm_slot_bytes: int = shm.DEFAULT_SLOT_BYTES,
         fetch_permits: int | None = None,
+        arena_blocks: int | None = None,
     ) -> None:
         if not MIN_DATA_FRAME_BYTES <= frame_bytes <= MAX_DATA_FRAME_BYTES:
             raise ValueError(
@@ -279,12 +286,14 @@ class BridgeServer:
         # streams working at once (see permits.py): None = one more than the cores, 0 = no limit
         self.permits = WorkPermits(default_permits() if fetch_permits is None else fetch_permits)
         store = None
-        with contextlib.suppress(
-            AttributeError, RemoteStorageException
-        ):  # another RSM class, or unconfigured
+        with contextlib.suppress(AttributeError, RemoteStorageException):  # another RSM, or unconfigured
             store = rsm.store
         if isinstance(store, ObjectStore):  # ours: a fetch waiting on the network lends its permit
             store.remote_wait = self.permits.waiting
+        # decoded chunks in shared memory (see shm.ChunkArena), created at bind: None = sized from the RSM's
+        # chunk cache, 0 = no arena (every fetched byte is copied into a ring slot)
+        self.arena_blocks = arena_blocks
+        self.arena: shm.ChunkArena | None = None
         self._stopping = threading.Event()
         self._stopped = threading.Event()
         self._conns: set[_Connection] = set()
@@ -293,6 +302,7 @@ class BridgeServer:
         self._requests = 0
         self._bytes_streamed = 0
         self._shm_bytes_streamed = 0
+        self._arena_bytes_streamed = 0
         self._counters_lock = threading.Lock()  # the byte counters are updated by every connection thread
         self._log_configs_received = 0
 
@@ -321,10 +331,32 @@ class BridgeServer:
             except (OSError, ValueError) as exc:
                 log.warning("shared-memory transport disabled: %s", exc)
                 self.shm_enabled = False
+            else:
+                self._create_arena()
         listener.listen(128)
         listener.settimeout(0.2)
         self._listener = listener
         log.info("bridge listening on %s (pid %d)", self.socket_path, os.getpid())
+
+    def _create_arena(self) -> None:
+        """The chunk arena, when the RSM can decode into it (our RSM: ``set_chunk_allocator``)."""
+        set_allocator = getattr(self.rsm, "set_chunk_allocator", None)
+        if set_allocator is None or self.arena_blocks == 0:
+            return
+        block_bytes, cache_bytes = DEFAULT_ARENA_BLOCK_BYTES, 0
+        with contextlib.suppress(AttributeError, RemoteStorageException, TypeError, ValueError):
+            block_bytes = int(self.rsm.config.get("chunk.size"))
+            cache_bytes = int(self.rsm.config.get("cache.chunk.bytes"))
+        # the cache's chunks, plus chunks that streams, prefetches and unreleased pieces still hold; when
+        # every block is taken a chunk is decoded on the heap and copied into a ring slot as before
+        blocks = self.arena_blocks or cache_bytes // block_bytes + ARENA_EXTRA_BLOCKS
+        try:
+            self.arena = shm.ChunkArena.create(self.shm_dir, blocks, block_bytes)
+        except (OSError, ValueError) as exc:
+            log.warning("no shared-memory chunk arena (fetched bytes are copied into ring slots): %s", exc)
+            return
+        set_allocator(self.arena.allocate)
+        log.info("chunk arena: %d blocks of %d bytes", blocks, block_bytes)
 
     def _remove_stale_socket(self) -> None:
         path = self.socket_path
@@ -418,6 +450,8 @@ class BridgeServer:
             self.rsm.close()
         except Exception:  # noqa: BLE001 - shutting down anyway; report and go on
             log.exception("RemoteStorageManager.close() failed")
+        if self.arena is not None:
+            self.arena.unlink()
         self._stopped.set()
         log.info("bridge stopped")
 
@@ -465,6 +499,8 @@ class BridgeServer:
                 if conn.ring is not None:
                     answer["capabilities"] = [protocol.CAP_SHM]
                     answer["shm"] = conn.ring.describe()
+                    if self.arena is not None:
+                        answer["arena"] = self.arena.describe()
             protocol.send_frame(sock, FrameType.HELLO, 0, answer)
             while True:
                 frame = conn.reader.recv_frame()
@@ -503,6 +539,7 @@ class BridgeServer:
             conn.closed = True
             with contextlib.suppress(OSError):
                 sock.close()
+            conn.pieces.clear()  # the client is gone: the arena blocks it was reading may be reused
             if conn.ring is not None:
                 conn.ring.close()
             with self._conns_lock:
@@ -563,6 +600,8 @@ class BridgeServer:
             "store_bytes_read": _store_bytes_read(self.rsm),
             "bytes_streamed": self._bytes_streamed,
             "shm_bytes_streamed": self._shm_bytes_streamed,
+            "arena_bytes_streamed": self._arena_bytes_streamed,
+            "arena_free_blocks": None if self.arena is None else self.arena.free_blocks,
         }
 
     def _op_configure_info(self, ctx: RequestContext) -> dict[str, Any]:
@@ -624,7 +663,10 @@ class BridgeServer:
         rid = frame.request_id
         op = frame.header.get("op")
         ring = conn.ring if frame.header.get("transport") == protocol.CAP_SHM else None
-        sink: _Sink = _ShmSink(self, conn, rid, ring) if ring is not None else _SocketSink(self, conn, rid)
+        arena = self.arena if ring is not None and frame.header.get("arena") is True else None
+        sink: _Sink = (
+            _ShmSink(self, conn, rid, ring, arena) if ring is not None else _SocketSink(self, conn, rid)
+        )
         sent = 0
         stopped = False
         stream = None
@@ -639,7 +681,7 @@ class BridgeServer:
                 self._report_failure(conn, rid, op, exc)
                 return
             while data:
-                if not sink.await_room():
+                if not sink.await_room(len(data)):
                     stopped = True
                     break
                 if stop_after and sent + sum(len(v) for v in data) == stop_after:
@@ -711,6 +753,8 @@ class BridgeServer:
         if count > ring.in_flight:
             raise ProtocolError(f"SHM_RELEASE of {count} slots, only {ring.in_flight} in flight")
         ring.in_flight -= count
+        for _ in range(count):  # arena pieces: the client is done with them, their blocks may be reused
+            conn.pieces.popleft()
 
 
 class _Sink:
@@ -732,8 +776,8 @@ class _Sink:
     def full_piece_bytes(self) -> int:
         raise NotImplementedError
 
-    def await_room(self) -> bool:
-        """Block until a piece may be delivered; False when the server is stopping instead."""
+    def await_room(self, views: int) -> bool:
+        """Block until a piece of ``views`` buffers may be delivered; False when the server is stopping."""
         raise NotImplementedError
 
     def deliver(self, data: list[memoryview], trailer: bytes = b"") -> int:
@@ -758,7 +802,7 @@ class _SocketSink(_Sink):
     def full_piece_bytes(self) -> int:
         return self.server.frame_bytes
 
-    def await_room(self) -> bool:
+    def await_room(self, views: int) -> bool:
         return True
 
     def deliver(self, data: list[memoryview], trailer: bytes = b"") -> int:
@@ -796,9 +840,17 @@ class _ShmSink(_Sink):
     Kafka fetch); read-ahead is bounded by the ring, since a slot is written only once released.
     """
 
-    def __init__(self, server: BridgeServer, conn: _Connection, rid: int, ring: shm.ShmRing) -> None:
+    def __init__(
+        self,
+        server: BridgeServer,
+        conn: _Connection,
+        rid: int,
+        ring: shm.ShmRing,
+        arena: shm.ChunkArena | None,
+    ) -> None:
         super().__init__(server, conn, rid)
         self.ring = ring
+        self.arena = arena
         self._announce = bytearray(protocol.PREFIX_SIZE + protocol.SHM_DATA_PAYLOAD.size)
         protocol.PREFIX.pack_into(
             self._announce,
@@ -822,21 +874,48 @@ class _ShmSink(_Sink):
             if server._next_frame_within(conn, 0.2):
                 server._check_cancel(conn, self.rid)
 
-    def await_room(self) -> bool:
-        if self.ring.in_flight >= self.ring.slots:
-            self._await_free(1)
-        return self.ring.in_flight < self.ring.slots
+    def await_room(self, views: int) -> bool:
+        # a piece in the arena is one announcement per view (a piece may span two chunks), a ring piece one
+        need = min(views if self.arena is not None else 1, self.ring.slots)
+        if self.ring.slots - self.ring.in_flight < need:
+            self._await_free(need)
+        return self.ring.slots - self.ring.in_flight >= need
 
     def deliver(self, data: list[memoryview], trailer: bytes = b"") -> int:
+        if self.arena is not None and len(data) <= self.ring.slots - self.ring.in_flight:
+            offsets = [self.arena.locate(v) for v in data]
+            if None not in offsets:
+                return self._announce_in_arena(data, offsets, trailer)  # type: ignore[arg-type]
         ring = self.ring
         slot = ring.next_slot
         n = copy_into(ring.slot_view(slot), data)  # GIL released: other streams run meanwhile
         ring.next_slot = (slot + 1) % ring.slots
         ring.in_flight += 1
         protocol.SHM_DATA_PAYLOAD.pack_into(self._announce, protocol.PREFIX_SIZE, slot, n)
+        self.conn.pieces.append(None)
         self.conn.sock.sendall(self._announce + trailer if trailer else self._announce)
         with self.server._counters_lock:  # per piece: health shows a stream in progress too
             self.server._shm_bytes_streamed += n
+        return n
+
+    def _announce_in_arena(self, data: list[memoryview], offsets: list[int], trailer: bytes) -> int:
+        """No copy: one ARENA_DATA per view (offset, length); the views pin their blocks until released."""
+        frames = bytearray()
+        for v, offset in zip(data, offsets, strict=True):
+            frames += protocol.PREFIX.pack(
+                protocol.data_frame_length(protocol.ARENA_DATA_PAYLOAD.size),
+                FrameType.ARENA_DATA,
+                self.rid,
+                0,
+            )
+            frames += protocol.ARENA_DATA_PAYLOAD.pack(offset, len(v))
+            self.conn.pieces.append([v])
+        self.ring.in_flight += len(data)
+        self.conn.sock.sendall(frames + trailer)
+        n = sum(len(v) for v in data)
+        with self.server._counters_lock:
+            self.server._shm_bytes_streamed += n
+            self.server._arena_bytes_streamed += n
         return n
 
     def await_taken(self, grace_s: float) -> None:
@@ -963,6 +1042,7 @@ def serve(
         raise ValueError(f"bridge.transport={transport!r}: expected 'shm' or 'socket'")
     shm_dir_raw = settings.get("bridge.shm.dir")
     permits_raw = settings.get("bridge.fetch.permits", "").strip()
+    arena_raw = settings.get("bridge.arena.blocks", "").strip()
     if tune_allocator(mmap_threshold):
         log.info("glibc mmap threshold set to %d bytes", mmap_threshold)
     if rsm_class:
@@ -985,6 +1065,7 @@ def serve(
         shm_slots=int(settings.get("bridge.shm.slots", shm.DEFAULT_SLOTS)),
         shm_slot_bytes=int(settings.get("bridge.shm.slot.bytes", shm.DEFAULT_SLOT_BYTES)),
         fetch_permits=int(permits_raw) if permits_raw else None,
+        arena_blocks=int(arena_raw) if arena_raw else None,
     )
     server.bind()
 

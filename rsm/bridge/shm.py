@@ -14,6 +14,7 @@ connection close at the latest.  Files of bridges that died are removed when a b
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import mmap
@@ -24,13 +25,15 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from segment_format._native import ArenaBlock, buffer_address
+
 log = logging.getLogger(__name__)
 
 DEFAULT_SLOTS = 8
 DEFAULT_SLOT_BYTES = 1024 * 1024
 MIN_SLOT_BYTES = 64 * 1024
 MAX_SLOT_BYTES = 16 * 1024 * 1024
-_RING_NAME = re.compile(r"^ring-(\d+)-[0-9a-f]{16}$")
+_RING_NAME = re.compile(r"^(?:ring|arena)-(\d+)-[0-9a-f]{16}$")
 
 
 def default_shm_dir() -> Path:
@@ -104,6 +107,105 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def create_shared_file(directory: Path, kind: str, size: int) -> tuple[Path, mmap.mmap]:
+    """A new file ``<kind>-<pid>-<random>`` (mode 0600, exclusive create) of ``size`` bytes, mapped read-write."""
+    path = Path(directory) / f"{kind}-{os.getpid()}-{secrets.token_hex(8)}"
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags, 0o600)
+    try:
+        os.ftruncate(fd, size)
+        # reserve the pages now: on a full tmpfs (a small /dev/shm in a container) writing a sparse mapping
+        # would kill the bridge with SIGBUS; this fails cleanly (ENOSPC) and the bridge goes without
+        if hasattr(os, "posix_fallocate"):
+            os.posix_fallocate(fd, 0, size)
+        mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    except BaseException:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+        raise
+    os.close(fd)  # the mapping keeps the memory
+    return path, mm
+
+
+def open_shared_file(path: Path, size: int, what: str) -> mmap.mmap:
+    """A client's read-only mapping of a bridge's file, checked to be an owner-only file of ``size`` bytes."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.getuid() or stat.S_IMODE(st.st_mode) & 0o077 or st.st_size < size:
+            raise ValueError(f"shared-memory {what} {path} is not an owner-only file of {size} bytes")
+        return mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
+    finally:
+        os.close(fd)
+
+
+class ChunkArena:
+    """Fixed-size blocks of one shared file that decoded chunks live in, so a client reads them in place.
+
+    Why: through a ring every fetched byte is copied by the bridge into a slot and again by the broker out
+    of it; for plain segments that copy was a fifth of the bridge's work. The bridge hands the arena to the
+    RSM as its chunk allocator: a chunk decoded into a block is cached as the block itself, and a fetch
+    announces its bytes by arena offset (``ARENA_DATA``) with no copy. A block goes back to the free list
+    when its last reference goes (evicted from the cache, no stream reading it, every piece of it released
+    by the client), so a block a client may still read is never reused.
+    """
+
+    def __init__(self, path: Path | None, mm: mmap.mmap, block_bytes: int) -> None:
+        self.path = path
+        self.mm = mm
+        self.block_bytes = block_bytes
+        self.size = len(mm)
+        self.blocks = self.size // block_bytes
+        self.base = buffer_address(mm)
+        self.unlinked = False
+        # deque append/popleft are atomic: blocks are freed from any thread (by the last reference's owner)
+        self._free: collections.deque[int] = collections.deque(
+            range(0, self.blocks * block_bytes, block_bytes)
+        )
+
+    @classmethod
+    def create(cls, directory: Path, blocks: int, block_bytes: int) -> ChunkArena:
+        """An arena file ``arena-<pid>-<random>`` of ``blocks`` blocks (it stays named: clients map it)."""
+        if blocks < 1 or block_bytes < MIN_SLOT_BYTES:
+            raise ValueError(f"bad chunk arena shape: {blocks} blocks of {block_bytes} bytes")
+        path, mm = create_shared_file(directory, "arena", blocks * block_bytes)
+        return cls(path, mm, block_bytes)
+
+    @classmethod
+    def anonymous(cls, blocks: int, block_bytes: int) -> ChunkArena:
+        """The same allocator over private memory (no file): for an in-process RSM, e.g. as a baseline."""
+        return cls(None, mmap.mmap(-1, blocks * block_bytes), block_bytes)
+
+    def allocate(self, size: int) -> ArenaBlock | None:
+        """A block for ``size`` bytes, or None (too large for a block, or none free: decode on the heap)."""
+        if size > self.block_bytes:
+            return None
+        try:
+            offset = self._free.popleft()
+        except IndexError:
+            return None
+        return ArenaBlock(self.mm, offset, size, self._free.append)
+
+    @property
+    def free_blocks(self) -> int:
+        return len(self._free)
+
+    def locate(self, view: memoryview) -> int | None:
+        """Offset of ``view``'s bytes in the arena, or None when they are not in it."""
+        offset = buffer_address(view) - self.base
+        return offset if offset >= 0 and offset + len(view) <= self.size else None
+
+    def describe(self) -> dict[str, object]:
+        """What the server's HELLO tells a client (which maps the file read-only)."""
+        return {"path": str(self.path), "bytes": self.size}
+
+    def unlink(self) -> None:
+        """Remove the file's name (at shutdown); mappings, and blocks still referenced, stay valid."""
+        if not self.unlinked and self.path is not None:
+            self.unlinked = True
+            self.path.unlink(missing_ok=True)
+
+
 @dataclass(eq=False)
 class ShmRing:
     """One connection's ring of ``slots`` slots of ``slot_bytes`` each, written by the bridge.
@@ -135,25 +237,8 @@ class ShmRing:
             raise ValueError(
                 f"bridge.shm.slot.bytes={slot_bytes} outside [{MIN_SLOT_BYTES}, {MAX_SLOT_BYTES}]"
             )
-        path = Path(directory) / f"ring-{os.getpid()}-{secrets.token_hex(8)}"
-        flags = (
-            os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-        )
-        fd = os.open(path, flags, 0o600)
-        try:
-            os.ftruncate(fd, slots * slot_bytes)
-            # reserve the pages now: on a full tmpfs (a small /dev/shm in a container) writing a sparse
-            # mapping would kill the bridge with SIGBUS; this fails cleanly (ENOSPC) and the connection
-            # falls back to socket DATA frames
-            if hasattr(os, "posix_fallocate"):
-                os.posix_fallocate(fd, 0, slots * slot_bytes)
-            mm = mmap.mmap(fd, slots * slot_bytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        except BaseException:
-            os.close(fd)
-            path.unlink(missing_ok=True)
-            raise
-        os.close(fd)  # the mapping keeps the memory; the file name goes once the client mapped it
-        return cls(path, slots, slot_bytes, mm)
+        path, mm = create_shared_file(directory, "ring", slots * slot_bytes)
+        return cls(path, slots, slot_bytes, mm)  # the file name goes once the client mapped it
 
     def describe(self) -> dict[str, object]:
         """What the server's HELLO tells the client about this ring."""
@@ -179,15 +264,7 @@ class ClientRing:
     """The client's read-only mapping of the bridge's ring (opened by the path the HELLO named)."""
 
     def __init__(self, path: Path, slots: int, slot_bytes: int) -> None:
-        size = slots * slot_bytes
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
-        try:
-            st = os.fstat(fd)
-            if st.st_uid != os.getuid() or stat.S_IMODE(st.st_mode) & 0o077 or st.st_size < size:
-                raise ValueError(f"shared-memory ring {path} is not an owner-only file of {size} bytes")
-            self.mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
-        finally:
-            os.close(fd)
+        self.mm = open_shared_file(path, slots * slot_bytes, "ring")
         self.slots = slots
         self.slot_bytes = slot_bytes
         self.view = memoryview(self.mm)

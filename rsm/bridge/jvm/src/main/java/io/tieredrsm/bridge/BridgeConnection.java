@@ -35,6 +35,8 @@ final class BridgeConnection implements AutoCloseable {
     static final byte SHM_DATA = 8;
     /** Capability "shm": client -> server, payload u32 count (the oldest held slots are free again). */
     static final byte SHM_RELEASE = 9;
+    /** Capability "shm" with an arena: server -> client, payload u64 offset, u32 length (bytes in the arena). */
+    static final byte ARENA_DATA = 10;
     static final String CAP_SHM = "shm";
 
     static final int PREFIX_SIZE = 13;
@@ -110,6 +112,8 @@ final class BridgeConnection implements AutoCloseable {
     volatile boolean broken;
     /** The bridge's shared-memory ring (read-only mapping), or null: fetch answers come as DATA frames. */
     private volatile MappedByteBuffer ring;
+    /** The bridge's chunk arena (read-only mapping), or null: pieces come through ring slots only. */
+    private volatile MappedByteBuffer arena;
     private int ringSlots;
     private int ringSlotBytes;
     /** Request id of a stream cancelled without waiting for its END (0: none): read before the next use. */
@@ -156,6 +160,9 @@ final class BridgeConnection implements AutoCloseable {
                     && hello.header.get("capabilities") instanceof List
                     && ((List<?>) hello.header.get("capabilities")).contains(CAP_SHM)) {
                 mapRing((Map<?, ?>) hello.header.get("shm"));
+                if (ring != null && hello.header.get("arena") instanceof Map) {
+                    mapArena((Map<?, ?>) hello.header.get("arena"));
+                }
                 // "mapped" (or not): the bridge removes the file's name when this first frame arrives
                 send(SHM_RELEASE, 0, null, new byte[4], 0, 4);
             }
@@ -188,6 +195,47 @@ final class BridgeConnection implements AutoCloseable {
             // not fatal: this connection's fetches use socket DATA frames
             this.ring = null;
         }
+    }
+
+    private void mapArena(Map<?, ?> desc) {
+        try {
+            Path path = Path.of(String.valueOf(desc.get("path")));
+            long size = ((Number) desc.get("bytes")).longValue();
+            if (size < 1 || size > Integer.MAX_VALUE) {
+                throw new IOException("bad arena size " + size);
+            }
+            try (FileChannel fc = FileChannel.open(path, StandardOpenOption.READ, LinkOption.NOFOLLOW_LINKS)) {
+                if (fc.size() < size) {
+                    throw new IOException("arena file " + path + " is smaller than " + size + " bytes");
+                }
+                this.arena = fc.map(FileChannel.MapMode.READ_ONLY, 0, size);
+            }
+        } catch (IOException | RuntimeException e) {
+            // not fatal: every piece then comes through the ring
+            this.arena = null;
+        }
+    }
+
+    /** True when the bridge may announce pieces in its chunk arena (ARENA_DATA) on this connection. */
+    boolean hasArena() {
+        return arena != null;
+    }
+
+    /** Validates an ARENA_DATA announcement (offset, length). */
+    void checkArena(long offset, int length) throws IOException {
+        MappedByteBuffer a = arena;
+        if (a == null || offset < 0 || length < 0 || offset + length > a.capacity()) {
+            throw new IOException("ARENA_DATA frame (offset " + offset + ", length " + length + ") outside the arena");
+        }
+    }
+
+    /** Copies {@code len} bytes at {@code offset} of the arena into {@code b} (bounds checked by checkArena). */
+    void copyFromArena(long offset, byte[] b, int off, int len) throws IOException {
+        MappedByteBuffer a = arena;
+        if (a == null) {
+            throw new IOException("chunk arena closed");
+        }
+        a.get((int) offset, b, off, len);
     }
 
     /** True when fetch answers on this connection may come through the shared-memory ring. */
@@ -275,6 +323,13 @@ final class BridgeConnection implements AutoCloseable {
     private void unmapRing() {
         MappedByteBuffer r = ring;
         ring = null;
+        unmap(r);
+        MappedByteBuffer a = arena;
+        arena = null;
+        unmap(a);
+    }
+
+    private static void unmap(MappedByteBuffer r) {
         if (r == null) {
             return;
         }
@@ -455,7 +510,7 @@ final class BridgeConnection implements AutoCloseable {
                 if (f.requestId != rid) {
                     return false;
                 }
-                if (f.type == SHM_DATA) {
+                if (f.type == SHM_DATA || f.type == ARENA_DATA) {
                     releaseSlot(); // sent before our CANCEL arrived
                 } else if (f.type == DATA) {
                     drained += f.payloadLength;

@@ -299,6 +299,9 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
             h.putAll(header);
             if (c.hasRing()) {
                 h.put("transport", BridgeConnection.CAP_SHM);
+                if (c.hasArena()) {
+                    h.put("arena", true); // pieces already decoded in the arena are read in place
+                }
             }
             if ("fetch_log_segment".equals(op)) {
                 // Kafka reads its fetch size and closes: the bridge answers that much, then END "more";
@@ -462,6 +465,9 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
         private boolean slotSpent;
         private int slot;
         private int slotPos;
+        /** The held piece is in the bridge's arena at {@code arenaOffset} (else in ring slot {@code slot}). */
+        private boolean inArena;
+        private long arenaOffset;
         /** The answer ended with END "more": the rest is one follow-up request away. */
         private boolean paused;
         private boolean done;
@@ -513,6 +519,29 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
                     slotPos = 0;
                     remaining = len;
                     holdsSlot = true;
+                    inArena = false;
+                    slotSpent = len == 0;
+                    break;
+                }
+                case BridgeConnection.ARENA_DATA: {
+                    if (f.payloadLength != 12) {
+                        fail();
+                        throw new IOException(what + ": malformed ARENA_DATA frame");
+                    }
+                    ByteBuffer p = ByteBuffer.wrap(f.payload, f.payloadOffset, 12);
+                    long offset = p.getLong();
+                    int len = p.getInt();
+                    try {
+                        conn.checkArena(offset, len);
+                    } catch (IOException e) {
+                        fail();
+                        throw new IOException(what + ": " + e.getMessage(), e);
+                    }
+                    arenaOffset = offset;
+                    slotPos = 0;
+                    remaining = len;
+                    holdsSlot = true;
+                    inArena = true;
                     slotSpent = len == 0;
                     break;
                 }
@@ -635,7 +664,11 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
             try {
                 if (holdsSlot) {
                     n = Math.min(len, remaining);
-                    conn.copyFromRing(slot, slotPos, b, off, n);
+                    if (inArena) {
+                        conn.copyFromArena(arenaOffset + slotPos, b, off, n);
+                    } else {
+                        conn.copyFromRing(slot, slotPos, b, off, n);
+                    }
                     slotPos += n;
                     remaining -= n;
                     slotSpent = remaining == 0;

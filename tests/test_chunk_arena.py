@@ -1,0 +1,264 @@
+"""The chunk arena: decoded chunks in shared memory that the broker reads in place (ARENA_DATA).
+
+Covers the native block type (lifetime through views), the allocator, decoding into blocks for every
+chunk kind (against the heap path), and the bridge's pinning rule: a block a client may still read is
+never reused, however hard other fetches press on a tiny arena.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import os
+import stat
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+from segment_format._native import ArenaBlock
+from test_bridge_server import tempfile_dir
+from test_rsm_helpers import make_segment, read_all, write_keyring
+
+from rsm import RemoteStorageException, RemoteStorageManager, TopicIdPartition
+from rsm.bridge import protocol
+from rsm.bridge.client import BridgeConnection
+from rsm.bridge.protocol import FrameType
+from rsm.bridge.server import BridgeServer
+from rsm.bridge.shm import ChunkArena, open_shared_file, remove_stale_rings
+
+KIB = 1024
+
+
+def test_a_block_lives_while_any_view_of_it_does_and_is_freed_once() -> None:
+    import mmap
+
+    mm = mmap.mmap(-1, 64 * KIB)
+    freed: list[int] = []
+    block = ArenaBlock(mm, 8 * KIB, 100, freed.append)
+    assert (len(block), block.offset) == (100, 8 * KIB)
+    view = memoryview(block)
+    view[:5] = b"hello"
+    assert mm[8 * KIB : 8 * KIB + 5] == b"hello"
+    piece = view[10:20]
+    del block, view
+    gc.collect()
+    assert freed == []  # a slice still holds it
+    del piece
+    assert freed == [8 * KIB]
+    with pytest.raises(ValueError, match="outside the arena"):
+        ArenaBlock(mm, 64 * KIB - 10, 100, freed.append)
+    with pytest.raises(TypeError, match="callable"):
+        ArenaBlock(mm, 0, 1, None)
+    assert freed == [8 * KIB]
+
+
+def test_the_allocator_hands_out_each_block_once_until_it_is_freed() -> None:
+    arena = ChunkArena.anonymous(3, 64 * KIB)
+    assert arena.allocate(64 * KIB + 1) is None  # larger than a block: decode on the heap
+    blocks = [arena.allocate(64 * KIB - i) for i in range(3)]
+    assert sorted(b.offset for b in blocks) == [0, 64 * KIB, 128 * KIB]
+    assert arena.allocate(1) is None and arena.free_blocks == 0  # exhausted
+    view = memoryview(blocks[1])[5:9]
+    assert arena.locate(view) == blocks[1].offset + 5
+    assert arena.locate(memoryview(b"elsewhere")) is None
+    offset = blocks[1].offset
+    del blocks[1]
+    assert arena.free_blocks == 0  # the view pins it
+    del view
+    assert arena.free_blocks == 1
+    assert arena.allocate(10).offset == offset
+
+
+def test_the_arena_file_is_owner_only_and_stale_ones_are_removed(tmp_path: Path) -> None:
+    d = tmp_path / "shm"
+    d.mkdir(mode=0o700)
+    arena = ChunkArena.create(d, 2, 64 * KIB)
+    st = arena.path.stat()
+    assert stat.S_IMODE(st.st_mode) == 0o600 and st.st_size == 128 * KIB
+    assert arena.path.name.startswith(f"arena-{os.getpid()}-")
+    client = open_shared_file(arena.path, arena.size, "arena")  # what a client maps, read-only
+    block = arena.allocate(5)
+    memoryview(block)[:] = b"abcde"
+    assert client[block.offset : block.offset + 5] == b"abcde"
+    others = tmp_path / "others"
+    others.mkdir(mode=0o700)
+    dead = others / "arena-999999999-0123456789abcdef"  # a bridge pid that is not running
+    live = others / "arena-1-0123456789abcdef"  # pid 1 is alive: its arena is left alone
+    dead.write_bytes(b"")
+    live.write_bytes(b"")
+    assert remove_stale_rings(others) == 1 and not dead.exists() and live.exists()
+    arena.unlink()
+    assert not arena.path.exists()
+    assert bytes(memoryview(block)) == b"abcde"  # mappings outlive the name
+
+
+CASES = {
+    "plain": {"compression.enabled": "false", "encryption.enabled": "false"},
+    "zstd": {"compression.enabled": "true", "encryption.enabled": "false"},
+    "encrypted": {"compression.enabled": "false", "encryption.enabled": "true"},
+    "zstd+encrypted": {"compression.enabled": "true", "encryption.enabled": "true"},
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("backend", ["file", "s3"])
+def test_chunks_decoded_into_blocks_match_the_heap_path(
+    tmp_path: Path, s3_server, case: str, backend: str
+) -> None:
+    if backend == "s3":
+        configs = s3_server.rsm_configs(bucket=s3_server.make_bucket())
+    else:
+        configs = {"storage.backend": "file", "storage.file.root": str(tmp_path / "store"), "bucket": "b"}
+    configs.update(CASES[case])
+    configs.update(
+        {
+            "chunk.size": str(64 * KIB),
+            "cache.chunk.bytes": str(128 * KIB),
+            "encryption.keyring.path": str(write_keyring(tmp_path / "keyring.json")),
+            "encryption.key.id": "k1",
+        }
+    )
+    seg = make_segment(
+        tmp_path / "seg", TopicIdPartition(uuid.uuid4(), "arena", 0), batches=80, value_size=500
+    )
+    original = seg.data.log_segment.read_bytes()
+    rsm = RemoteStorageManager()
+    rsm.configure(configs)
+    arena = ChunkArena.anonymous(4, 64 * KIB)
+    try:
+        md = dataclasses.replace(
+            seg.metadata, custom_metadata=rsm.copy_log_segment_data(seg.metadata, seg.data)
+        )
+        rsm.set_chunk_allocator(arena.allocate)
+        for start, end in [
+            (0, None),
+            (100, 200_000),
+            (64 * KIB - 3, 64 * KIB + 3),
+            (len(original) - 1, None),
+        ]:
+            got = read_all(rsm.fetch_log_segment(md, start, end))
+            assert got == original[start : None if end is None else end + 1], (start, end)
+        assert arena.free_blocks < 4  # the cache holds blocks: chunks were decoded into the arena
+        rsm.set_chunk_allocator(None)
+        rsm.close()
+        gc.collect()
+        assert arena.free_blocks == 4  # every block came back
+    finally:
+        rsm.close()
+
+
+def test_a_corrupt_chunk_decoded_into_a_block_is_refused_and_the_block_freed(tmp_path: Path) -> None:
+    configs = {
+        "storage.backend": "file",
+        "storage.file.root": str(tmp_path / "store"),
+        "bucket": "b",
+        "chunk.size": str(64 * KIB),
+        "compression.enabled": "false",
+    }
+    seg = make_segment(tmp_path / "seg", TopicIdPartition(uuid.uuid4(), "bad", 3), batches=40, value_size=500)
+    rsm = RemoteStorageManager()
+    rsm.configure(configs)
+    arena = ChunkArena.anonymous(2, 64 * KIB)
+    try:
+        md = dataclasses.replace(
+            seg.metadata, custom_metadata=rsm.copy_log_segment_data(seg.metadata, seg.data)
+        )
+        log_object = next(p for p in (tmp_path / "store").rglob("*.log"))
+        raw = bytearray(log_object.read_bytes())
+        raw[100] ^= 0xFF
+        log_object.write_bytes(raw)
+        rsm.set_chunk_allocator(arena.allocate)
+        with pytest.raises(RemoteStorageException, match="CRC-32C mismatch"):
+            read_all(rsm.fetch_log_segment(md, 0))
+        gc.collect()
+        assert arena.free_blocks == 2
+    finally:
+        rsm.close()
+
+
+@pytest.fixture
+def short_dir() -> Path:
+    d = Path(tempfile_dir()) / f"rsma-{uuid.uuid4().hex[:8]}"
+    d.mkdir(mode=0o700)
+    yield d
+    for p in sorted(d.rglob("*"), reverse=True):
+        p.rmdir() if p.is_dir() else p.unlink()
+    d.rmdir()
+
+
+def test_a_block_a_client_still_reads_is_never_reused(short_dir: Path, tmp_path: Path) -> None:
+    """A tiny arena (4 blocks), no chunk cache: while one client holds ARENA_DATA pieces unreleased, other
+    fetches decode many chunks; the held pieces' bytes stay exactly the segment's, and come back free."""
+    chunk = 64 * KIB
+    rsm = RemoteStorageManager()
+    rsm.configure(
+        {
+            "storage.backend": "file",
+            "storage.file.root": str(tmp_path / "store"),
+            "bucket": "b",
+            "chunk.size": str(chunk),
+            "compression.enabled": "false",
+            "cache.chunk.bytes": "0",
+            "fetch.prefetch.chunks": "0",
+        }
+    )
+    seg = make_segment(
+        tmp_path / "seg", TopicIdPartition(uuid.uuid4(), "pin", 0), batches=120, value_size=3000
+    )
+    data = seg.data.log_segment.read_bytes()
+    assert len(data) > 20 * chunk
+    md = dataclasses.replace(seg.metadata, custom_metadata=rsm.copy_log_segment_data(seg.metadata, seg.data))
+    meta = protocol.encode_metadata(md)
+    server = BridgeServer(rsm, short_dir / "a.sock", shm_dir=short_dir / "shm", arena_blocks=4, shm_slots=8)
+    server.bind()
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    holder = BridgeConnection(short_dir / "a.sock", timeout=10, transport="shm")
+    other = BridgeConnection(short_dir / "a.sock", timeout=10, transport="shm")
+    try:
+        desc = holder.server_hello["arena"]
+        arena_map = open_shared_file(Path(desc["path"]), desc["bytes"], "arena")
+
+        def request(conn: BridgeConnection, rid: int, start: int, stop_after: int) -> list[tuple[int, int]]:
+            header = {"op": "fetch_log_segment", "metadata": meta, "start_position": start,
+                      "transport": "shm", "arena": True, "stop_after": stop_after}  # fmt: skip
+            protocol.send_frame(conn.sock, FrameType.REQUEST, rid, header)
+            pieces = []
+            while True:
+                f = protocol.recv_frame(conn.sock)
+                if f.type == FrameType.ARENA_DATA:
+                    pieces.append(protocol.ARENA_DATA_PAYLOAD.unpack(f.payload))
+                elif f.type == FrameType.END:
+                    return pieces
+                else:
+                    raise AssertionError(f"unexpected {f.type.name}: {f.header}")
+
+        def health(conn: BridgeConnection, rid: int) -> dict:
+            """Answered after every frame sent before it on the same connection (releases included)."""
+            protocol.send_frame(conn.sock, FrameType.REQUEST, rid, {"op": "health"})
+            return protocol.recv_frame(conn.sock).header
+
+        start = chunk - 10  # spans two chunks: two pieces, two blocks
+        held = request(holder, 1, start, 100)
+        assert len(held) == 2  # not released: both blocks are pinned
+        # the other client walks the whole segment through the two remaining blocks, releasing as it goes
+        for i, pos in enumerate(range(0, len(data) - 1000, chunk // 2)):
+            pieces = request(other, 10 + i, pos, 1000)
+            assert pieces
+            for offset, n in pieces:
+                assert arena_map[offset : offset + n] == data[pos : pos + n]
+                pos += n
+            other.release_slots(len(pieces))
+        assert health(other, 5000)["arena_free_blocks"] == 2  # the held two are still out
+        got = b"".join(arena_map[o : o + n] for o, n in held)
+        assert got == data[start : start + 100]  # the pinned blocks were not reused
+        holder.release_slots(2)
+        answer = health(holder, 5001)
+        assert answer["arena_bytes_streamed"] >= 100 + 1000 * i
+        assert answer["arena_free_blocks"] == 4
+    finally:
+        holder.close()
+        other.close()
+        server.stop()
+        t.join(15)
