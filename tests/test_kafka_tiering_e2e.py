@@ -331,6 +331,7 @@ def test_tiering_through_the_bridge(bridge_plugin_jar, kafka_broker_factory, s3_
         streamed = BridgeClient(sock).health()
         assert streamed["shm_bytes_streamed"] > 0, streamed
         assert streamed["shm_bytes_streamed"] == streamed["bytes_streamed"], streamed
+        assert streamed["arena_bytes_streamed"] > 0, streamed  # read in place from the chunk arena
         print(
             f"e2e: {len(expected)} committed records read back, {len(manifests)} segments tiered "
             f"({total} bytes), bridge pid {killed[0]} killed with {in_flight_at_kill} requests in flight, restarted as {health['pid']}, local starts {local_start}",
