@@ -60,6 +60,8 @@ CANCEL_GRACE_S = 0.001
 DEFAULT_MMAP_THRESHOLD_BYTES = 32 * 1024 * 1024
 DEFAULT_ARENA_BLOCK_BYTES = 4 * 1024 * 1024
 ARENA_EXTRA_BLOCKS = 16  # beyond the chunk cache's: chunks held by streams, prefetches, unreleased pieces
+# the default arena's cap (its pages are reserved up front); a bigger chunk cache keeps the rest on the heap
+ARENA_MAX_BYTES = 256 * 1024 * 1024
 DEFAULT_SEND_BUFFER_BYTES = 1024 * 1024  # the first MiB of a fetch goes out without waiting for the reader
 
 Handler = Callable[["RequestContext"], "dict[str, Any] | None"]
@@ -349,7 +351,10 @@ class BridgeServer:
             cache_bytes = int(self.rsm.config.get("cache.chunk.bytes"))
         # the cache's chunks, plus chunks that streams, prefetches and unreleased pieces still hold; when
         # every block is taken a chunk is decoded on the heap and copied into a ring slot as before
-        blocks = self.arena_blocks or cache_bytes // block_bytes + ARENA_EXTRA_BLOCKS
+        blocks = self.arena_blocks or min(
+            cache_bytes // block_bytes + ARENA_EXTRA_BLOCKS,
+            max(ARENA_EXTRA_BLOCKS, ARENA_MAX_BYTES // block_bytes),
+        )
         try:
             self.arena = shm.ChunkArena.create(self.shm_dir, blocks, block_bytes)
         except (OSError, ValueError) as exc:
