@@ -635,15 +635,15 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
         }
 
         private void readFrame() throws IOException {
+            BridgeConnection.Frame f;
             try {
-                accept(conn.read());
+                f = conn.read();
             } catch (IOException e) {
-                if (conn != null) {
-                    fail();
-                }
-                throw e instanceof java.io.EOFException
-                        ? new IOException(what + ": bridge connection lost mid-stream", e) : e;
+                // EOF, a reset (the bridge died with our frames unread) or a timeout: one kind of failure
+                fail();
+                throw new IOException(what + ": bridge connection lost mid-stream: " + e.getMessage(), e);
             }
+            accept(f); // fails the stream itself on a bad or ERROR frame
         }
 
         @Override
