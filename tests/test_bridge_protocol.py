@@ -178,6 +178,24 @@ def test_metadata_decode_names_the_bad_key(mutate, message):
         protocol.decode_metadata(obj)
 
 
+def test_metadata_decoder_remembers_equal_objects_only():
+    decoder = protocol.MetadataDecoder(max_entries=2)
+    obj = protocol.encode_metadata(make_metadata(b"\x01loc"))
+    first = decoder.decode(obj)
+    assert first == protocol.decode_metadata(obj)
+    assert decoder.decode(dict(obj)) is first  # an equal object: the same (immutable) answer
+    for key, value in [("custom_metadata", None), ("state", "COPY_SEGMENT_FINISHED"), ("end_offset", 7777),
+                       ("segment_leader_epochs", [[0, 100]])]:  # fmt: skip
+        changed = decoder.decode({**obj, key: value})
+        assert changed != first and changed == protocol.decode_metadata({**obj, key: value}), key
+    # malformed objects are refused as by decode_metadata, even when a valid equal-looking one is cached
+    assert decoder.decode({**obj, "partition": 1}).remote_log_segment_id.topic_id_partition.partition == 1
+    for bad in ({**obj, "partition": True}, {**obj, "partition": 1.0}, {**obj, "partition": [1]}, "x"):
+        with pytest.raises(ValueError):
+            decoder.decode(bad)
+    assert len(decoder._cache) <= 2  # bounded
+
+
 def test_segment_data_round_trip(tmp_path: Path):
     data = LogSegmentData(
         tmp_path / "0.log",

@@ -295,6 +295,7 @@ class BridgeServer:
         # decoded chunks in shared memory (see shm.ChunkArena), created at bind: None = sized from the RSM's
         # chunk cache, 0 = no arena (every fetched byte is copied into a ring slot)
         self.arena_blocks = arena_blocks
+        self._metadata = protocol.MetadataDecoder()
         self.arena: shm.ChunkArena | None = None
         self._stopping = threading.Event()
         self._stopped = threading.Event()
@@ -633,7 +634,7 @@ class BridgeServer:
 
     def _open_stream(self, header: dict[str, Any]) -> Any:
         op = header.get("op")
-        metadata = protocol.decode_metadata(header.get("metadata"))
+        metadata = self._metadata.decode(header.get("metadata"))
         log_config = protocol.decode_log_config(header.get("log_config"))
         if op == Op.FETCH_INDEX:
             return self.rsm.fetch_index(
