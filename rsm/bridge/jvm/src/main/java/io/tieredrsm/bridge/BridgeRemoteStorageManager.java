@@ -501,47 +501,35 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
                     // straight into the caller's array as the caller reads
                     remaining = f.payloadLength;
                     break;
-                case BridgeConnection.SHM_DATA: {
-                    if (f.payloadLength != 8) {
-                        fail();
-                        throw new IOException(what + ": malformed SHM_DATA frame");
-                    }
-                    ByteBuffer p = ByteBuffer.wrap(f.payload, f.payloadOffset, 8);
-                    int s = p.getInt();
-                    int len = p.getInt();
-                    try {
-                        conn.checkSlot(s, len);
-                    } catch (IOException e) {
-                        fail();
-                        throw new IOException(what + ": " + e.getMessage(), e);
-                    }
-                    slot = s;
-                    slotPos = 0;
-                    remaining = len;
-                    holdsSlot = true;
-                    inArena = false;
-                    slotSpent = len == 0;
-                    break;
-                }
+                case BridgeConnection.SHM_DATA:
                 case BridgeConnection.ARENA_DATA: {
-                    if (f.payloadLength != 12) {
+                    // a piece held in shared memory: ring slot (u32 slot, u32 length) or arena (u64 offset, u32
+                    // length); both are released the same way, in order
+                    boolean arena = f.type == BridgeConnection.ARENA_DATA;
+                    int size = arena ? 12 : 8;
+                    if (f.payloadLength != size) {
                         fail();
-                        throw new IOException(what + ": malformed ARENA_DATA frame");
+                        throw new IOException(what + ": malformed " + (arena ? "ARENA_DATA" : "SHM_DATA") + " frame");
                     }
-                    ByteBuffer p = ByteBuffer.wrap(f.payload, f.payloadOffset, 12);
-                    long offset = p.getLong();
+                    ByteBuffer p = ByteBuffer.wrap(f.payload, f.payloadOffset, size);
+                    long where = arena ? p.getLong() : p.getInt();
                     int len = p.getInt();
                     try {
-                        conn.checkArena(offset, len);
+                        if (arena) {
+                            conn.checkArena(where, len);
+                        } else {
+                            conn.checkSlot((int) where, len);
+                        }
                     } catch (IOException e) {
                         fail();
                         throw new IOException(what + ": " + e.getMessage(), e);
                     }
-                    arenaOffset = offset;
+                    inArena = arena;
+                    arenaOffset = where;
+                    slot = (int) where;
                     slotPos = 0;
                     remaining = len;
                     holdsSlot = true;
-                    inArena = true;
                     slotSpent = len == 0;
                     break;
                 }
