@@ -44,6 +44,7 @@ from rsm import RemoteLogSegmentMetadata, RemoteStorageManager
 from rsm.bridge.client import BridgeClient
 from rsm.bridge.server import ARENA_EXTRA_BLOCKS, DEFAULT_MMAP_THRESHOLD_BYTES, tune_allocator
 from rsm.bridge.shm import ChunkArena
+from rsm.cli.bridge import serve_command
 
 MiB = 1 << 20
 READ_BYTES = 1 * MiB
@@ -145,17 +146,7 @@ def start_bridge(work: Path, configs: dict[str, str]) -> tuple[subprocess.Popen,
     props.write_text("".join(f"rsm.config.{k}={v}\n" for k, v in configs.items()))
     sock = work / "b.sock"
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "rsm.cli.main",
-            "bridge",
-            "serve",
-            "--config",
-            str(props),
-            "--socket",
-            str(sock),
-        ],
+        serve_command(props, sock),
         env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1])),
     )
     deadline = time.monotonic() + 60

@@ -258,7 +258,7 @@ def test_plugin_reports_a_bridge_that_cannot_start(bridge_plugin_jar, java_build
     props = short_dir / "plugin.properties"
     props.write_text(
         f"bridge.socket.path={short_dir / 'b.sock'}\n"
-        f"bridge.command={sys.executable} -m rsm.cli.main bridge serve --rsm-class no_such_module:Nope\n"
+        f"bridge.command={bridge_command()} --rsm-class no_such_module:Nope\n"
         f"bridge.log.file={short_dir / 'bridge.log'}\n"
         "bridge.restart.backoff.ms=60000\n"
         "storage.file.root=/nonexistent\n"
@@ -418,7 +418,7 @@ def test_plugin_shm_stream_fails_cleanly_when_the_bridge_is_killed_mid_stream(
     props = short_dir / "plugin.properties"
     props.write_text(
         f"bridge.socket.path={short_dir / 'b.sock'}\n"
-        f"bridge.command={sys.executable} -m rsm.cli.main bridge serve --rsm-class test_bridge_server:MemoryRSM\n"
+        f"bridge.command={bridge_command()} --rsm-class test_bridge_server:MemoryRSM\n"
         f"bridge.log.file={short_dir / 'bridge.log'}\n"
         f"bridge.shm.dir={short_dir / 'shm'}\n"
         "fetch.delay.ms=5\nbridge.restart.backoff.ms=100\n"

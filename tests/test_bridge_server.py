@@ -15,7 +15,6 @@ import signal
 import socket
 import stat
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -39,6 +38,7 @@ from rsm.bridge import protocol
 from rsm.bridge.client import BridgeClient
 from rsm.bridge.protocol import FrameType
 from rsm.bridge.server import BridgeServer, check_socket_path, load_properties, split_rsm_configs
+from rsm.cli.bridge import serve_command
 
 TESTS_DIR = Path(__file__).resolve().parent
 REPO = TESTS_DIR.parent
@@ -438,19 +438,7 @@ def _start_serve(sock_dir: Path, extra: str = "") -> subprocess.Popen:
     cfg.write_text(f"rsm.config.bucket=x\nrsm.config.fetch.delay.ms=20\n{extra}")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS_DIR), str(REPO)]))
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "rsm.cli.main",
-            "bridge",
-            "serve",
-            "--config",
-            str(cfg),
-            "--socket",
-            str(sock_dir / "p.sock"),
-            "--rsm-class",
-            "test_bridge_server:MemoryRSM",
-        ],
+        serve_command(cfg, sock_dir / "p.sock", "--rsm-class", "test_bridge_server:MemoryRSM"),
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -500,17 +488,7 @@ def test_serve_refuses_a_bad_rsm_configuration_in_one_line(sock_dir):
     cfg = sock_dir / "server.properties"
     cfg.write_text("rsm.config.storage.backend=file\n")  # no storage.file.root: the RSM refuses it
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "rsm.cli.main",
-            "bridge",
-            "serve",
-            "--config",
-            str(cfg),
-            "--socket",
-            str(sock_dir / "x.sock"),
-        ],
+        serve_command(cfg, sock_dir / "x.sock"),
         capture_output=True,
         text=True,
         timeout=60,
@@ -520,15 +498,7 @@ def test_serve_refuses_a_bad_rsm_configuration_in_one_line(sock_dir):
     assert "storage.file.root" in result.stderr and "Traceback" not in result.stderr
     assert not (sock_dir / "x.sock").exists()
     missing = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "rsm.cli.main",
-            "bridge",
-            "serve",
-            "--config",
-            str(sock_dir / "nope.properties"),
-        ],
+        serve_command(sock_dir / "nope.properties"),
         capture_output=True,
         text=True,
         timeout=60,

@@ -28,6 +28,7 @@ from rsm.bridge.client import BridgeClient
 from rsm.bridge.protocol import FrameType
 from rsm.bridge.server import BridgeServer
 from rsm.bridge.shm import ShmRing, ensure_private_dir, remove_stale_rings
+from rsm.cli.bridge import serve_command
 
 MIB = 1024 * 1024
 
@@ -346,8 +347,7 @@ def test_bridge_killed_mid_stream_fails_the_read_cleanly(dirs, tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS_DIR), str(REPO)]))
     sock = sock_dir / "k.sock"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rsm.cli.main", "bridge", "serve", "--config", str(cfg), "--socket", str(sock),
-         "--rsm-class", "test_bridge_server:MemoryRSM"],
+        serve_command(cfg, sock, "--rsm-class", "test_bridge_server:MemoryRSM"),
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )  # fmt: skip
     client = BridgeClient(sock, transport="shm")

@@ -15,6 +15,15 @@ JVM_DIR = Path(__file__).resolve().parent.parent / "bridge" / "jvm"
 JAR_NAME = "rsm-bridge-plugin.jar"
 
 
+def serve_command(config: Path, socket: Path | None = None, *extra: str) -> list[str]:
+    """`rsm bridge serve` run by this interpreter (so it sees the same packages): for tests, benchmarks and
+    supervisors that start a bridge themselves."""
+    cmd = [sys.executable, "-m", "rsm.cli.main", "bridge", "serve", "--config", str(config)]
+    if socket is not None:
+        cmd += ["--socket", str(socket)]
+    return [*cmd, *extra]
+
+
 def plugin_jar_path(jvm_dir: Path = JVM_DIR) -> Path:
     """Where `mvn package` leaves the plugin jar."""
     return jvm_dir / "target" / JAR_NAME
