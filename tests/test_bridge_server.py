@@ -535,6 +535,11 @@ def test_client_drops_pooled_connections_of_a_restarted_bridge(sock_dir, tmp_pat
 def test_a_reader_that_stops_at_the_fetch_size_costs_nothing_past_it(bridge, tmp_path, monkeypatch):
     """Kafka reads its fetch size (1 MiB) and closes: the bridge stops at that mark until the reader
     drained it and either cancels (nothing more is read or sent) or keeps reading (it gets the rest)."""
+    check_reader_stopping_at_the_fetch_size(bridge, tmp_path, monkeypatch)
+
+
+def check_reader_stopping_at_the_fetch_size(bridge, tmp_path, monkeypatch) -> None:
+    """The body of that test, for either transport (test_bridge_shm runs it over the ring)."""
     from rsm.bridge import server as server_module
 
     monkeypatch.setattr(server_module, "CANCEL_GRACE_S", 0.5)  # generous: a loaded CI machine is slow

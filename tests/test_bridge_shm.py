@@ -21,7 +21,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from test_bridge_server import REPO, TESTS_DIR, MemoryRSM, make_segment, tempfile_dir
+from test_bridge_server import (
+    REPO,
+    TESTS_DIR,
+    MemoryRSM,
+    check_reader_stopping_at_the_fetch_size,
+    make_segment,
+    tempfile_dir,
+)
 
 from rsm.bridge import protocol
 from rsm.bridge.client import BridgeClient
@@ -269,22 +276,7 @@ def test_cancel_mid_stream_stops_reading_and_reuses_the_connection(bridge, tmp_p
 
 
 def test_kafka_like_reader_stops_at_the_fetch_size(bridge, tmp_path, monkeypatch):
-    from rsm.bridge import server as server_module
-
-    monkeypatch.setattr(server_module, "CANCEL_GRACE_S", 0.5)
-    server, rsm, client = bridge
-    md, sd, data = make_segment(tmp_path, 8 * MIB)
-    client.copy_log_segment_data(md, sd)
-    sent0 = client.health()["bytes_streamed"]
-    rsm.bytes_read = 0
-    s = client.fetch_log_segment(md, 12345)
-    got = bytearray()
-    while len(got) < MIB:
-        got += s.read(MIB - len(got))
-    s.close()
-    assert bytes(got) == data[12345 : 12345 + MIB] and s.cancelled
-    assert client.health()["bytes_streamed"] - sent0 == MIB
-    assert rsm.bytes_read == MIB
+    check_reader_stopping_at_the_fetch_size(bridge, tmp_path, monkeypatch)
 
 
 def test_ten_concurrent_readers(bridge, tmp_path):
