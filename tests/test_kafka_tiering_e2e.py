@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from harness.waiting import wait_until
 from test_bridge_plugin import bridge_command, bridge_plugin_jar  # noqa: F401 - session fixture
 
 from rsm.bridge.client import BridgeClient
@@ -52,17 +53,6 @@ def short_dir() -> Iterator[Path]:
     d.chmod(0o700)
     yield d
     shutil.rmtree(d, ignore_errors=True)
-
-
-def _wait(what: str, predicate, timeout: float, interval: float = 1.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
 
 
 class Store:
@@ -233,7 +223,7 @@ def test_tiering_through_the_bridge(bridge_plugin_jar, kafka_broker_factory, s3_
             # SIGKILL the bridge in the middle of a copy: some segments already tiered, producing still on,
             # and a request other than our own health probe in flight
             try:
-                _wait("first tiered segments", lambda: len(store.manifests()) >= 2, 240, 0.5)
+                wait_until("first tiered segments", lambda: len(store.manifests()) >= 2, 240, 0.5)
                 probe = BridgeClient(sock, pool_size=1)
                 deadline = time.monotonic() + 60
                 health = probe.health()
@@ -257,7 +247,7 @@ def test_tiering_through_the_bridge(bridge_plugin_jar, kafka_broker_factory, s3_
         def all_tiered() -> bool:
             return all(len(local_segments(broker, p)) == 1 for p in range(PARTITIONS))
 
-        _wait("local segments tiered and deleted", all_tiered, 300, 2)
+        wait_until("local segments tiered and deleted", all_tiered, 300, 2)
         health = BridgeClient(sock).health()
         assert health["pid"] != killed[0], "the plugin did not restart the bridge"
         assert health["log_configs_received"] > 0, "the plugin sent no topic configs (Admin describeConfigs)"
@@ -350,7 +340,7 @@ def test_tiering_through_the_bridge(bridge_plugin_jar, kafka_broker_factory, s3_
 
         # deleting the topic deletes its remote objects
         admin.delete_topics([TOPIC])
-        _wait("remote objects deleted", lambda: not store.manifests(), 180, 2)
+        wait_until("remote objects deleted", lambda: not store.manifests(), 180, 2)
         leftovers = store.objects(f"{TOPIC}-")
         print(f"objects left after topic deletion: {sorted(leftovers)}", file=sys.stderr)
         assert not leftovers

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from harness.kafka import tiered_storage_props
+from harness.waiting import wait_until
 from test_bridge_plugin import bridge_command, bridge_plugin_jar, short_dir  # noqa: F401 - fixtures
 from test_rsm_helpers import write_keyring
 
@@ -39,17 +40,6 @@ TOPIC_CONFIGS = {
 def value_of(topic: str, n: int) -> bytes:
     """Incompressible and reproducible: a plaintext leak into an encrypted object would show."""
     return hashlib.shake_256(f"{topic}-{n}".encode()).digest(VALUE_SIZE)
-
-
-def _wait(what: str, predicate, timeout: float, interval: float = 0.5):  # noqa: ANN001, ANN202
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
 
 
 def test_topic_overlay_routes_each_topic_to_its_own_bucket(
@@ -109,10 +99,11 @@ def test_topic_overlay_routes_each_topic_to_its_own_bucket(
     for topic in ("plain", "secure"):
         # the broker's own record of the id (written shortly after the partition is created)
         meta_file = broker.partition_dir(topic, 0) / "partition.metadata"
-        meta = _wait(
+        meta = wait_until(
             f"{meta_file}",
             lambda f=meta_file: f.exists() and "topic_id" in f.read_text() and f.read_text(),
             30,
+            0.5,
         )
         ids[topic] = to_uuid(
             next(line.split(":", 1)[1].strip() for line in meta.splitlines() if "topic_id" in line)
@@ -164,7 +155,7 @@ def test_topic_overlay_routes_each_topic_to_its_own_bucket(
         locals_ = {t: list(broker.partition_dir(t, 0).glob("*.log")) for t in ("plain", "secure")}
         return all(len(v) == 1 for v in locals_.values())  # every rolled segment tiered and deleted locally
 
-    _wait("both topics' rolled segments tiered and deleted locally", tiered, 90)
+    wait_until("both topics' rolled segments tiered and deleted locally", tiered, 90, 0.5)
 
     stems = {t: f"{t}-{uuid_to_base64(ids[t])}/0/" for t in ids}
     in_default, in_other = objects(default_bucket), objects(other_bucket)
