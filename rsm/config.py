@@ -292,24 +292,18 @@ class RsmConfig:
     ) -> tuple[object, ConfigEntry]:
         s = SETTINGS_BY_NAME[name]
         topic_key = TOPIC_PREFIX + name
-        if s.topic and log_config is not None and topic_key in log_config:
-            value, source, key, text = (
-                s.parse(topic_key, log_config[topic_key]),
-                ConfigSource.TOPIC_UNCHECKED,
-                topic_key,
-                log_config[topic_key],
-            )
-        elif s.topic and overlay is not None and topic_key in overlay:
-            value, source, key, text = (
-                s.parse(topic_key, overlay[topic_key]),
-                ConfigSource.TOPIC_OVERLAY,
-                topic_key,
-                overlay[topic_key],
-            )
-        elif name in self._raw:
-            value, source, key, text = self._values[name], ConfigSource.BROKER, name, self._raw[name]
+        # topic layers first, in order: the LogConfig's unchecked.* keys, then the store's overlay
+        layers = ((log_config, ConfigSource.TOPIC_UNCHECKED), (overlay, ConfigSource.TOPIC_OVERLAY))
+        for layer, layer_source in layers if s.topic else ():
+            if layer is not None and topic_key in layer:
+                text = layer[topic_key]
+                value, source, key = s.parse(topic_key, text), layer_source, topic_key
+                break
         else:
-            value, source, key, text = self._values[name], ConfigSource.DEFAULT, name, s.default
+            if name in self._raw:
+                value, source, key, text = self._values[name], ConfigSource.BROKER, name, self._raw[name]
+            else:
+                value, source, key, text = self._values[name], ConfigSource.DEFAULT, name, s.default
         shown = MASK if (s.sensitive and text is not None) else text
         return value, ConfigEntry(name, shown, source, s.sensitive, key, s.doc)
 
