@@ -127,44 +127,41 @@ static inline uint32_t crc_shift(uint32_t table[4][256], uint32_t crc) {
 }
 
 #ifdef HAVE_SSE42_PATH
+/* Three interleaved CRC streams over blocks of 3 * len bytes (the instruction's latency hidden behind the
+   other two), combined by shifting through `len` zero bytes with `table`; returns the running CRC. */
+__attribute__((target("sse4.2"))) static inline uint64_t crc_hw_3way(uint64_t c0, const uint8_t **pp, size_t *np,
+                                                                    size_t len, uint32_t table[4][256]) {
+    const uint8_t *p = *pp;
+    size_t n = *np;
+    while (n >= 3 * len) {
+        uint64_t c1 = 0, c2 = 0;
+        for (size_t i = 0; i < len; i += 8) {
+            uint64_t a, b, d;
+            memcpy(&a, p + i, 8);
+            memcpy(&b, p + len + i, 8);
+            memcpy(&d, p + 2 * len + i, 8);
+            c0 = _mm_crc32_u64(c0, a);
+            c1 = _mm_crc32_u64(c1, b);
+            c2 = _mm_crc32_u64(c2, d);
+        }
+        c0 = crc_shift(table, (uint32_t)c0) ^ (uint32_t)c1;
+        c0 = crc_shift(table, (uint32_t)c0) ^ (uint32_t)c2;
+        p += 3 * len;
+        n -= 3 * len;
+    }
+    *pp = p;
+    *np = n;
+    return c0;
+}
+
 __attribute__((target("sse4.2"))) static uint32_t crc_hw_run(uint32_t crc, const uint8_t *p, size_t n) {
     uint64_t c0 = crc;
     while (n && ((uintptr_t)p & 7)) {
         c0 = _mm_crc32_u8((uint32_t)c0, *p++);
         n--;
     }
-    while (n >= 3 * CRC_LONG) {
-        uint64_t c1 = 0, c2 = 0;
-        for (size_t i = 0; i < CRC_LONG; i += 8) {
-            uint64_t a, b, d;
-            memcpy(&a, p + i, 8);
-            memcpy(&b, p + CRC_LONG + i, 8);
-            memcpy(&d, p + 2 * CRC_LONG + i, 8);
-            c0 = _mm_crc32_u64(c0, a);
-            c1 = _mm_crc32_u64(c1, b);
-            c2 = _mm_crc32_u64(c2, d);
-        }
-        c0 = crc_shift(crc_zeros_long, (uint32_t)c0) ^ (uint32_t)c1;
-        c0 = crc_shift(crc_zeros_long, (uint32_t)c0) ^ (uint32_t)c2;
-        p += 3 * CRC_LONG;
-        n -= 3 * CRC_LONG;
-    }
-    while (n >= 3 * CRC_SHORT) {
-        uint64_t c1 = 0, c2 = 0;
-        for (size_t i = 0; i < CRC_SHORT; i += 8) {
-            uint64_t a, b, d;
-            memcpy(&a, p + i, 8);
-            memcpy(&b, p + CRC_SHORT + i, 8);
-            memcpy(&d, p + 2 * CRC_SHORT + i, 8);
-            c0 = _mm_crc32_u64(c0, a);
-            c1 = _mm_crc32_u64(c1, b);
-            c2 = _mm_crc32_u64(c2, d);
-        }
-        c0 = crc_shift(crc_zeros_short, (uint32_t)c0) ^ (uint32_t)c1;
-        c0 = crc_shift(crc_zeros_short, (uint32_t)c0) ^ (uint32_t)c2;
-        p += 3 * CRC_SHORT;
-        n -= 3 * CRC_SHORT;
-    }
+    c0 = crc_hw_3way(c0, &p, &n, CRC_LONG, crc_zeros_long);
+    c0 = crc_hw_3way(c0, &p, &n, CRC_SHORT, crc_zeros_short);
     while (n >= 8) {
         uint64_t v;
         memcpy(&v, p, 8);
