@@ -756,10 +756,9 @@ class BridgeServer:
                 f"SHM_RELEASE frame without a ring or with a bad payload ({len(frame.payload)} B)"
             )
         (count,) = protocol.SHM_RELEASE_PAYLOAD.unpack(frame.payload)
-        if count > ring.in_flight:
-            raise ProtocolError(f"SHM_RELEASE of {count} slots, only {ring.in_flight} in flight")
-        ring.in_flight -= count
-        for _ in range(count):  # arena pieces: the client is done with them, their blocks may be reused
+        if count > len(conn.pieces):
+            raise ProtocolError(f"SHM_RELEASE of {count} slots, only {len(conn.pieces)} in flight")
+        for _ in range(count):  # the client is done with them: slots and arena blocks may be reused
             conn.pieces.popleft()
 
 
@@ -873,22 +872,26 @@ class _ShmSink(_Sink):
     def full_piece_bytes(self) -> int:
         return self.ring.slot_bytes
 
+    def _room(self) -> int:
+        """Pieces that may still be announced: the ring's slot count bounds those unreleased (read-ahead)."""
+        return self.ring.slots - len(self.conn.pieces)
+
     def _await_free(self, free: int) -> None:
         """Block until at least ``free`` slots are released (or the server stops), reading RELEASE/CANCEL."""
-        server, conn, ring = self.server, self.conn, self.ring
-        while ring.slots - ring.in_flight < free and not server._stopping.is_set():
+        server, conn = self.server, self.conn
+        while self._room() < free and not server._stopping.is_set():
             if server._next_frame_within(conn, 0.2):
                 server._check_cancel(conn, self.rid)
 
     def await_room(self, views: int) -> bool:
         # a piece in the arena is one announcement per view (a piece may span two chunks), a ring piece one
         need = min(views if self.arena is not None else 1, self.ring.slots)
-        if self.ring.slots - self.ring.in_flight < need:
+        if self._room() < need:
             self._await_free(need)
-        return self.ring.slots - self.ring.in_flight >= need
+        return self._room() >= need
 
     def deliver(self, data: list[memoryview], trailer: bytes = b"") -> int:
-        if self.arena is not None and len(data) <= self.ring.slots - self.ring.in_flight:
+        if self.arena is not None and len(data) <= self._room():
             offsets = [self.arena.locate(v) for v in data]
             if None not in offsets:
                 return self._announce_in_arena(data, offsets, trailer)  # type: ignore[arg-type]
@@ -896,7 +899,6 @@ class _ShmSink(_Sink):
         slot = ring.next_slot
         n = copy_into(ring.slot_view(slot), data)  # GIL released: other streams run meanwhile
         ring.next_slot = (slot + 1) % ring.slots
-        ring.in_flight += 1
         protocol.SHM_DATA_PAYLOAD.pack_into(self._announce, protocol.PREFIX_SIZE, slot, n)
         self.conn.pieces.append(None)
         self.conn.sock.sendall(self._announce + trailer if trailer else self._announce)
@@ -916,7 +918,6 @@ class _ShmSink(_Sink):
             )
             frames += protocol.ARENA_DATA_PAYLOAD.pack(offset, len(v))
             self.conn.pieces.append([v])
-        self.ring.in_flight += len(data)
         self.conn.sock.sendall(frames + trailer)
         n = sum(len(v) for v in data)
         with self.server._counters_lock:

@@ -210,8 +210,9 @@ class ChunkArena:
 class ShmRing:
     """One connection's ring of ``slots`` slots of ``slot_bytes`` each, written by the bridge.
 
-    Flow control: slots are used in order (``next_slot``); ``in_flight`` counts slots sent and not yet
-    released by the client, and the bridge never writes a slot while ``in_flight == slots``.
+    Flow control: slots are used in order (``next_slot``); the bridge counts the pieces it announced and the
+    client has not released (slots and arena pieces alike, its connection's ``pieces``) and never has more
+    than ``slots`` of them, so the slot it writes next is always free.
     """
 
     path: Path
@@ -219,7 +220,6 @@ class ShmRing:
     slot_bytes: int
     mm: mmap.mmap
     next_slot: int = 0
-    in_flight: int = 0
     unlinked: bool = False
     view: memoryview = field(init=False)
 
