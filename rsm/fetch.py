@@ -130,8 +130,8 @@ class SegmentReader:
         key = self.manifest.location["log"]
         codec = self.manifest.log.codecs[i]
         if codec is Codec.NONE and self.cipher is None:
-            self.store.get_range_into(self.bucket, key, lo, out)
-            check_piece(out, kind=PieceKind.LOG, number=i, size=len(out), crc=crc)
+            got = self.store.get_range_into(self.bucket, key, lo, out, checksum=crc is not None)
+            check_piece(out, kind=PieceKind.LOG, number=i, size=len(out), crc=crc, computed_crc=got)
         else:
             stored = self.store.get_range(self.bucket, key, lo, hi)
             decode_piece_into(

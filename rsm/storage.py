@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 import uuid
 from collections.abc import Callable
@@ -31,7 +30,8 @@ from typing import Any, Protocol
 import fsspec
 
 from rsm.config import Backend, RsmConfig
-from segment_format.buffers import copy_into
+from segment_format.buffers import copy_into, pread_into
+from segment_format.crc import crc32c
 
 log = logging.getLogger(__name__)
 
@@ -178,29 +178,23 @@ class ObjectStore:
             raise OSError(f"short read of {self.describe(bucket, key)}: {len(data)} of {end - start} bytes")
         return bytes(data)
 
-    def get_range_into(self, bucket: str, key: str, start: int, out: memoryview) -> None:
-        """Bytes [start, start + len(out)) of an object into ``out``: a local file is read straight into it
-        (no intermediate bytes object); a remote object is fetched, then copied."""
+    def get_range_into(
+        self, bucket: str, key: str, start: int, out: memoryview, *, checksum: bool = False
+    ) -> int | None:
+        """Bytes [start, start + len(out)) of an object into ``out``; returns their CRC-32C when
+        ``checksum`` (else None). A local file is read straight into ``out`` and checksummed as it is read,
+        in one call that releases the GIL once (``pread_into``); a remote object is fetched, then copied."""
         if self.backend is not Backend.FILE:
             copy_into(out, [self.get_range(bucket, key, start, start + len(out))])
-            return
-        path = self.path(bucket, key)
+            return crc32c(out) if checksum else None
         try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            got, crc = pread_into(self.path(bucket, key), start, out, checksum=checksum)
         except FileNotFoundError:
             raise ObjectNotFound(self.describe(bucket, key)) from None
-        try:
-            got = 0
-            while got < len(out):
-                n = os.preadv(fd, [out[got:]], start + got)
-                if n == 0:
-                    break
-                got += n
-        finally:
-            os.close(fd)
         self.stats.read(got)
         if got != len(out):
             raise OSError(f"short read of {self.describe(bucket, key)}: {got} of {len(out)} bytes")
+        return crc
 
     def exists(self, bucket: str, key: str) -> bool:
         return bool(self.fs.exists(self.path(bucket, key)))

@@ -169,10 +169,19 @@ def decode_piece_into(
 
 
 def check_piece(
-    data: bytes | memoryview, *, kind: PieceKind, number: int, size: int, crc: int | None
+    data: bytes | memoryview,
+    *,
+    kind: PieceKind,
+    number: int,
+    size: int,
+    crc: int | None,
+    computed_crc: int | None = None,
 ) -> None:
-    """The decoded piece has the recorded length and (when recorded) CRC-32C, else TransformError."""
+    """The decoded piece has the recorded length and (when recorded) CRC-32C, else TransformError.
+
+    ``computed_crc``: the piece's CRC-32C when the caller computed it while reading (not recomputed).
+    """
     if len(data) != size:
         raise TransformError(f"{kind.name.lower()} piece {number}: {len(data)} bytes, expected {size}")
-    if crc is not None and crc32c(data) != crc:
+    if crc is not None and (crc32c(data) if computed_crc is None else computed_crc) != crc:
         raise TransformError(f"{kind.name.lower()} piece {number}: CRC-32C mismatch")

@@ -1,12 +1,16 @@
-"""segment_format.buffers: the native GIL-free copy against its pure-Python reference."""
+"""segment_format.buffers: the native GIL-free copy and file read against their pure-Python references."""
 
 from __future__ import annotations
+
+import random
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from segment_format.buffers import copy_into, copy_into_reference
+from segment_format.buffers import copy_into, copy_into_reference, pread_into, pread_into_reference
+from segment_format.crc import crc32c
 
 pieces = st.lists(st.binary(max_size=300), max_size=8)
 
@@ -40,3 +44,37 @@ def test_copy_into_writes_into_a_slice_of_a_larger_buffer() -> None:
 def test_copy_into_refuses_a_read_only_target() -> None:
     with pytest.raises(BufferError):
         copy_into(b"immutable", [b"x"])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("offset", "length"),
+    [(0, 700_000), (1, 262_144), (262_143, 262_146), (699_990, 10), (699_990, 100), (700_000, 5), (0, 0)],
+)
+@pytest.mark.parametrize("checksum", [True, False])
+def test_pread_into_matches_the_reference(tmp_path: Path, offset: int, length: int, checksum: bool) -> None:
+    """Reads across the native loop's 256 KiB blocks, short reads at the end of the file, empty ones."""
+    data = random.Random(offset + length).randbytes(700_000)
+    path = tmp_path / "object"
+    path.write_bytes(data)
+    native, reference = bytearray(b"\xee" * length), bytearray(b"\xee" * length)
+    got = pread_into(path, offset, native, checksum=checksum)
+    assert got == pread_into_reference(path, offset, reference, checksum=checksum)
+    assert native == reference
+    n = got[0]
+    assert n == max(0, min(length, len(data) - offset))
+    assert native[:n] == data[offset : offset + n]
+    assert got[1] == (crc32c(data[offset : offset + n]) if checksum else None)
+
+
+@pytest.mark.parametrize("read", [pread_into, pread_into_reference])
+def test_pread_into_names_a_missing_file_and_refuses_bad_arguments(tmp_path: Path, read) -> None:
+    with pytest.raises(FileNotFoundError) as info:
+        read(tmp_path / "missing", 0, bytearray(4))
+    assert info.value.filename == str(tmp_path / "missing") or str(tmp_path / "missing") in str(info.value)
+    with pytest.raises(IsADirectoryError):
+        read(tmp_path, 0, bytearray(4))
+    (tmp_path / "f").write_bytes(b"abc")
+    with pytest.raises(ValueError, match="negative offset"):
+        read(tmp_path / "f", -1, bytearray(4))
+    with pytest.raises(BufferError):
+        read(tmp_path / "f", 0, memoryview(b"read-only target"))
