@@ -262,3 +262,85 @@ def test_a_block_a_client_still_reads_is_never_reused(short_dir: Path, tmp_path:
         other.close()
         server.stop()
         t.join(15)
+
+
+def test_a_streaming_read_gets_a_chunk_per_frame_and_heap_chunks_split_into_slots(
+    short_dir: Path, tmp_path: Path
+) -> None:
+    """Past the first fetch size, pieces in the arena are announced a whole chunk at a time (one frame and
+    one release per chunk); a chunk the arena cannot hold (every block pinned) goes through ring slots,
+    cut into slot-sized parts. Either way the reader gets exactly the segment's bytes."""
+    chunk, slot = 256 * KIB, 64 * KIB
+    rsm = RemoteStorageManager()
+    rsm.configure(
+        {
+            "storage.backend": "file",
+            "storage.file.root": str(tmp_path / "store"),
+            "bucket": "b",
+            "chunk.size": str(chunk),
+            "compression.enabled": "false",
+            "cache.chunk.bytes": "0",
+            "fetch.prefetch.chunks": "0",
+        }
+    )
+    seg = make_segment(
+        tmp_path / "seg", TopicIdPartition(uuid.uuid4(), "big", 0), batches=200, value_size=3000
+    )
+    data = seg.data.log_segment.read_bytes()
+    assert len(data) > 8 * chunk
+    md = dataclasses.replace(seg.metadata, custom_metadata=rsm.copy_log_segment_data(seg.metadata, seg.data))
+    meta = protocol.encode_metadata(md)
+    server = BridgeServer(
+        rsm, short_dir / "s.sock", shm_dir=short_dir / "shm", arena_blocks=2, shm_slots=8, shm_slot_bytes=slot
+    )
+    server.bind()
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    reader = BridgeConnection(short_dir / "s.sock", timeout=10, transport="shm")
+    holder = BridgeConnection(short_dir / "s.sock", timeout=10, transport="shm")
+    try:
+        desc = reader.server_hello["arena"]
+        arena_map = open_shared_file(Path(desc["path"]), desc["bytes"], "arena")
+        ring = reader.ring
+        assert ring is not None
+
+        def stream(conn: BridgeConnection, rid: int, start: int, **extra: object) -> list[tuple[str, int]]:
+            """The whole range from ``start``, each piece checked and released as it is read."""
+            header = {"op": "fetch_log_segment", "metadata": meta, "start_position": start,
+                      "transport": "shm", "arena": True, **extra}  # fmt: skip
+            protocol.send_frame(conn.sock, FrameType.REQUEST, rid, header)
+            pieces, pos = [], start
+            while True:
+                f = protocol.recv_frame(conn.sock)
+                if f.type == FrameType.END:
+                    assert pos == len(data)
+                    return pieces
+                if f.type == FrameType.ARENA_DATA:
+                    offset, n = protocol.ARENA_DATA_PAYLOAD.unpack(f.payload)
+                    got = bytes(arena_map[offset : offset + n])
+                else:
+                    assert f.type == FrameType.SHM_DATA, f"unexpected {f.type.name}: {f.header}"
+                    index, n = protocol.SHM_DATA_PAYLOAD.unpack(f.payload)
+                    got = bytes(ring.slot(index, n))
+                assert got == data[pos : pos + n], f"piece at {pos} differs"
+                pieces.append((f.type.name, n))
+                pos += n
+                conn.release_slots(1)
+
+        pieces = stream(reader, 1, 0)
+        later = [p for p in pieces[:-1] if sum(n for _, n in pieces[: pieces.index(p)]) >= 1024 * KIB]
+        assert later and all(p == ("ARENA_DATA", chunk) for p in later)  # a chunk per frame past 1 MiB
+        assert all(n <= slot for _, n in pieces[:4])  # the first MiB in slot-sized pieces
+
+        # pin both arena blocks: every chunk the reader needs is now decoded on the heap
+        protocol.send_frame(holder.sock, FrameType.REQUEST, 2, {"op": "fetch_log_segment", "metadata": meta,
+                            "start_position": chunk - 10, "transport": "shm", "arena": True, "stop_after": 100})  # fmt: skip
+        while protocol.recv_frame(holder.sock).type != FrameType.END:
+            pass
+        pieces = stream(reader, 3, 5 * chunk + 7)
+        assert {kind for kind, _ in pieces} == {"SHM_DATA"} and max(n for _, n in pieces) == slot
+    finally:
+        reader.close()
+        holder.close()
+        server.stop()
+        t.join(15)

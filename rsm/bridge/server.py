@@ -687,17 +687,23 @@ class BridgeServer:
                 self._report_failure(conn, rid, op, exc)
                 return
             while data:
-                if not sink.await_room(len(data)):
-                    stopped = True
-                    break
-                if stop_after and sent + sum(len(v) for v in data) == stop_after:
+                final = bool(stop_after) and sent + sum(len(v) for v in data) == stop_after
+                end = b""
+                if final:
                     # the client's stop: END ("more" when the range goes on) in the same write as the piece
                     left = getattr(stream, "remaining", None)
                     more = left is None or left > 0
                     end = protocol.encode_frame(FrameType.END, rid, {"bytes": stop_after, "more": more})
-                    sent += sink.deliver(data, end)
+                parts = sink.parts(data)
+                for k, part in enumerate(parts):
+                    if not sink.await_room(len(part)):
+                        stopped = True
+                        break
+                    sent += sink.deliver(part, end if k == len(parts) - 1 else b"")
+                if stopped:
+                    break
+                if final:
                     return
-                sent += sink.deliver(data)
                 if sent == mark:
                     sink.await_taken(CANCEL_GRACE_S)
                 else:
@@ -780,6 +786,10 @@ class _Sink:
 
     def full_piece_bytes(self) -> int:
         raise NotImplementedError
+
+    def parts(self, data: list[memoryview]) -> list[list[memoryview]]:
+        """The piece as the transport carries it: itself, or split into parts that fit its units."""
+        return [data]
 
     def await_room(self, views: int) -> bool:
         """Block until a piece of ``views`` buffers may be delivered; False when the server is stopping."""
@@ -870,7 +880,19 @@ class _ShmSink(_Sink):
         return self.ring.slot_bytes
 
     def full_piece_bytes(self) -> int:
-        return self.ring.slot_bytes
+        # a piece in the arena is announced where it lies, whatever its size: past the first, a streaming
+        # reader gets a chunk per frame (one announcement, one release per chunk instead of per MiB)
+        return self.arena.block_bytes if self.arena is not None else self.ring.slot_bytes
+
+    def parts(self, data: list[memoryview]) -> list[list[memoryview]]:
+        arena = self.arena
+        if (
+            arena is not None
+            and len(data) <= self.ring.slots
+            and all(arena.locate(v) is not None for v in data)
+        ):
+            return [data]
+        return _split_views(data, self.ring.slot_bytes)  # copied into ring slots: one slot per part
 
     def _room(self) -> int:
         """Pieces that may still be announced: the ring's slot count bounds those unreleased (read-ahead)."""
@@ -931,6 +953,25 @@ class _ShmSink(_Sink):
         # the client releases its last slot and cancels in one write: usually both are buffered already
         if grace_s and not server._stopping.is_set() and server._next_frame_within(conn, grace_s):
             server._poll_cancel(conn, self.rid)
+
+
+def _split_views(data: list[memoryview], limit: int) -> list[list[memoryview]]:
+    """``data`` cut into consecutive parts of at most ``limit`` bytes each (views, no copy)."""
+    parts: list[list[memoryview]] = []
+    part: list[memoryview] = []
+    room = limit
+    for view in data:
+        while len(view):
+            take = view[:room]
+            part.append(take)
+            view = view[len(take) :]
+            room -= len(take)
+            if not room:
+                parts.append(part)
+                part, room = [], limit
+    if part:
+        parts.append(part)
+    return parts
 
 
 def _stop_after(header: Mapping[str, Any]) -> int | None:
