@@ -276,6 +276,19 @@ final class BridgeConnection implements AutoCloseable {
         owedReleases++;
     }
 
+    /**
+     * Returns the oldest held slot when it helps: with the next frame sent, or before this connection
+     * waits for the bridge (see {@link #need}), or now once half the ring is owed (the bridge keeps at least
+     * half a ring of read-ahead). A reader taking pieces that have already arrived writes once per half ring,
+     * not once per piece.
+     */
+    void releaseLazily() throws IOException {
+        owedReleases++;
+        if (owedReleases >= Math.max(1, ringSlots / 2)) {
+            flushReleases();
+        }
+    }
+
     private void flushReleases() throws IOException {
         ByteBuffer b = releases();
         while (b != null && b.hasRemaining()) {
@@ -458,6 +471,7 @@ final class BridgeConnection implements AutoCloseable {
     }
 
     private int readDirect(ByteBuffer dst) throws IOException {
+        flushReleases(); // about to wait for the bridge, as in need()
         try {
             if (timeoutMs > 0) {
                 deadlineNanos = System.nanoTime() + timeoutMs * 1_000_000L;
@@ -477,6 +491,8 @@ final class BridgeConnection implements AutoCloseable {
         if (in.remaining() >= n) {
             return;
         }
+        // about to wait for the bridge: give back the slots already read first, or it may be waiting for them
+        flushReleases();
         in.compact();
         try {
             if (timeoutMs > 0) {

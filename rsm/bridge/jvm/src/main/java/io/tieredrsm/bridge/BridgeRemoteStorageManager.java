@@ -554,12 +554,12 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
             }
         }
 
-        /** Gives the held slot back now (the next piece is wanted: the bridge may be waiting for room). */
+        /** Gives the spent slot back (the next piece is wanted); batched by the connection, see releaseLazily. */
         private void releaseSlot() throws IOException {
             holdsSlot = false;
             slotSpent = false;
             remaining = 0;
-            conn.releaseSlot();
+            conn.releaseLazily();
         }
 
         /** Hands the held slot back with the connection's next frame (no write of its own). */
