@@ -49,6 +49,7 @@ from rsm.cli.bridge import serve_command
 MiB = 1 << 20
 READ_BYTES = 1 * MiB
 CHUNK_BYTES = 4 * MiB  # the RSM's default chunk.size
+WORKLOADS = {"kafka-like 1 MiB": False, "sequential": True}  # name -> reads the whole segment
 
 
 def bridge_batch(rng: random.Random) -> bytes:
@@ -62,15 +63,18 @@ def bridge_batch(rng: random.Random) -> bytes:
     return bytes(builder.build())
 
 
-def _read(stream: Any, limit: int | None) -> tuple[int, float]:
-    """Read up to limit bytes (all when None); returns (bytes, seconds to the first byte)."""
+def _read(stream: Any, limit: int | None, view: memoryview) -> tuple[int, float]:
+    """Read up to limit bytes (all when None) into ``view``; returns (bytes, seconds to the first byte).
+
+    Every reader reads as Kafka does (RemoteLogManager reads a remote fetch into one buffer of the fetch
+    size, 1 MiB) and as the JVM driver does: into a reused buffer of READ_BYTES. A smaller buffer would
+    stay in the CPU's cache and make this side's copy cheaper than the broker's.
+    """
     t0 = time.perf_counter()
     first = None
     total = 0
-    buf = bytearray(256 * 1024)
-    view = memoryview(buf)
     while limit is None or total < limit:
-        want = len(buf) if limit is None else min(len(buf), limit - total)
+        want = len(view) if limit is None else min(len(view), limit - total)
         n = stream.readinto(view[:want])
         if not n:
             break
@@ -103,11 +107,12 @@ def run_workload(
     barrier = threading.Barrier(readers + 1)
 
     def reader(plan: list[int]) -> None:
+        view = memoryview(bytearray(READ_BYTES))
         barrier.wait()
         for pos in plan:
             t0 = time.perf_counter()
             stream = fetch(md, pos)
-            n, ttfb = _read(stream, None if sequential else READ_BYTES)
+            n, ttfb = _read(stream, None if sequential else READ_BYTES, view)
             stream.close()
             elapsed = time.perf_counter() - t0
             with lock:
@@ -276,8 +281,17 @@ def main() -> int:
         default="",
         help="bridge.fetch.permits (default: the bridge's, cores + 1; 0: no limit)",
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an extra rsm.config.* setting for the bridge and the in-process RSM (repeatable)",
+    )
     parser.add_argument("--rounds", type=int, default=5, help="measured runs per mode, interleaved")
-    parser.add_argument("--only", default="", help="run only the variants whose name contains this text")
+    parser.add_argument(
+        "--only", default="", help="run only the runs whose 'variant / workload' name contains this text"
+    )
     parser.add_argument("--no-jvm", action="store_true", help="skip the runs through the JVM plugin")
     parser.add_argument(
         "--jvm-warmup-s", type=float, default=8.0, help="seconds of JIT warm-up per JVM before measuring"
@@ -315,6 +329,7 @@ def main() -> int:
             "bridge.socket.send.buffer.bytes": str(args.sndbuf_kib * 1024),
             "bridge.malloc.mmap.threshold.bytes": str(mmap_threshold),
             **({"bridge.fetch.permits": args.fetch_permits} if args.fetch_permits else {}),
+            **dict(kv.split("=", 1) for kv in args.set),
         }
         plain = {**base, "prefix": "plain/", "compression.enabled": "false", "encryption.enabled": "false"}
         enc = {
@@ -337,7 +352,7 @@ def main() -> int:
         }
         rows = []
         for name, configs in variants.items():
-            if args.only not in name:
+            if not any(args.only in f"{name} / {w}" for w in WORKLOADS):
                 continue
             md, data = metadata_for(path, last, size)
             rsm = RemoteStorageManager()
@@ -363,7 +378,9 @@ def main() -> int:
                 return int(client.health().get("bytes_streamed") or 0)
 
             try:
-                for workload, sequential in (("kafka-like 1 MiB", False), ("sequential", True)):
+                for workload, sequential in WORKLOADS.items():
+                    if args.only not in f"{name} / {workload}":
+                        continue
                     # the JVM plugin over both transports: shared-memory rings (the default) and socket frames
                     jvms = {
                         transport: JvmDriver(
