@@ -332,6 +332,34 @@ def test_a_streaming_read_gets_a_chunk_per_frame_and_heap_chunks_split_into_slot
         assert later and all(p == ("ARENA_DATA", chunk) for p in later)  # a chunk per frame past 1 MiB
         assert all(n <= slot for _, n in pieces[:4])  # the first MiB in slot-sized pieces
 
+        # read-ahead is bounded in bytes, not pieces: with nothing released past the first MiB, a ring's
+        # worth (8 slots of 64 KiB) is announced - two chunk pieces - and the bridge waits
+        header = {"op": "fetch_log_segment", "metadata": meta, "start_position": 0, "transport": "shm",
+                  "arena": True}  # fmt: skip
+        protocol.send_frame(reader.sock, FrameType.REQUEST, 10, header)
+
+        def piece(f: protocol.Frame) -> tuple[str, int]:
+            layout = (
+                protocol.ARENA_DATA_PAYLOAD if f.type == FrameType.ARENA_DATA else protocol.SHM_DATA_PAYLOAD
+            )
+            return f.type.name, layout.unpack(f.payload)[1]
+
+        pos = 0
+        while pos < 1024 * KIB:
+            pos += piece(protocol.recv_frame(reader.sock))[1]
+            reader.release_slots(1)
+        ahead = []
+        reader.sock.settimeout(0.5)
+        with pytest.raises(TimeoutError):
+            while True:
+                ahead.append(piece(protocol.recv_frame(reader.sock)))
+        reader.sock.settimeout(10)
+        assert ahead == [("ARENA_DATA", chunk)] * 2
+        protocol.send_frame(reader.sock, FrameType.CANCEL, 10)
+        reader.release_slots(2)
+        while protocol.recv_frame(reader.sock).type != FrameType.END:
+            pass
+
         # pin both arena blocks: every chunk the reader needs is now decoded on the heap
         protocol.send_frame(holder.sock, FrameType.REQUEST, 2, {"op": "fetch_log_segment", "metadata": meta,
                             "start_position": chunk - 10, "transport": "shm", "arena": True, "stop_after": 100})  # fmt: skip

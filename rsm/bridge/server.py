@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from rsm.bridge import protocol, shm
 from rsm.bridge.permits import WorkPermits, default_permits
@@ -219,9 +219,9 @@ class _Connection:
     buffer: bytearray | None = None  # reused for streams that cannot lend views of their data
     ring: shm.ShmRing | None = None  # the shared-memory ring, when the client negotiated "shm"
     reader: protocol.FrameReader = field(init=False)
-    # what each announced, unreleased piece pins, oldest first: arena views (their blocks stay allocated
-    # until the client releases them) or None (a ring slot)
-    pieces: collections.deque[list[memoryview] | None] = field(default_factory=collections.deque)
+    # each announced, unreleased piece, oldest first: the ring slots' worth of read-ahead it counts for, and
+    # what it pins: arena views (their blocks stay allocated until the client releases them) or None (a slot)
+    pieces: collections.deque[tuple[int, list[memoryview] | None]] = field(default_factory=collections.deque)
 
     def __post_init__(self) -> None:
         self.reader = protocol.FrameReader(self.sock)
@@ -696,7 +696,7 @@ class BridgeServer:
                     end = protocol.encode_frame(FrameType.END, rid, {"bytes": stop_after, "more": more})
                 parts = sink.parts(data)
                 for k, part in enumerate(parts):
-                    if not sink.await_room(len(part)):
+                    if not sink.await_room(part):
                         stopped = True
                         break
                     sent += sink.deliver(part, end if k == len(parts) - 1 else b"")
@@ -787,15 +787,15 @@ class _Sink:
     def full_piece_bytes(self) -> int:
         raise NotImplementedError
 
-    def parts(self, data: list[memoryview]) -> list[list[memoryview]]:
+    def parts(self, data: list[memoryview]) -> list[_Part]:
         """The piece as the transport carries it: itself, or split into parts that fit its units."""
-        return [data]
+        return [_Part(data, None)]
 
-    def await_room(self, views: int) -> bool:
-        """Block until a piece of ``views`` buffers may be delivered; False when the server is stopping."""
+    def await_room(self, part: _Part) -> bool:
+        """Block until ``part`` may be delivered; False when the server is stopping."""
         raise NotImplementedError
 
-    def deliver(self, data: list[memoryview], trailer: bytes = b"") -> int:
+    def deliver(self, part: _Part, trailer: bytes = b"") -> int:
         """Hand one piece to the client, then the ``trailer`` frame in the same write; returns its size."""
         raise NotImplementedError
 
@@ -817,10 +817,11 @@ class _SocketSink(_Sink):
     def full_piece_bytes(self) -> int:
         return self.server.frame_bytes
 
-    def await_room(self, views: int) -> bool:
+    def await_room(self, part: _Part) -> bool:
         return True
 
-    def deliver(self, data: list[memoryview], trailer: bytes = b"") -> int:
+    def deliver(self, part: _Part, trailer: bytes = b"") -> int:
+        data = part.views
         n = sum(len(v) for v in data)
         protocol.PREFIX.pack_into(self._prefix, 0, protocol.data_frame_length(n), FrameType.DATA, self.rid, 0)
         # a client whose socket buffer is full holds the send up: its permit goes to other streams meanwhile
@@ -884,19 +885,23 @@ class _ShmSink(_Sink):
         # reader gets a chunk per frame (one announcement, one release per chunk instead of per MiB)
         return self.arena.block_bytes if self.arena is not None else self.ring.slot_bytes
 
-    def parts(self, data: list[memoryview]) -> list[list[memoryview]]:
+    def parts(self, data: list[memoryview]) -> list[_Part]:
         arena = self.arena
-        if (
-            arena is not None
-            and len(data) <= self.ring.slots
-            and all(arena.locate(v) is not None for v in data)
-        ):
-            return [data]
-        return _split_views(data, self.ring.slot_bytes)  # copied into ring slots: one slot per part
+        if arena is not None and len(data) <= self.ring.slots:
+            offsets = [arena.locate(v) for v in data]
+            if None not in offsets:
+                return [_Part(data, offsets)]  # type: ignore[arg-type]
+        # copied into ring slots: one slot per part
+        return [_Part(p, None) for p in _split_views(data, self.ring.slot_bytes)]
+
+    def _units(self, n: int) -> int:
+        """Ring slots' worth of read-ahead an announced piece of ``n`` bytes counts for (at most the ring)."""
+        return min(self.ring.slots, max(1, -(-n // self.ring.slot_bytes)))
 
     def _room(self) -> int:
-        """Pieces that may still be announced: the ring's slot count bounds those unreleased (read-ahead)."""
-        return self.ring.slots - len(self.conn.pieces)
+        """Slots' worth of read-ahead still allowed: the ring's size bounds what is announced and unreleased,
+        in bytes as well as in pieces, so chunk-sized arena pieces pin no more blocks than 1 MiB ones."""
+        return self.ring.slots - sum(units for units, _ in self.conn.pieces)
 
     def _await_free(self, free: int) -> None:
         """Block until at least ``free`` slots are released (or the server stops), reading RELEASE/CANCEL."""
@@ -905,24 +910,24 @@ class _ShmSink(_Sink):
             if server._next_frame_within(conn, 0.2):
                 server._check_cancel(conn, self.rid)
 
-    def await_room(self, views: int) -> bool:
-        # a piece in the arena is one announcement per view (a piece may span two chunks), a ring piece one
-        need = min(views if self.arena is not None else 1, self.ring.slots)
+    def await_room(self, part: _Part) -> bool:
+        # an arena piece counts for its size in slots (one announcement per view: it may span two chunks)
+        views = part.views
+        need = 1 if part.offsets is None else min(sum(self._units(len(v)) for v in views), self.ring.slots)
         if self._room() < need:
             self._await_free(need)
         return self._room() >= need
 
-    def deliver(self, data: list[memoryview], trailer: bytes = b"") -> int:
-        if self.arena is not None and len(data) <= self._room():
-            offsets = [self.arena.locate(v) for v in data]
-            if None not in offsets:
-                return self._announce_in_arena(data, offsets, trailer)  # type: ignore[arg-type]
+    def deliver(self, part: _Part, trailer: bytes = b"") -> int:
+        data = part.views
+        if part.offsets is not None:
+            return self._announce_in_arena(data, part.offsets, trailer)
         ring = self.ring
         slot = ring.next_slot
         n = copy_into(ring.slot_view(slot), data)  # GIL released: other streams run meanwhile
         ring.next_slot = (slot + 1) % ring.slots
         protocol.SHM_DATA_PAYLOAD.pack_into(self._announce, protocol.PREFIX_SIZE, slot, n)
-        self.conn.pieces.append(None)
+        self.conn.pieces.append((1, None))
         self.conn.sock.sendall(self._announce + trailer if trailer else self._announce)
         with self.server._counters_lock:  # per piece: health shows a stream in progress too
             self.server._shm_bytes_streamed += n
@@ -939,7 +944,7 @@ class _ShmSink(_Sink):
                 0,
             )
             frames += protocol.ARENA_DATA_PAYLOAD.pack(offset, len(v))
-            self.conn.pieces.append([v])
+            self.conn.pieces.append((self._units(len(v)), [v]))
         self.conn.sock.sendall(frames + trailer)
         n = sum(len(v) for v in data)
         with self.server._counters_lock:
@@ -953,6 +958,14 @@ class _ShmSink(_Sink):
         # the client releases its last slot and cancels in one write: usually both are buffered already
         if grace_s and not server._stopping.is_set() and server._next_frame_within(conn, grace_s):
             server._poll_cancel(conn, self.rid)
+
+
+class _Part(NamedTuple):
+    """What one announcement (or one socket frame) carries: views, and their arena offsets when the
+    piece lies in the chunk arena (None: it is copied into a ring slot, or sent on the socket)."""
+
+    views: list[memoryview]
+    offsets: list[int] | None
 
 
 def _split_views(data: list[memoryview], limit: int) -> list[list[memoryview]]:
