@@ -41,8 +41,9 @@ from typing import Any
 from _common import Target, finish, make_segment, metadata_for, print_table
 
 from rsm import RemoteLogSegmentMetadata, RemoteStorageManager
+from rsm.bridge import shm
 from rsm.bridge.client import BridgeClient
-from rsm.bridge.server import ARENA_EXTRA_BLOCKS, DEFAULT_MMAP_THRESHOLD_BYTES, tune_allocator
+from rsm.bridge.server import DEFAULT_MMAP_THRESHOLD_BYTES, default_arena_blocks, tune_allocator
 from rsm.bridge.shm import ChunkArena
 from rsm.cli.bridge import serve_command
 
@@ -360,7 +361,13 @@ def main() -> int:
             # the in-process RSM decodes into the same kind of arena the bridge uses (private memory here):
             # chunks reuse pre-faulted blocks on both sides, so the ratio measures the crossing alone
             arena = ChunkArena.anonymous(
-                int(configs["cache.chunk.bytes"]) // CHUNK_BYTES + ARENA_EXTRA_BLOCKS, CHUNK_BYTES
+                default_arena_blocks(
+                    int(configs["cache.chunk.bytes"]),
+                    CHUNK_BYTES,
+                    args.prefetch,
+                    shm.DEFAULT_SLOTS * shm.DEFAULT_SLOT_BYTES,
+                ),
+                CHUNK_BYTES,
             )
             rsm.set_chunk_allocator(arena.allocate)
             custom = rsm.copy_log_segment_data(md, data, None)

@@ -24,7 +24,7 @@ from rsm import RemoteStorageException, RemoteStorageManager, TopicIdPartition
 from rsm.bridge import protocol
 from rsm.bridge.client import BridgeConnection
 from rsm.bridge.protocol import FrameType
-from rsm.bridge.server import BridgeServer
+from rsm.bridge.server import BridgeServer, default_arena_blocks
 from rsm.bridge.shm import ChunkArena, open_shared_file, remove_stale_rings
 
 KIB = 1024
@@ -372,3 +372,13 @@ def test_a_streaming_read_gets_a_chunk_per_frame_and_heap_chunks_split_into_slot
         holder.close()
         server.stop()
         t.join(15)
+
+
+def test_the_default_arena_holds_the_cache_and_what_ten_readers_pin() -> None:
+    """The chunk cache's blocks, plus for each of Kafka's ten readers its current chunk, its prefetches and
+    the chunks its read-ahead spans (8 slots of 1 MiB over 4 MiB chunks: three), capped at 256 MiB."""
+    mib = 1024 * KIB
+    assert default_arena_blocks(64 * mib, 4 * mib, 0, 8 * mib) == 16 + 10 * 4
+    assert default_arena_blocks(8 * mib, 4 * mib, 2, 8 * mib) == 2 + 10 * 6
+    assert default_arena_blocks(1024 * mib, 4 * mib, 0, 8 * mib) == 64  # the cap
+    assert default_arena_blocks(0, 64 * mib, 0, 8 * mib) == 4  # chunks bigger than the cap's share
