@@ -107,6 +107,9 @@ def test_frame_split_across_many_small_writes(pair):
         (struct.pack(">IBII", 12, 2, 1, 10), "does not fit"),
         (struct.pack(">IBII", 9 + 3, 2, 1, 3) + b"{x}", "not JSON"),
         (struct.pack(">IBII", 9 + 2, 2, 1, 2) + b"[]", "not a JSON object"),
+        (struct.pack(">IBII", 9 + 3, 2, 1, 3) + b'"\xff"', "not JSON"),  # not UTF-8
+        (struct.pack(">IBII", 9 + 4000, 2, 1, 4000) + b"[" * 2000 + b"]" * 2000, "not JSON"),  # too deep
+        (struct.pack(">IBII", 9 + 9, 2, 1, 9) + b'{"a":NaN}', "not JSON"),
     ],
 )
 def test_malformed_frames_are_refused(pair, raw, message):

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import base64
 import enum
-import json
 import socket
 import struct
 import uuid
@@ -29,6 +28,8 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 PROTOCOL_VERSION = 1
 SUPPORTED_VERSIONS = (1,)
@@ -131,7 +132,7 @@ def encode_frame_prefix(
     frame_type: FrameType, request_id: int, header: Mapping[str, Any] | None, payload_len: int
 ) -> bytes:
     """Prefix + JSON header bytes of a frame; the payload is sent after it without being copied."""
-    header_bytes = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode() if header else b""
+    header_bytes = orjson.dumps(header) if header else b""
     if len(header_bytes) > MAX_HEADER_BYTES:
         raise ProtocolError(f"frame header of {len(header_bytes)} bytes exceeds {MAX_HEADER_BYTES}")
     length = _AFTER_LENGTH + len(header_bytes) + payload_len
@@ -263,8 +264,8 @@ def _check_prefix(length: int, type_code: int, request_id: int, header_length: i
 
 def _json_header(raw: bytes | bytearray, frame_type: FrameType, request_id: int) -> dict[str, Any]:
     try:
-        header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        header = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:  # bad UTF-8 too; and nesting deeper than 1024 levels
         raise ProtocolError(f"{frame_type.name} frame {request_id}: header is not JSON: {exc}") from None
     if not isinstance(header, dict):
         raise ProtocolError(f"{frame_type.name} frame {request_id}: header is not a JSON object")
