@@ -187,10 +187,11 @@ def short_dir() -> Path:
     d.rmdir()
 
 
-def test_a_block_a_client_still_reads_is_never_reused(short_dir: Path, tmp_path: Path) -> None:
-    """A tiny arena (4 blocks), no chunk cache: while one client holds ARENA_DATA pieces unreleased, other
-    fetches decode many chunks; the held pieces' bytes stay exactly the segment's, and come back free."""
-    chunk = 64 * KIB
+def _uncached_bridge(
+    tmp_path: Path, sock: Path, chunk: int, batches: int, **server_options: int
+) -> tuple[BridgeServer, threading.Thread, bytes, dict]:
+    """A bridge serving an RSM with no chunk cache and no prefetch (every read decodes its chunk) and one
+    plain tiered segment; returns (server, its thread, the segment's bytes, its encoded metadata)."""
     rsm = RemoteStorageManager()
     rsm.configure(
         {
@@ -204,16 +205,24 @@ def test_a_block_a_client_still_reads_is_never_reused(short_dir: Path, tmp_path:
         }
     )
     seg = make_segment(
-        tmp_path / "seg", TopicIdPartition(uuid.uuid4(), "pin", 0), batches=120, value_size=3000
+        tmp_path / "seg", TopicIdPartition(uuid.uuid4(), "arena", 0), batches=batches, value_size=3000
     )
-    data = seg.data.log_segment.read_bytes()
-    assert len(data) > 20 * chunk
     md = dataclasses.replace(seg.metadata, custom_metadata=rsm.copy_log_segment_data(seg.metadata, seg.data))
-    meta = protocol.encode_metadata(md)
-    server = BridgeServer(rsm, short_dir / "a.sock", shm_dir=short_dir / "shm", arena_blocks=4, shm_slots=8)
+    server = BridgeServer(rsm, sock, shm_dir=sock.parent / "shm", **server_options)
     server.bind()
     t = threading.Thread(target=server.serve_forever, daemon=True)
     t.start()
+    return server, t, seg.data.log_segment.read_bytes(), protocol.encode_metadata(md)
+
+
+def test_a_block_a_client_still_reads_is_never_reused(short_dir: Path, tmp_path: Path) -> None:
+    """A tiny arena (4 blocks), no chunk cache: while one client holds ARENA_DATA pieces unreleased, other
+    fetches decode many chunks; the held pieces' bytes stay exactly the segment's, and come back free."""
+    chunk = 64 * KIB
+    server, t, data, meta = _uncached_bridge(
+        tmp_path, short_dir / "a.sock", chunk, 120, arena_blocks=4, shm_slots=8
+    )
+    assert len(data) > 20 * chunk
     holder = BridgeConnection(short_dir / "a.sock", timeout=10, transport="shm")
     other = BridgeConnection(short_dir / "a.sock", timeout=10, transport="shm")
     try:
@@ -271,31 +280,10 @@ def test_a_streaming_read_gets_a_chunk_per_frame_and_heap_chunks_split_into_slot
     one release per chunk); a chunk the arena cannot hold (every block pinned) goes through ring slots,
     cut into slot-sized parts. Either way the reader gets exactly the segment's bytes."""
     chunk, slot = 256 * KIB, 64 * KIB
-    rsm = RemoteStorageManager()
-    rsm.configure(
-        {
-            "storage.backend": "file",
-            "storage.file.root": str(tmp_path / "store"),
-            "bucket": "b",
-            "chunk.size": str(chunk),
-            "compression.enabled": "false",
-            "cache.chunk.bytes": "0",
-            "fetch.prefetch.chunks": "0",
-        }
+    server, t, data, meta = _uncached_bridge(
+        tmp_path, short_dir / "s.sock", chunk, 200, arena_blocks=2, shm_slots=8, shm_slot_bytes=slot
     )
-    seg = make_segment(
-        tmp_path / "seg", TopicIdPartition(uuid.uuid4(), "big", 0), batches=200, value_size=3000
-    )
-    data = seg.data.log_segment.read_bytes()
     assert len(data) > 8 * chunk
-    md = dataclasses.replace(seg.metadata, custom_metadata=rsm.copy_log_segment_data(seg.metadata, seg.data))
-    meta = protocol.encode_metadata(md)
-    server = BridgeServer(
-        rsm, short_dir / "s.sock", shm_dir=short_dir / "shm", arena_blocks=2, shm_slots=8, shm_slot_bytes=slot
-    )
-    server.bind()
-    t = threading.Thread(target=server.serve_forever, daemon=True)
-    t.start()
     reader = BridgeConnection(short_dir / "s.sock", timeout=10, transport="shm")
     holder = BridgeConnection(short_dir / "s.sock", timeout=10, transport="shm")
     try:
