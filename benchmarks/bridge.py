@@ -7,6 +7,8 @@ One segment is tiered into a file store once; then, in the same run, two identic
 - ``kafka-like``: fetch from a random position with no end, read 1 MiB (Kafka's default partition fetch
   size), close the stream early (the bridge cancels the rest);
 - ``sequential``: every reader streams the whole segment from position 0.
+Every reader, in process or in the JVM, reads into one reused buffer of 1 MiB (Kafka's fetch size: the
+broker's RemoteLogManager reads a remote fetch into one buffer of that size).
 "in-process" calls ``RemoteStorageManager.fetch_log_segment`` directly; "bridge" sends the same calls
 through a bridge process over its Unix socket with the Python client (``rsm.bridge.client``), and with the
 JVM plugin itself (``BenchDriver``, one JVM per transport): ``shm`` (fetched bytes through the bridge's
