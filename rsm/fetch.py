@@ -31,11 +31,10 @@ from rsm.manifest import Manifest
 from rsm.metadata import IndexType
 from rsm.storage import ObjectStore
 from rsm.transform import Codec, PieceKind, SegmentCipher, check_piece, decode_piece, decode_piece_into
-from segment_format.buffers import copy_into
+from segment_format.buffers import Buffer, copy_into
 
 log = logging.getLogger(__name__)
 
-Buffer = bytes | bytearray | memoryview
 # where a reader decodes a chunk: a buffer of exactly the asked size (the bridge's shared arena), or None
 ChunkAllocator = Callable[[int], "Buffer | None"]
 
