@@ -312,15 +312,20 @@ class FrameReader:
         self._start = 0
         self._end = 0
 
+    def _frame_bytes(self) -> int:
+        """Size of the frame at the head of the buffer (its 4-byte length must be buffered), checked."""
+        (length,) = _U32.unpack_from(self._buf, self._start)
+        if length < _AFTER_LENGTH or length > MAX_FRAME_BYTES:
+            raise ProtocolError(f"frame length {length} outside [{_AFTER_LENGTH}, {MAX_FRAME_BYTES}]")
+        return 4 + length
+
     def _complete(self) -> int:
         """Size of the whole frame at the head of the buffer when all of it is buffered, else 0."""
         have = self._end - self._start
         if have < 4:
             return 0
-        (length,) = _U32.unpack_from(self._buf, self._start)
-        if length < _AFTER_LENGTH or length > MAX_FRAME_BYTES:
-            raise ProtocolError(f"frame length {length} outside [{_AFTER_LENGTH}, {MAX_FRAME_BYTES}]")
-        return 4 + length if have >= 4 + length else 0
+        total = self._frame_bytes()
+        return total if have >= total else 0
 
     def buffered(self) -> bool:
         """True when a whole frame is waiting in the buffer (reading it will not block)."""
@@ -360,10 +365,7 @@ class FrameReader:
         """The next frame, blocking until all of it has arrived."""
         while self._end - self._start < 4:
             self._fill()
-        (length,) = _U32.unpack_from(self._buf, self._start)
-        if length < _AFTER_LENGTH or length > MAX_FRAME_BYTES:
-            raise ProtocolError(f"frame length {length} outside [{_AFTER_LENGTH}, {MAX_FRAME_BYTES}]")
-        total = 4 + length
+        total = self._frame_bytes()
         if total > len(self._buf):  # larger than the buffer: its own buffer, the rest read straight into it
             whole = bytearray(total)
             have = self._end - self._start
