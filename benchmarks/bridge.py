@@ -280,16 +280,12 @@ def main() -> int:
         help="leave glibc's mmap threshold at its default in the bridge and in this process",
     )
     parser.add_argument(
-        "--fetch-permits",
-        default="",
-        help="bridge.fetch.permits (default: the bridge's, cores + 1; 0: no limit)",
-    )
-    parser.add_argument(
         "--set",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="an extra rsm.config.* setting for the bridge and the in-process RSM (repeatable)",
+        help="an extra rsm.config.* setting for the bridge and the in-process RSM (repeatable), e.g. "
+        "bridge.fetch.permits=3",
     )
     parser.add_argument("--rounds", type=int, default=5, help="measured runs per mode, interleaved")
     parser.add_argument(
@@ -331,7 +327,6 @@ def main() -> int:
             "bridge.frame.initial.bytes": str(args.initial_frame_kib * 1024),
             "bridge.socket.send.buffer.bytes": str(args.sndbuf_kib * 1024),
             "bridge.malloc.mmap.threshold.bytes": str(mmap_threshold),
-            **({"bridge.fetch.permits": args.fetch_permits} if args.fetch_permits else {}),
             **dict(kv.split("=", 1) for kv in args.set),
         }
         plain = {**base, "prefix": "plain/", "compression.enabled": "false", "encryption.enabled": "false"}
