@@ -155,17 +155,12 @@ def decode_piece_into(
             n = cramjam.zstd.decompress_into(data, out)
         except Exception as exc:  # cramjam raises its own DecompressionError
             raise TransformError(f"{kind.name.lower()} piece {number} does not decompress: {exc}") from None
-        if n != len(out):
-            raise TransformError(f"{kind.name.lower()} piece {number}: {n} bytes, expected {len(out)}")
+        check_piece(out[:n], kind=kind, number=number, size=len(out), crc=crc)
     elif codec is Codec.NONE:
-        if len(data) != len(out):
-            raise TransformError(
-                f"{kind.name.lower()} piece {number}: {len(data)} bytes, expected {len(out)}"
-            )
+        check_piece(data, kind=kind, number=number, size=len(out), crc=crc)  # before it is copied in
         copy_into(out, [data])
     else:
         raise TransformError(f"{kind.name.lower()} piece {number}: unknown codec {codec}")
-    check_piece(out, kind=kind, number=number, size=len(out), crc=crc)
 
 
 def check_piece(
