@@ -262,12 +262,6 @@ final class BridgeConnection implements AutoCloseable {
         }
     }
 
-    /** Returns the oldest held slot to the bridge now (SHM_RELEASE), with any owed before it. */
-    void releaseSlot() throws IOException {
-        owedReleases++;
-        flushReleases();
-    }
-
     /**
      * Returns the oldest held slot with the next frame this connection sends (in the same write): a reader
      * that is done with its slot does not wake the bridge just to say so.
@@ -527,7 +521,7 @@ final class BridgeConnection implements AutoCloseable {
                     return false;
                 }
                 if (f.type == SHM_DATA || f.type == ARENA_DATA) {
-                    releaseSlot(); // sent before our CANCEL arrived
+                    oweRelease(); // sent before our CANCEL arrived: given back unread (before any wait, see need)
                 } else if (f.type == DATA) {
                     drained += f.payloadLength;
                     if (drained > MAX_DRAIN_BYTES) {
