@@ -50,7 +50,7 @@ def test_a_waiting_thread_lends_its_permit_and_takes_one_back() -> None:
                 inside_wait.set()
                 resume.wait(5)
             # holds a permit again: the other thread cannot be working now
-            assert not permits._sem.acquire(blocking=False)  # type: ignore[union-attr]
+            assert permits.holds() and permits.available() == 0
 
     def other() -> None:
         inside_wait.wait(5)
@@ -73,13 +73,27 @@ def test_nested_working_and_waiting_without_a_permit_do_not_deadlock() -> None:
         pass
     with permits.waiting():  # holds none: nothing lent, nothing taken back
         pass
-    assert permits._sem.acquire(blocking=False)  # type: ignore[union-attr]  # the one permit is free
+    assert permits.available() == 1 and not permits.holds()  # the one permit is free
+
+
+def test_nested_waits_give_the_permit_back_once_and_take_it_again_once() -> None:
+    permits = WorkPermits(1)
+    with permits.working():
+        with permits.waiting():
+            assert permits.available() == 1 and not permits.holds()
+            with permits.waiting():  # holds none now: lends nothing
+                assert permits.available() == 1
+            with permits.working():  # working again inside the wait: takes the free permit, gives it back
+                assert permits.available() == 0
+            assert permits.available() == 1
+        assert permits.holds() and permits.available() == 0
+    assert permits.available() == 1 and not permits.holds()
 
 
 def test_zero_means_no_limit_and_negative_is_refused() -> None:
     permits = WorkPermits(0)
     with permits.working(), permits.waiting():
-        pass
+        assert permits.available() is None
     with pytest.raises(ValueError, match="0 \\(no limit\\) or more"):
         WorkPermits(-1)
     assert default_permits() >= 2
