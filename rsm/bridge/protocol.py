@@ -115,9 +115,12 @@ class BridgeError(Exception):
         self.message = message
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Frame:
-    """One decoded frame. ``payload`` is a bytes-like object (not copied more than once)."""
+    """One decoded frame. ``payload`` is a bytes-like object (not copied more than once).
+
+    Not frozen: one is made per frame received, and a frozen dataclass's ``__init__`` sets each field
+    through ``object.__setattr__`` (a twentieth of the bridge's own work per fetch)."""
 
     type: FrameType
     request_id: int
@@ -262,7 +265,9 @@ def _check_prefix(length: int, type_code: int, request_id: int, header_length: i
         raise ProtocolError(f"unknown frame type {type_code} (request {request_id})") from None
 
 
-def _json_header(raw: bytes | bytearray, frame_type: FrameType, request_id: int) -> dict[str, Any]:
+def _json_header(
+    raw: bytes | bytearray | memoryview, frame_type: FrameType, request_id: int
+) -> dict[str, Any]:
     try:
         header = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:  # bad UTF-8 too; and nesting deeper than 1024 levels
@@ -292,7 +297,7 @@ def _parse_head(view: memoryview) -> tuple[FrameType, int, dict[str, Any], int]:
     frame_type = _check_prefix(length, type_code, request_id, header_length)
     header: dict[str, Any] = {}
     if header_length:
-        header = _json_header(bytes(view[PREFIX_SIZE : PREFIX_SIZE + header_length]), frame_type, request_id)
+        header = _json_header(view[PREFIX_SIZE : PREFIX_SIZE + header_length], frame_type, request_id)
     return frame_type, request_id, header, PREFIX_SIZE + header_length
 
 
@@ -541,34 +546,25 @@ def decode_metadata(obj: Any) -> Any:
     return RemoteLogSegmentMetadata(**kwargs)
 
 
-_METADATA_SCALARS = (
-    "topic_id", "topic", "partition", "segment_id", "start_offset", "end_offset", "max_timestamp_ms",
-    "broker_id", "event_timestamp_ms", "segment_size_in_bytes", "custom_metadata", "state", "txn_idx_empty",
-)  # fmt: skip
-
-
 class MetadataDecoder:
     """``decode_metadata`` remembering its answers: Kafka fetches the same segments over and over, and
     decoding (two Kafka Uuids, base64, frozen dataclasses) is a tenth of the bridge's own work per fetch.
 
-    The key is every field of the JSON object, so equal objects decode to equal (immutable) metadata;
-    anything unhashable (a malformed object) is decoded, and refused, as usual.
+    The key is the object written back as compact JSON (one C call): equal objects decode to equal
+    (immutable) metadata, and 1, 1.0 and true stay different keys, as they are not equally valid fields.
+    Only successful decodes are remembered; a malformed object is decoded, and refused, every time.
     """
 
     def __init__(self, max_entries: int = 4096) -> None:
         self.max_entries = max_entries
-        self._cache: dict[tuple[Any, ...], Any] = {}
+        self._cache: dict[bytes, Any] = {}
 
     def decode(self, obj: Any) -> Any:
         try:
-            # with each value's type: 1, 1.0 and true are equal keys but not equally valid fields
-            key = (
-                *((v.__class__, v) for v in map(obj.get, _METADATA_SCALARS)),
-                tuple(map(tuple, obj.get("segment_leader_epochs") or ())),
-            )
-            hit = self._cache.get(key)
-        except (AttributeError, TypeError):  # not an object, or unhashable values: no caching
+            key = orjson.dumps(obj)
+        except TypeError:  # not from JSON (a caller's own object): no caching
             return decode_metadata(obj)
+        hit = self._cache.get(key)
         if hit is None:
             hit = decode_metadata(obj)
             if len(self._cache) >= self.max_entries:
