@@ -32,9 +32,10 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import TracebackType
 from typing import BinaryIO
 
 from rsm import custom_metadata as cm
@@ -72,6 +73,8 @@ from rsm.validation import (
 )
 
 log = logging.getLogger(__name__)
+# entries of the per-object memos on the fetch path (segment keys, plain segment readers)
+_MEMO_ENTRIES = 4096
 
 INDEX_ORDER = list(IndexType)  # piece numbers of indexes in the `.indexes` object
 SKIP_COMPRESSION_FRACTION = 0.5  # chunks whose bytes are mostly compressed batches are stored as they are
@@ -91,6 +94,9 @@ class RemoteStorageManager:
         self._manifests: ByteLRU[tuple[Manifest, int]] = ByteLRU(8 << 20, sizeof=lambda v: v[1])
         self._chunks: ByteLRU[bytes] = ByteLRU(64 << 20)
         self._allocate: ChunkAllocator | None = None
+        # id(object) -> (object, value), bounded by _MEMO_ENTRIES: fetch-path work done once per segment
+        self._keys: dict[int, tuple[RemoteLogSegmentMetadata, SegmentKeys]] = {}
+        self._readers: dict[int, tuple[Manifest, SegmentReader]] = {}
         self._executor: ThreadPoolExecutor | None = None
         self._prefetch = 1
         self._lock = threading.Lock()
@@ -124,6 +130,7 @@ class RemoteStorageManager:
             self._overlays = overlays
             self._manifests = ByteLRU(int(config.get("cache.manifest.bytes")), sizeof=lambda v: v[1])  # type: ignore[arg-type]
             self._chunks = ByteLRU(int(config.get("cache.chunk.bytes")))  # type: ignore[arg-type]
+            self._readers.clear()  # they hold the old store and chunk cache
             self._prefetch = int(config.get("fetch.prefetch.chunks"))  # type: ignore[arg-type]
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(
@@ -147,6 +154,7 @@ class RemoteStorageManager:
             policy.close()
         self._manifests.clear()
         self._chunks.clear()
+        self._readers.clear()
 
     def __enter__(self) -> RemoteStorageManager:
         return self
@@ -214,23 +222,9 @@ class RemoteStorageManager:
         s = self._settings(log_config, metadata.topic_id_partition)
         return Location(s.bucket, s.prefix)
 
-    @contextlib.contextmanager
-    def _errors(self, what: str, metadata: RemoteLogSegmentMetadata, bucket: str, key: str) -> Iterator[None]:
+    def _errors(self, what: str, metadata: RemoteLogSegmentMetadata, bucket: str, key: str) -> _StoreErrors:
         """Translate store failures into Kafka's exceptions, naming partition, segment and object."""
-        seg = metadata.remote_log_segment_id
-        where = f"{what} of segment {seg.id_base64} of {seg.topic_id_partition}, object {self.store.describe(bucket, key)}"
-        try:
-            yield
-        except RemoteStorageException:
-            raise
-        except ObjectNotFound:
-            raise RemoteResourceNotFoundException(f"{where}: not found") from None
-        except FileNotFoundError:
-            raise RemoteResourceNotFoundException(f"{where}: not found") from None
-        except (TransformError, ManifestError) as exc:
-            raise RemoteStorageException(f"{where}: {exc}") from None
-        except Exception as exc:  # noqa: BLE001 - every storage failure becomes Kafka's exception
-            raise RemoteStorageException(f"{where}: {type(exc).__name__}: {_safe(exc)}") from exc
+        return _StoreErrors(self.store, what, metadata, bucket, key)
 
     def _manifest(self, metadata: RemoteLogSegmentMetadata, keys: SegmentKeys) -> Manifest:
         cache_key = (keys.bucket, keys.manifest)
@@ -251,12 +245,39 @@ class RemoteStorageManager:
     def _reader(
         self, metadata: RemoteLogSegmentMetadata, log_config: Mapping[str, str] | None
     ) -> tuple[SegmentReader, SegmentKeys]:
-        location = self._location(metadata, log_config)
-        keys = SegmentKeys.of(location, metadata)
+        keys = self._keys_of(metadata, log_config)
         manifest = self._manifest(metadata, keys)
+        if manifest.encryption is None:
+            # plain segments: one reader per manifest (it holds no state of a fetch); encrypted ones unwrap
+            # their data key on every fetch, so a key taken out of the keyring stops decrypting at once
+            hit = self._readers.get(id(manifest))
+            if hit is not None and hit[0] is manifest:
+                return hit[1], keys
         with self._errors("decryption setup", metadata, keys.bucket, keys.manifest):
             cipher = cipher_for(manifest, self._keyring)
-        return SegmentReader(self.store, keys.bucket, manifest, cipher, self._chunks, self._allocate), keys
+        reader = SegmentReader(self.store, keys.bucket, manifest, cipher, self._chunks, self._allocate)
+        if cipher is None:
+            if len(self._readers) >= _MEMO_ENTRIES:
+                self._readers.clear()
+            self._readers[id(manifest)] = (manifest, reader)  # holds the manifest: its id is not reused
+        return reader, keys
+
+    def _keys_of(
+        self, metadata: RemoteLogSegmentMetadata, log_config: Mapping[str, str] | None
+    ) -> SegmentKeys:
+        """The segment's object keys; remembered per metadata object when its custom metadata says where
+        it lives (the bridge hands the same object for every fetch of a segment, and so does Kafka)."""
+        custom = metadata.custom_metadata
+        if custom is None or not custom.value:
+            return SegmentKeys.of(self._location(metadata, log_config), metadata)  # today's configuration
+        hit = self._keys.get(id(metadata))
+        if hit is not None and hit[0] is metadata:
+            return hit[1]
+        keys = SegmentKeys.of(cm.decode(custom), metadata)
+        if len(self._keys) >= _MEMO_ENTRIES:
+            self._keys.clear()
+        self._keys[id(metadata)] = (metadata, keys)  # holds the metadata: its id is not reused meanwhile
+        return keys
 
     def set_chunk_allocator(self, allocate: ChunkAllocator | None) -> None:
         """Decode fetched chunks into buffers from ``allocate(size)`` (None from it: the heap as usual).
@@ -265,6 +286,7 @@ class RemoteStorageManager:
         broker can read it in place, with no copy between the processes.
         """
         self._allocate = allocate
+        self._readers.clear()  # they decode with the allocator they were made with
 
     # -- copy --------------------------------------------------------------------------------------------
     def copy_log_segment_data(
@@ -618,6 +640,41 @@ class RemoteStorageManager:
         if hit is not None:
             copy_id = hit[0].copy_id
             self._chunks.discard_where(lambda k: isinstance(k, tuple) and k[0] == copy_id)
+
+
+class _StoreErrors:
+    """``with``: store failures become Kafka's exceptions, naming partition, segment and object.
+
+    A class, not a generator context manager, and the message is built only when something failed: every
+    fetch enters one, and both cost more than the rest of opening a cached segment.
+    """
+
+    __slots__ = ("_store", "_what", "_metadata", "_bucket", "_key")
+
+    def __init__(
+        self, store: ObjectStore, what: str, metadata: RemoteLogSegmentMetadata, bucket: str, key: str
+    ) -> None:
+        self._store, self._what, self._metadata, self._bucket, self._key = store, what, metadata, bucket, key
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        if exc is None or isinstance(exc, RemoteStorageException) or not isinstance(exc, Exception):
+            return False
+        seg = self._metadata.remote_log_segment_id
+        where = (
+            f"{self._what} of segment {seg.id_base64} of {seg.topic_id_partition}, "
+            f"object {self._store.describe(self._bucket, self._key)}"
+        )
+        if isinstance(exc, (ObjectNotFound, FileNotFoundError)):
+            raise RemoteResourceNotFoundException(f"{where}: not found") from None
+        if isinstance(exc, (TransformError, ManifestError)):
+            raise RemoteStorageException(f"{where}: {exc}") from None
+        # every other storage failure becomes Kafka's exception too
+        raise RemoteStorageException(f"{where}: {type(exc).__name__}: {_safe(exc)}") from exc
 
 
 def _fill(f: object, view: memoryview, n: int) -> int:

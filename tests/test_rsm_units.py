@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import time
 import uuid
 from pathlib import Path
 
@@ -433,5 +434,57 @@ def test_segments_from_the_segment_format_writer_with_every_codec_round_trip(tmp
         assert data.offset_index.stat().st_size > 0
         assert read_all(rsm.fetch_index(md, IndexType.OFFSET)) == data.offset_index.read_bytes()
         assert read_all(rsm.fetch_index(md, IndexType.TIMESTAMP)) == data.time_index.read_bytes()
+    finally:
+        rsm.close()
+
+
+def _copied(rsm: RemoteStorageManager, tmp_path: Path, topic: str) -> tuple[RemoteLogSegmentMetadata, bytes]:
+    seg = make_segment(tmp_path / topic, TopicIdPartition(uuid.uuid4(), topic, 0), batches=40, value_size=300)
+    md = dataclasses.replace(seg.metadata, custom_metadata=rsm.copy_log_segment_data(seg.metadata, seg.data))
+    return md, seg.data.log_segment.read_bytes()
+
+
+def test_a_plain_segment_reader_is_reused_and_decodes_with_the_allocator_set_last(tmp_path: Path) -> None:
+    rsm = RemoteStorageManager()
+    rsm.configure(
+        {"storage.backend": "file", "storage.file.root": str(tmp_path / "store"), "chunk.size": "8192",
+         "compression.enabled": "false", "cache.chunk.bytes": "0", "fetch.prefetch.chunks": "0"}
+    )  # fmt: skip
+    try:
+        md, raw = _copied(rsm, tmp_path, "memo")
+        first, keys = rsm._reader(md, None)
+        again, keys_again = rsm._reader(md, None)
+        assert again is first and keys_again is keys  # opened once per segment
+        assert rsm._reader(dataclasses.replace(md), None)[1] == keys  # an equal metadata object: same keys
+        blocks: list[int] = []
+
+        def allocate(size: int) -> bytearray:
+            blocks.append(size)
+            return bytearray(size)
+
+        rsm.set_chunk_allocator(allocate)
+        assert rsm._reader(md, None)[0] is not first  # made again: it decodes with the new allocator
+        assert read_all(rsm.fetch_log_segment(md, 100, 9000)) == raw[100:9001]
+        assert blocks == [8192, 8192]  # both chunks of the range went to the allocator set last
+    finally:
+        rsm.close()
+
+
+def test_an_encrypted_segment_stops_decrypting_when_its_key_leaves_the_keyring(tmp_path: Path) -> None:
+    keyring = write_keyring(tmp_path / "k.json", ("k1", "k2"))
+    rsm = RemoteStorageManager()
+    rsm.configure(
+        {"storage.backend": "file", "storage.file.root": str(tmp_path / "store"), "encryption.enabled": "true",
+         "encryption.keyring.path": str(keyring), "encryption.key.id": "k1", "cache.chunk.bytes": "0"}
+    )  # fmt: skip
+    try:
+        md, raw = _copied(rsm, tmp_path, "enc-memo")
+        assert read_all(rsm.fetch_log_segment(md, 0)) == raw
+        keys = json.loads(keyring.read_text())
+        del keys["k1"]
+        keyring.write_text(json.dumps(keys))
+        os.utime(keyring, (time.time() + 5, time.time() + 5))  # a new mtime even on a coarse clock
+        with pytest.raises(RemoteStorageException, match="'k1' is not in the keyring"):
+            rsm.fetch_log_segment(md, 0)
     finally:
         rsm.close()
