@@ -73,8 +73,10 @@ from rsm.validation import (
 )
 
 log = logging.getLogger(__name__)
-# entries of the per-object memos on the fetch path (segment keys, plain segment readers)
+# entries of the per-object memos on the fetch path: segment keys (small), and plain segment readers (each
+# holds its manifest, up to tens of KiB for a large segment: fewer, so the memo stays within a few MiB)
 _MEMO_ENTRIES = 4096
+_READER_MEMO_ENTRIES = 256
 
 INDEX_ORDER = list(IndexType)  # piece numbers of indexes in the `.indexes` object
 SKIP_COMPRESSION_FRACTION = 0.5  # chunks whose bytes are mostly compressed batches are stored as they are
@@ -94,7 +96,7 @@ class RemoteStorageManager:
         self._manifests: ByteLRU[tuple[Manifest, int]] = ByteLRU(8 << 20, sizeof=lambda v: v[1])
         self._chunks: ByteLRU[bytes] = ByteLRU(64 << 20)
         self._allocate: ChunkAllocator | None = None
-        # id(object) -> (object, value), bounded by _MEMO_ENTRIES: fetch-path work done once per segment
+        # id(object) -> (object, value), bounded (see _MEMO_ENTRIES): fetch-path work done once per segment
         self._keys: dict[int, tuple[RemoteLogSegmentMetadata, SegmentKeys]] = {}
         self._readers: dict[int, tuple[Manifest, SegmentReader]] = {}
         self._executor: ThreadPoolExecutor | None = None
@@ -257,7 +259,7 @@ class RemoteStorageManager:
             cipher = cipher_for(manifest, self._keyring)
         reader = SegmentReader(self.store, keys.bucket, manifest, cipher, self._chunks, self._allocate)
         if cipher is None:
-            if len(self._readers) >= _MEMO_ENTRIES:
+            if len(self._readers) >= _READER_MEMO_ENTRIES:
                 self._readers.clear()
             self._readers[id(manifest)] = (manifest, reader)  # holds the manifest: its id is not reused
         return reader, keys
