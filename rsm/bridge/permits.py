@@ -61,13 +61,19 @@ class WorkPermits:
         return getattr(self._held, "depth", 0) > 0
 
 
-class _Working:
-    """Takes a permit on entry unless the thread holds one already (nested blocks take no second one)."""
+class _PermitBlock:
+    """A reusable ``with`` block over one WorkPermits (its state is per thread, in ``_held``)."""
 
     __slots__ = ("_permits",)
 
     def __init__(self, permits: WorkPermits) -> None:
         self._permits = permits
+
+
+class _Working(_PermitBlock):
+    """Takes a permit on entry unless the thread holds one already (nested blocks take no second one)."""
+
+    __slots__ = ()
 
     def __enter__(self) -> None:
         p = self._permits
@@ -87,13 +93,10 @@ class _Working:
             p._tokens.put(None)
 
 
-class _Waiting:
+class _Waiting(_PermitBlock):
     """Gives the thread's permit back for the block (if it holds one) and takes one again after it."""
 
-    __slots__ = ("_permits",)
-
-    def __init__(self, permits: WorkPermits) -> None:
-        self._permits = permits
+    __slots__ = ()
 
     def __enter__(self) -> None:
         p = self._permits
