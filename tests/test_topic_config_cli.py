@@ -87,7 +87,9 @@ def test_set_dry_run_describe_unset_and_the_rsm_follows(
     broker: Broker, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     tip = TopicIdPartition(uuid.uuid4(), "orders", 0)
-    topic = ["--topic", tip.topic, "--topic-id", uuid_to_base64(tip.topic_id)]
+    # the "=" form: a random id's base64 may begin with "-", which argparse would take for an option (Kafka's
+    # own Uuid.randomUuid never hands out such an id for that reason; uuid4 here can, 1 time in 64)
+    topic = ["--topic", tip.topic, f"--topic-id={uuid_to_base64(tip.topic_id)}"]
     sets = [
         "unchecked.rsm.prefix=orders-tier/",
         "unchecked.rsm.encryption.enabled=true",
