@@ -281,8 +281,8 @@ def test_a_streaming_read_gets_a_chunk_per_frame_and_heap_chunks_split_into_slot
     cut into slot-sized parts. Either way the reader gets exactly the segment's bytes."""
     chunk, slot = 256 * KIB, 64 * KIB
     server, t, data, meta = _uncached_bridge(
-        tmp_path, short_dir / "s.sock", chunk, 200, arena_blocks=2, shm_slots=8, shm_slot_bytes=slot
-    )
+        tmp_path, short_dir / "s.sock", chunk, 200, arena_blocks=3, shm_slots=8, shm_slot_bytes=slot
+    )  # 3 blocks: a ring's worth of read-ahead (two chunks) and the chunk decoded next, as the default sizes it
     assert len(data) > 8 * chunk
     reader = BridgeConnection(short_dir / "s.sock", timeout=10, transport="shm")
     holder = BridgeConnection(short_dir / "s.sock", timeout=10, transport="shm")
@@ -347,12 +347,20 @@ def test_a_streaming_read_gets_a_chunk_per_frame_and_heap_chunks_split_into_slot
         reader.release_slots(2)
         while protocol.recv_frame(reader.sock).type != FrameType.END:
             pass
+        # the release follows the CANCEL, so the bridge may read it after the END: a health answer on the
+        # same connection comes after it, and both blocks are free again
+        protocol.send_frame(reader.sock, FrameType.REQUEST, 11, {"op": "health"})
+        assert protocol.recv_frame(reader.sock).header["arena_free_blocks"] == 3
 
-        # pin both arena blocks: every chunk the reader needs is now decoded on the heap
-        protocol.send_frame(holder.sock, FrameType.REQUEST, 2, {"op": "fetch_log_segment", "metadata": meta,
-                            "start_position": chunk - 10, "transport": "shm", "arena": True, "stop_after": 100})  # fmt: skip
-        while protocol.recv_frame(holder.sock).type != FrameType.END:
-            pass
+        # pin every arena block (chunks 0 and 1, then chunk 2): every chunk the reader needs is now decoded
+        # on the heap
+        held = []
+        for rid, start in ((2, chunk - 10), (4, 2 * chunk + 5)):
+            protocol.send_frame(holder.sock, FrameType.REQUEST, rid, {"op": "fetch_log_segment", "metadata": meta,
+                                "start_position": start, "transport": "shm", "arena": True, "stop_after": 100})  # fmt: skip
+            while (f := protocol.recv_frame(holder.sock)).type != FrameType.END:
+                held.append(f.type)
+        assert held == [FrameType.ARENA_DATA] * 3  # all three blocks pinned
         pieces = stream(reader, 3, 5 * chunk + 7)
         assert {kind for kind, _ in pieces} == {"SHM_DATA"} and max(n for _, n in pieces) == slot
     finally:
