@@ -238,6 +238,17 @@ def test_empty_and_exact_frame_sized_fetches(bridge, tmp_path):
         assert s.read() == data[5:6]
 
 
+def wait_for(cond, timeout: float = 5.0) -> bool:
+    """True once ``cond()`` holds, polling for up to ``timeout`` seconds (the bridge's threads run on after
+    the client has its answer: a stream is closed just after its END is sent)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.01)
+    return cond()
+
+
 def test_ten_concurrent_readers(bridge, tmp_path):
     server, rsm, client = bridge
     segments = [make_segment(tmp_path, 1_500_000 + i * 7919, seed=i) for i in range(4)]
@@ -262,7 +273,7 @@ def test_ten_concurrent_readers(bridge, tmp_path):
     with ThreadPoolExecutor(10) as pool:
         assert sum(pool.map(reader, range(10))) == 80
     assert rsm.max_open_streams >= 5, f"at most {rsm.max_open_streams} fetches ran at once"
-    assert rsm.open_streams == 0
+    assert wait_for(lambda: rsm.open_streams == 0), f"{rsm.open_streams} streams left open"
     health = client.health()
     assert health["status"] == "ok" and health["requests"] >= 84
 

@@ -15,7 +15,6 @@ import stat
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -28,6 +27,7 @@ from test_bridge_server import (
     check_reader_stopping_at_the_fetch_size,
     make_segment,
     tempfile_dir,
+    wait_for,
 )
 
 from rsm.bridge import protocol
@@ -96,15 +96,6 @@ def read_exact(stream, n: int) -> bytes:
         assert chunk, f"stream ended after {len(out)} of {n} bytes"
         out += chunk
     return bytes(out)
-
-
-def wait_for(cond, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.01)
-    return cond()
 
 
 def test_round_trip_uses_the_ring_and_matches_the_socket_path(bridge, tmp_path):
