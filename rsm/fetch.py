@@ -237,7 +237,12 @@ class SegmentStream(io.RawIOBase):
     def _chunk(self, i: int) -> bytes:
         fut = self._futures.pop(i, None)
         try:
-            return fut.result() if fut is not None else self._reader.chunk(i)
+            if fut is None:
+                return self._reader.chunk(i)
+            if not fut.done():  # its download is still under way in the background: a network wait too
+                with self._reader.store.network_wait():
+                    return fut.result()
+            return fut.result()
         except BaseException as exc:
             if self._on_error is not None:
                 raise self._on_error(exc) from None

@@ -84,7 +84,8 @@ class ObjectStore:
         # work permit meanwhile, so ten readers waiting on S3 do not hold back the streams ready to work
         self.remote_wait: Callable[[], AbstractContextManager[object]] | None = None
 
-    def _network_wait(self) -> AbstractContextManager[object]:
+    def network_wait(self) -> AbstractContextManager[object]:
+        """``with``: a wait on this store's network (none for local files); the bridge lends permits there."""
         hook = self.remote_wait
         return hook() if hook is not None and self.backend is not Backend.FILE else contextlib.nullcontext()
 
@@ -157,7 +158,7 @@ class ObjectStore:
     # -- reads -------------------------------------------------------------------------------------------
     def get(self, bucket: str, key: str) -> bytes:
         try:
-            with self._network_wait():
+            with self.network_wait():
                 data = self.fs.cat_file(self.path(bucket, key))
         except FileNotFoundError:
             raise ObjectNotFound(self.describe(bucket, key)) from None
@@ -169,7 +170,7 @@ class ObjectStore:
         if end <= start:
             return b""
         try:
-            with self._network_wait():
+            with self.network_wait():
                 data = self.fs.cat_file(self.path(bucket, key), start=start, end=end)
         except FileNotFoundError:
             raise ObjectNotFound(self.describe(bucket, key)) from None

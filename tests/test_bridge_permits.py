@@ -133,3 +133,50 @@ def test_the_store_lends_the_permit_only_while_it_waits_on_the_network(
             assert waits == []
     finally:
         rsm.close()
+
+
+def test_a_reader_waiting_on_a_prefetched_chunk_from_s3_lends_its_permit(
+    tmp_path: Path, s3_server: Any
+) -> None:
+    """The reader thread enters the remote-wait hook while a background download it needs is under way."""
+    configs = s3_server.rsm_configs(bucket=s3_server.make_bucket())
+    configs.update(
+        {"chunk.size": str(1 << 20), "compression.enabled": "false", "cache.chunk.bytes": "0",
+         "fetch.prefetch.chunks": "1"}
+    )  # fmt: skip
+    tip = TopicIdPartition(uuid.uuid4(), "prefetch-waits", 0)
+    seg = make_segment(tmp_path / "seg", tip, batches=1000, records_per_batch=10, value_size=1000)
+    raw = seg.data.log_segment.read_bytes()
+    assert len(raw) > 4 << 20
+    rsm = RemoteStorageManager()
+    rsm.configure(configs)
+    try:
+        custom = rsm.copy_log_segment_data(seg.metadata, seg.data)
+        md = dataclasses.replace(seg.metadata, custom_metadata=custom)
+        downloading, release = threading.Event(), threading.Event()
+        cat_file = rsm.store.fs.cat_file
+
+        def held_in_background(*args: Any, **kwargs: Any) -> Any:
+            if threading.current_thread().name.startswith("rsm-fetch"):  # a prefetch: held until released
+                downloading.set()
+                assert release.wait(10)
+            return cat_file(*args, **kwargs)
+
+        rsm.store.fs.cat_file = held_in_background
+        lent_for_prefetch = []
+        reader_thread = threading.current_thread().name
+
+        class Hook:
+            def __enter__(self) -> None:
+                if threading.current_thread().name == reader_thread and downloading.is_set():
+                    lent_for_prefetch.append(release.is_set())  # False: entered before the download ended
+                    release.set()
+
+            def __exit__(self, *exc: object) -> None:
+                return None
+
+        rsm.store.remote_wait = Hook
+        assert read_all(rsm.fetch_log_segment(md, 0)) == raw
+        assert lent_for_prefetch and lent_for_prefetch[0] is False
+    finally:
+        rsm.close()
