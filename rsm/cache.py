@@ -1,8 +1,8 @@
-"""A byte-bounded, thread-safe LRU cache, for manifests and decoded chunks.
+"""Caches: a byte-bounded, thread-safe LRU for manifests and decoded chunks, and a per-object memo.
 
-Bounded by the bytes it holds (not by entry count) because chunks are megabytes and manifests kilobytes:
-an entry-count bound would let the chunk cache take gigabytes. An entry larger than the whole bound is not
-cached at all.
+The LRU is bounded by the bytes it holds (not by entry count) because chunks are megabytes and manifests
+kilobytes: an entry-count bound would let the chunk cache take gigabytes. An entry larger than the whole
+bound is not cached at all.
 """
 
 from __future__ import annotations
@@ -12,7 +12,37 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
+K = TypeVar("K")
 V = TypeVar("V")
+
+
+class IdentityMemo(Generic[K, V]):
+    """A value computed once per object, found by the object's identity (no hashing of its fields).
+
+    Each entry holds its object, so no other object can take its id while the entry lives. The memo is
+    cleared whole when ``max_entries`` are held: a cheap bound for a working set that mostly fits.
+    """
+
+    __slots__ = ("max_entries", "_entries")
+
+    def __init__(self, max_entries: int) -> None:
+        self.max_entries = max_entries
+        self._entries: dict[int, tuple[K, V]] = {}
+
+    def get(self, obj: K) -> V | None:
+        hit = self._entries.get(id(obj))
+        return hit[1] if hit is not None and hit[0] is obj else None
+
+    def put(self, obj: K, value: V) -> None:
+        if len(self._entries) >= self.max_entries:
+            self._entries.clear()
+        self._entries[id(obj)] = (obj, value)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 class ByteLRU(Generic[V]):

@@ -39,7 +39,7 @@ from types import TracebackType
 from typing import BinaryIO
 
 from rsm import custom_metadata as cm
-from rsm.cache import ByteLRU
+from rsm.cache import ByteLRU, IdentityMemo
 from rsm.config import ConfigEntry, RsmConfig, TopicSettings, ViolationAction
 from rsm.errors import (
     ConfigException,
@@ -75,7 +75,7 @@ from rsm.validation import (
 log = logging.getLogger(__name__)
 # entries of the per-object memos on the fetch path: segment keys (small), and plain segment readers (each
 # holds its manifest, up to tens of KiB for a large segment: fewer, so the memo stays within a few MiB)
-_MEMO_ENTRIES = 4096
+_KEYS_MEMO_ENTRIES = 4096
 _READER_MEMO_ENTRIES = 256
 
 INDEX_ORDER = list(IndexType)  # piece numbers of indexes in the `.indexes` object
@@ -96,9 +96,9 @@ class RemoteStorageManager:
         self._manifests: ByteLRU[tuple[Manifest, int]] = ByteLRU(8 << 20, sizeof=lambda v: v[1])
         self._chunks: ByteLRU[bytes] = ByteLRU(64 << 20)
         self._allocate: ChunkAllocator | None = None
-        # id(object) -> (object, value), bounded (see _MEMO_ENTRIES): fetch-path work done once per segment
-        self._keys: dict[int, tuple[RemoteLogSegmentMetadata, SegmentKeys]] = {}
-        self._readers: dict[int, tuple[Manifest, SegmentReader]] = {}
+        # fetch-path work done once per segment: its keys per metadata object, a plain reader per manifest
+        self._keys: IdentityMemo[RemoteLogSegmentMetadata, SegmentKeys] = IdentityMemo(_KEYS_MEMO_ENTRIES)
+        self._readers: IdentityMemo[Manifest, SegmentReader] = IdentityMemo(_READER_MEMO_ENTRIES)
         self._executor: ThreadPoolExecutor | None = None
         self._prefetch = 1
         self._lock = threading.Lock()
@@ -249,19 +249,18 @@ class RemoteStorageManager:
     ) -> tuple[SegmentReader, SegmentKeys]:
         keys = self._keys_of(metadata, log_config)
         manifest = self._manifest(metadata, keys)
-        if manifest.encryption is None:
-            # plain segments: one reader per manifest (it holds no state of a fetch); encrypted ones unwrap
-            # their data key on every fetch, so a key taken out of the keyring stops decrypting at once
-            hit = self._readers.get(id(manifest))
-            if hit is not None and hit[0] is manifest:
-                return hit[1], keys
+        # plain segments: one reader per manifest (it holds no state of a fetch); encrypted ones unwrap their
+        # data key on every fetch, so a key taken out of the keyring stops decrypting at once
+        plain = manifest.encryption is None
+        if plain:
+            hit = self._readers.get(manifest)
+            if hit is not None:
+                return hit, keys
         with self._errors("decryption setup", metadata, keys.bucket, keys.manifest):
             cipher = cipher_for(manifest, self._keyring)
         reader = SegmentReader(self.store, keys.bucket, manifest, cipher, self._chunks, self._allocate)
-        if cipher is None:
-            if len(self._readers) >= _READER_MEMO_ENTRIES:
-                self._readers.clear()
-            self._readers[id(manifest)] = (manifest, reader)  # holds the manifest: its id is not reused
+        if plain:
+            self._readers.put(manifest, reader)
         return reader, keys
 
     def _keys_of(
@@ -272,13 +271,10 @@ class RemoteStorageManager:
         custom = metadata.custom_metadata
         if custom is None or not custom.value:
             return SegmentKeys.of(self._location(metadata, log_config), metadata)  # today's configuration
-        hit = self._keys.get(id(metadata))
-        if hit is not None and hit[0] is metadata:
-            return hit[1]
-        keys = SegmentKeys.of(cm.decode(custom), metadata)
-        if len(self._keys) >= _MEMO_ENTRIES:
-            self._keys.clear()
-        self._keys[id(metadata)] = (metadata, keys)  # holds the metadata: its id is not reused meanwhile
+        keys = self._keys.get(metadata)
+        if keys is None:
+            keys = SegmentKeys.of(cm.decode(custom), metadata)
+            self._keys.put(metadata, keys)
         return keys
 
     def set_chunk_allocator(self, allocate: ChunkAllocator | None) -> None:

@@ -24,7 +24,7 @@ from rsm import (
     TopicIdPartition,
 )
 from rsm import custom_metadata as cm
-from rsm.cache import ByteLRU
+from rsm.cache import ByteLRU, IdentityMemo
 from rsm.config import ConfigSource, RsmConfig
 from rsm.errors import ConfigException, SegmentIntegrityError
 from rsm.keyring import Keyring
@@ -193,6 +193,19 @@ def test_byte_lru_is_bounded_by_bytes() -> None:
     assert cache.get(7) is not None and cache.get(8) is None
     cache.put("huge", bytes(101))
     assert cache.get("huge") is None and cache.bytes <= 100
+
+
+def test_identity_memo_finds_the_same_object_only_and_is_bounded() -> None:
+    memo: IdentityMemo[list[int], str] = IdentityMemo(2)
+    a, b = [1], [1]
+    memo.put(a, "a")
+    assert memo.get(a) == "a" and memo.get(b) is None  # equal but another object: not found
+    memo.put(b, "b")
+    c = [1]
+    memo.put(c, "c")  # full: cleared first, so only c is left
+    assert len(memo) == 1 and memo.get(c) == "c" and memo.get(a) is None
+    memo.clear()
+    assert memo.get(c) is None
 
 
 def _real_logs() -> list[Path]:
