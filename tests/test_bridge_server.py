@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from harness.waiting import wait_until
 
 from rsm import (
     CustomMetadata,
@@ -238,17 +239,6 @@ def test_empty_and_exact_frame_sized_fetches(bridge, tmp_path):
         assert s.read() == data[5:6]
 
 
-def wait_for(cond, timeout: float = 5.0) -> bool:
-    """True once ``cond()`` holds, polling for up to ``timeout`` seconds (the bridge's threads run on after
-    the client has its answer: a stream is closed just after its END is sent)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.01)
-    return cond()
-
-
 def test_ten_concurrent_readers(bridge, tmp_path):
     server, rsm, client = bridge
     segments = [make_segment(tmp_path, 1_500_000 + i * 7919, seed=i) for i in range(4)]
@@ -273,7 +263,8 @@ def test_ten_concurrent_readers(bridge, tmp_path):
     with ThreadPoolExecutor(10) as pool:
         assert sum(pool.map(reader, range(10))) == 80
     assert rsm.max_open_streams >= 5, f"at most {rsm.max_open_streams} fetches ran at once"
-    assert wait_for(lambda: rsm.open_streams == 0), f"{rsm.open_streams} streams left open"
+    # a stream is closed just after its END is sent: the client can look first
+    wait_until("the bridge to close its last stream", lambda: rsm.open_streams == 0, 5, interval=0.01)
     health = client.health()
     assert health["status"] == "ok" and health["requests"] >= 84
 

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from harness.waiting import wait_until
 from test_bridge_server import (
     REPO,
     TESTS_DIR,
@@ -27,7 +28,6 @@ from test_bridge_server import (
     check_reader_stopping_at_the_fetch_size,
     make_segment,
     tempfile_dir,
-    wait_for,
 )
 
 from rsm.bridge import protocol
@@ -131,14 +131,14 @@ def test_ring_file_is_owner_only_and_removed_once_mapped_and_after_close(dirs, t
         assert stat.S_IMODE(st.st_mode) == 0o600 and st.st_uid == os.getuid()
         assert st.st_size == hello["shm"]["slots"] * hello["shm"]["slot_bytes"]
         release(conn, 0)  # "mapped": the bridge drops the name
-        assert wait_for(lambda: not ring_path.exists())
+        wait_until("the ring file's name removed", lambda: not ring_path.exists(), 5, interval=0.01)
         conn.close()
         # a client that never sends anything after the handshake: removed on close
         conn2, hello2 = raw_connect(server.socket_path, [protocol.CAP_SHM])
         path2 = Path(hello2["shm"]["path"])
         assert path2.exists()
         conn2.close()
-        assert wait_for(lambda: not path2.exists())
+        wait_until("the unused ring file removed", lambda: not path2.exists(), 5, interval=0.01)
         assert list(shm_dir.iterdir()) == []
     finally:
         stop(server, t)
@@ -254,7 +254,7 @@ def test_cancel_mid_stream_stops_reading_and_reuses_the_connection(bridge, tmp_p
     s.close()
     assert s.cancelled
     assert rsm.bytes_read < 12 * MIB
-    assert wait_for(lambda: rsm.streams_closed == 1)
+    wait_until("the cancelled stream closed", lambda: rsm.streams_closed == 1, 5, interval=0.01)
     assert client._idle.qsize() == 1
     # past the 1 MiB mark, then cancel while slots are in flight
     s = client.fetch_log_segment(md, 5)
@@ -297,7 +297,7 @@ def test_ten_concurrent_readers(bridge, tmp_path):
     with ThreadPoolExecutor(10) as pool:
         assert sum(pool.map(reader, range(10))) == 60
     assert rsm.max_open_streams >= 2
-    assert wait_for(lambda: rsm.open_streams == 0)
+    wait_until("every stream closed", lambda: rsm.open_streams == 0, 5, interval=0.01)
 
 
 def test_fallback_when_either_side_lacks_the_capability(dirs, tmp_path):
@@ -335,7 +335,10 @@ def test_bridge_killed_mid_stream_fails_the_read_cleanly(dirs, tmp_path):
     )  # fmt: skip
     client = BridgeClient(sock, transport="shm")
     try:
-        assert wait_for(lambda: sock.exists(), 30), proc.stdout.read().decode() if proc.poll() else ""
+        wait_until(
+            "the bridge's socket (or its exit)", lambda: sock.exists() or proc.poll() is not None, 30, 0.01
+        )
+        assert sock.exists(), proc.stdout.read().decode() if proc.poll() is not None else ""
         md, sd, data = make_segment(tmp_path, 16 * MIB)
         client.copy_log_segment_data(md, sd)
         s = client.fetch_log_segment(md, 0)

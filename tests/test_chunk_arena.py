@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import mmap
 import os
 import stat
 import threading
@@ -31,8 +32,6 @@ KIB = 1024
 
 
 def test_a_block_lives_while_any_view_of_it_does_and_is_freed_once() -> None:
-    import mmap
-
     mm = mmap.mmap(-1, 64 * KIB)
     freed: list[int] = []
     block = ArenaBlock(mm, 8 * KIB, 100, freed.append)
@@ -215,6 +214,12 @@ def _uncached_bridge(
     return server, t, seg.data.log_segment.read_bytes(), protocol.encode_metadata(md)
 
 
+def _map_arena(conn: BridgeConnection) -> mmap.mmap:
+    """The bridge's chunk arena as a client maps it (read-only), from the connection's HELLO answer."""
+    desc = conn.server_hello["arena"]
+    return open_shared_file(Path(desc["path"]), desc["bytes"], "arena")
+
+
 def test_a_block_a_client_still_reads_is_never_reused(short_dir: Path, tmp_path: Path) -> None:
     """A tiny arena (4 blocks), no chunk cache: while one client holds ARENA_DATA pieces unreleased, other
     fetches decode many chunks; the held pieces' bytes stay exactly the segment's, and come back free."""
@@ -226,8 +231,7 @@ def test_a_block_a_client_still_reads_is_never_reused(short_dir: Path, tmp_path:
     holder = BridgeConnection(short_dir / "a.sock", timeout=10, transport="shm")
     other = BridgeConnection(short_dir / "a.sock", timeout=10, transport="shm")
     try:
-        desc = holder.server_hello["arena"]
-        arena_map = open_shared_file(Path(desc["path"]), desc["bytes"], "arena")
+        arena_map = _map_arena(holder)
 
         def request(conn: BridgeConnection, rid: int, start: int, stop_after: int) -> list[tuple[int, int]]:
             header = {"op": "fetch_log_segment", "metadata": meta, "start_position": start,
@@ -287,8 +291,7 @@ def test_a_streaming_read_gets_a_chunk_per_frame_and_heap_chunks_split_into_slot
     reader = BridgeConnection(short_dir / "s.sock", timeout=10, transport="shm")
     holder = BridgeConnection(short_dir / "s.sock", timeout=10, transport="shm")
     try:
-        desc = reader.server_hello["arena"]
-        arena_map = open_shared_file(Path(desc["path"]), desc["bytes"], "arena")
+        arena_map = _map_arena(reader)
         ring = reader.ring
         assert ring is not None
 
