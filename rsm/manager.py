@@ -40,6 +40,7 @@ from typing import BinaryIO
 
 from rsm import custom_metadata as cm
 from rsm.cache import ByteLRU, IdentityMemo
+from rsm.catalog.locations import LocationRegistry
 from rsm.config import ConfigEntry, RsmConfig, TopicSettings, ViolationAction
 from rsm.errors import (
     ConfigException,
@@ -93,6 +94,7 @@ class RemoteStorageManager:
         self._keyring: Keyring | None = None
         self._policy: RecordValidationPolicy | None = None
         self._overlays: OverlayCache | None = None
+        self._registry: LocationRegistry | None = None
         self._manifests: ByteLRU[tuple[Manifest, int]] = ByteLRU(8 << 20, sizeof=lambda v: v[1])
         self._chunks: ByteLRU[bytes] = ByteLRU(64 << 20)
         self._allocate: ChunkAllocator | None = None
@@ -126,10 +128,12 @@ class RemoteStorageManager:
             TopicOverlayStore(store, str(config.get("bucket")), str(config.get("prefix"))),
             int(config.get("topic.overlay.cache.ms")),  # type: ignore[arg-type]
         )
+        registry = LocationRegistry(store, str(config.get("bucket")), str(config.get("prefix")))
         with self._lock:
             old_policy = self._policy
             self._config, self._keyring, self._store, self._policy = config, keyring, store, policy
             self._overlays = overlays
+            self._registry = registry
             self._manifests = ByteLRU(int(config.get("cache.manifest.bytes")), sizeof=lambda v: v[1])  # type: ignore[arg-type]
             self._chunks = ByteLRU(int(config.get("cache.chunk.bytes")))  # type: ignore[arg-type]
             self._readers.clear()  # they hold the old store and chunk cache
@@ -332,6 +336,11 @@ class RemoteStorageManager:
             data_key = new_data_key()
             cipher = SegmentCipher(data_key, seg.id)
             encryption = Encryption(key_id, self._keyring.wrap(key_id, data_key, seg.id.bytes))
+        # readers without a broker find a topic's segments through this record (rsm.catalog.locations)
+        assert self._registry is not None
+        registry = self._registry
+        with self._errors("location record", metadata, registry.bucket, registry.prefix):
+            registry.record(seg.topic_id_partition.topic, seg.topic_id_partition.topic_id, location)
         with self._errors("removal of an earlier attempt's manifest", metadata, keys.bucket, keys.manifest):
             self.store.delete(keys.bucket, keys.manifest)
         self._forget(keys)

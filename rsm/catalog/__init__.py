@@ -1,0 +1,28 @@
+"""What the store holds, read from manifests alone: the planner shared by every reader of the store.
+
+The Spark reader, `rsm migrate` and `rsm store` all ask the same questions of a store, without a broker
+or the metadata topic: which topic ids a topic name has had, every location its segments went to, the
+committed segments of each partition, and one consistent history per partition (retried copies and
+truncated leader-epoch branches resolved). This package answers them once, below all of its users:
+
+- `locations`: the per-topic record of every (bucket, prefix) a topic has written to, kept by the RSM,
+  plus the fallback scan for stores written before the record existed;
+- `segments`: committed segments (manifests) of a topic id across its locations;
+- `history`: one history per partition from the segments' leader-epoch chains;
+- `catalog`: `TopicCatalog`, the entry point tying them to a configured store.
+"""
+
+from rsm.catalog.catalog import TopicCatalog, TopicNotFound
+from rsm.catalog.history import PartitionHistory, SegmentSlice, resolve_history
+from rsm.catalog.locations import LocationRegistry
+from rsm.catalog.segments import StoredSegment
+
+__all__ = [
+    "LocationRegistry",
+    "PartitionHistory",
+    "SegmentSlice",
+    "StoredSegment",
+    "TopicCatalog",
+    "TopicNotFound",
+    "resolve_history",
+]

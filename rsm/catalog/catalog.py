@@ -1,0 +1,192 @@
+"""`TopicCatalog`: a topic's ids, locations, segments and histories in a configured store, no broker.
+
+Which topic id a name means: a topic deleted and re-created keeps its name and gets a new id, and both
+ids' segments may still be in the store. Without a broker the live one is the id written most recently
+(its newest location record, else its newest manifest); callers can name another id.
+
+Where a topic id's segments are: the broker's default location, the location its overlay names, every
+location in its record (`rsm.catalog.locations`), and, unless a scan has recorded them all, every topic
+directory found by listing the buckets the configuration and the overlays name (once per catalog).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Iterable
+
+from rsm.catalog.history import PartitionHistory, resolve_history
+from rsm.catalog.locations import FoundTopicDir, LocationRegistry, scan_bucket
+from rsm.catalog.segments import CatalogError, StoredSegment, list_segments, read_manifest
+from rsm.config import TOPIC_PREFIX, RsmConfig
+from rsm.layout import Location
+from rsm.metadata import uuid_to_base64
+from rsm.overlay import TopicOverlay, TopicOverlayStore
+from rsm.storage import ObjectNotFound, ObjectStore
+
+log = logging.getLogger(__name__)
+
+__all__ = ["CatalogError", "TopicCatalog", "TopicNotFound"]
+
+
+class TopicNotFound(CatalogError):
+    """No committed segment of the topic anywhere the catalog looked (the message lists where)."""
+
+
+class TopicCatalog:
+    """Read-only questions about what a store holds (see the module docstring)."""
+
+    def __init__(self, config: RsmConfig, store: ObjectStore | None = None, *, scan: bool = True) -> None:
+        self.config = config
+        self.store = store or ObjectStore.from_config(config)
+        self.default = Location(str(config.get("bucket")), str(config.get("prefix")))
+        self.registry = LocationRegistry(self.store, self.default.bucket, self.default.prefix)
+        self.overlays = TopicOverlayStore(self.store, self.default.bucket, self.default.prefix)
+        self._scan_enabled = scan
+        self._scanned: list[FoundTopicDir] | None = None
+        self._scanned_buckets: list[str] = []
+        self._lock = threading.Lock()
+        self._overlay_list: list[TopicOverlay] | None = None
+
+    # -- discovery -----------------------------------------------------------------------------------
+    def _all_overlays(self) -> list[TopicOverlay]:
+        if self._overlay_list is None:
+            try:
+                self._overlay_list = self.overlays.list()
+            except Exception as exc:  # noqa: BLE001 - an unreadable overlay must not hide the data
+                log.warning("cannot list topic overlays: %s", exc)
+                self._overlay_list = []
+        return self._overlay_list
+
+    @staticmethod
+    def _overlay_location(overlay: TopicOverlay, default: Location) -> Location:
+        bucket = overlay.configs.get(TOPIC_PREFIX + "bucket", default.bucket)
+        prefix = overlay.configs.get(TOPIC_PREFIX + "prefix", default.prefix)
+        return Location(bucket.strip(), prefix.strip())
+
+    def scan_buckets(self) -> list[str]:
+        """The buckets a scan lists: the configuration's and every overlay's."""
+        buckets = [self.default.bucket]
+        buckets += [self._overlay_location(o, self.default).bucket for o in self._all_overlays()]
+        return list(dict.fromkeys(buckets))
+
+    def _scan(self) -> list[FoundTopicDir]:
+        with self._lock:
+            if self._scanned is None:
+                found: list[FoundTopicDir] = []
+                self._scanned_buckets = self.scan_buckets()
+                for bucket in self._scanned_buckets:
+                    try:
+                        found += scan_bucket(self.store, bucket)
+                    except (FileNotFoundError, ObjectNotFound):
+                        continue
+                log.info("scanned %d bucket(s), %d topic directories", len(self._scanned_buckets), len(found))
+                self._scanned = found
+            return self._scanned
+
+    def _scanned_for(self, topic: str, topic_id: uuid.UUID | None = None) -> list[tuple[uuid.UUID, Location]]:
+        """(topic id, location) of scanned directories that hold this topic (confirmed by a manifest)."""
+        out = []
+        for found in self._scan():
+            location = found.location_for(topic)
+            if location is None or (topic_id is not None and found.topic_id != topic_id):
+                continue
+            if found.name != topic:  # prefix and topic run together: ask a manifest whose topic it is
+                try:
+                    manifest = read_manifest(self.store, found.bucket, found.sample_manifest)
+                except (CatalogError, ObjectNotFound):
+                    continue
+                if manifest.segment.topic != topic:
+                    continue
+            out.append((found.topic_id, location))
+        return out
+
+    def topic_names(self) -> list[str]:
+        """Every topic name with a location record, an overlay or (by scan) a committed segment."""
+        names = set(self.registry.topics()) | {o.topic for o in self._all_overlays()}
+        if self._scan_enabled:
+            for found in self._scan():
+                try:
+                    manifest = read_manifest(self.store, found.bucket, found.sample_manifest)
+                except (CatalogError, ObjectNotFound):
+                    continue
+                names.add(manifest.segment.topic)
+        return sorted(names)
+
+    def topic_ids(self, topic: str) -> dict[uuid.UUID, int]:
+        """Every id the topic name has had in the store -> when it was last written (ms; 0 if unknown)."""
+        ids: dict[uuid.UUID, int] = dict(self.registry.topics().get(topic, {}))
+        for overlay in self._all_overlays():
+            if overlay.topic == topic:
+                ids[overlay.topic_id] = max(ids.get(overlay.topic_id, 0), overlay.updated_ms)
+        if self._scan_enabled:
+            for tid, _ in self._scanned_for(topic):
+                ids.setdefault(tid, 0)
+        return ids
+
+    def live_topic_id(self, topic: str) -> uuid.UUID:
+        """The topic id written most recently under this name (the live topic, for a re-created one)."""
+        ids = self.topic_ids(topic)
+        if not ids:
+            raise TopicNotFound(f"topic {topic!r} has no tiered data in {self.searched()}")
+        if len(ids) == 1:
+            return next(iter(ids))
+
+        # stamps from the record; ids known only from a scan are dated by their newest manifest
+        def newest(tid: uuid.UUID) -> int:
+            stamp = ids[tid]
+            for seg in self.segments(topic, tid):
+                stamp = max(stamp, seg.manifest.created_ms)
+            return stamp
+
+        return max(ids, key=newest)
+
+    def locations(self, topic: str, topic_id: uuid.UUID) -> list[Location]:
+        """Every location that may hold segments of this topic id (see the module docstring)."""
+        found = [self.default]
+        for overlay in self._all_overlays():
+            if overlay.topic == topic and overlay.topic_id == topic_id:
+                found.append(self._overlay_location(overlay, self.default))
+        found += self.registry.locations(topic, topic_id)
+        if self._scan_enabled and not self.registry.is_complete(topic, topic_id):
+            found += [loc for tid, loc in self._scanned_for(topic, topic_id) if tid == topic_id]
+        return list(dict.fromkeys(found))
+
+    def searched(self) -> str:
+        """Where the catalog looked, for 'not found' messages."""
+        buckets = self._scanned_buckets or [self.default.bucket]
+        where = f"the location record {self.registry.describe()}"
+        if self._scan_enabled:
+            where += " and a scan of bucket(s) " + ", ".join(self.store.describe(b, "") for b in buckets)
+        return where
+
+    # -- segments and histories ----------------------------------------------------------------------
+    def segments(
+        self, topic: str, topic_id: uuid.UUID, partitions: Iterable[int] | None = None
+    ) -> list[StoredSegment]:
+        """Committed segments of the topic id at all its locations, sorted by partition and offset."""
+        return list_segments(self.store, topic, topic_id, self.locations(topic, topic_id), partitions)
+
+    def histories(
+        self, topic: str, topic_id: uuid.UUID, partitions: Iterable[int] | None = None
+    ) -> dict[int, PartitionHistory]:
+        """One history per partition that has tiered data."""
+        by_partition: dict[int, list[StoredSegment]] = {}
+        for seg in self.segments(topic, topic_id, partitions):
+            by_partition.setdefault(seg.partition, []).append(seg)
+        out = {}
+        for partition, segs in sorted(by_partition.items()):
+            history = resolve_history(partition, segs)
+            for seg, why in history.superseded:
+                log.debug("%s-%d: %s not read: %s", topic, partition, seg.manifest_key, why)
+            if history.gaps:
+                log.warning(
+                    "%s-%d (topic id %s): offsets %s are missing from the store",
+                    topic,
+                    partition,
+                    uuid_to_base64(topic_id),
+                    ", ".join(f"{a}..{b}" for a, b in history.gaps),
+                )
+            out[partition] = history
+        return out

@@ -1,0 +1,137 @@
+"""One history per partition: the segment copies a consumer of the final log would read, nothing twice.
+
+A store can hold more than one copy of the same offsets:
+- a copy retried under a new segment id (the broker crashed before recording the first one as finished,
+  or Kafka deleted the upload but the delete did not reach the store): identical records twice;
+- an unclean leader election: the old leader tiered records of epoch N that the new leader never had, and
+  the new leader's epoch N+1 starts at an offset the old branch also used.
+
+Each manifest carries its segment's leader-epoch chain (epoch -> first offset). The final log's lineage is
+built from the segments of the highest epochs downward, as the new leader's epoch cache would have it: an
+epoch of the lineage ends where the next one starts. A segment's records of epoch E are part of the final
+log only inside the lineage's range of E, so a truncated branch (records of E past the offset where E+1
+began, or of an epoch the lineage does not contain) is cut off exactly. What is left is covered greedily
+by offset: each offset comes from one copy (the one reaching furthest, the newest among equals).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from rsm.catalog.segments import StoredSegment
+
+
+@dataclass(frozen=True)
+class SegmentSlice:
+    """The offsets [first_offset, last_offset] of a segment copy that belong to the partition's history."""
+
+    segment: StoredSegment
+    first_offset: int
+    last_offset: int
+
+    @property
+    def whole(self) -> bool:
+        return self.first_offset <= self.segment.start_offset and self.last_offset >= self.segment.end_offset
+
+
+@dataclass(frozen=True)
+class PartitionHistory:
+    """A partition's history in the store: ordered, non-overlapping slices of segment copies."""
+
+    partition: int
+    slices: tuple[SegmentSlice, ...]
+    lineage: tuple[tuple[int, int], ...]  # (epoch, first offset), ascending
+    superseded: tuple[tuple[StoredSegment, str], ...]  # copies that contribute nothing, and why
+    gaps: tuple[tuple[int, int], ...]  # offset ranges inside the history that no copy holds
+
+    @property
+    def first_offset(self) -> int | None:
+        return self.slices[0].first_offset if self.slices else None
+
+    @property
+    def next_offset(self) -> int | None:
+        """One past the last offset in the store (Kafka's 'latest' for what is tiered)."""
+        return self.slices[-1].last_offset + 1 if self.slices else None
+
+    def between(self, first: int, last: int) -> list[SegmentSlice]:
+        """The slices narrowed to offsets [first, last]."""
+        out = []
+        for s in self.slices:
+            lo, hi = max(s.first_offset, first), min(s.last_offset, last)
+            if lo <= hi:
+                out.append(SegmentSlice(s.segment, lo, hi))
+        return out
+
+
+def _lineage(segments: list[StoredSegment]) -> dict[int, int]:
+    """Epoch -> first offset of the final log, from the newest leader's chain down to the oldest."""
+    lineage: dict[int, int] = {}
+    ordered = sorted(segments, key=lambda s: (s.max_epoch, s.end_offset, s.manifest.created_ms), reverse=True)
+    for seg in ordered:
+        for epoch, start in seg.epochs:
+            if epoch in lineage:
+                lineage[epoch] = min(lineage[epoch], start)  # an epoch's start may be clamped to a segment's
+            elif not lineage or (epoch < min(lineage) and start < lineage[min(lineage)]):
+                lineage[epoch] = start
+            # else: an epoch between the lineage's epochs is a branch the final log does not have
+    return lineage
+
+
+def _valid_ranges(seg: StoredSegment, lineage: dict[int, int]) -> list[tuple[int, int]]:
+    """The offset ranges of `seg` whose records are in the final log (by their epoch)."""
+    if not lineage:
+        return [(seg.start_offset, seg.end_offset)]
+    epochs = sorted(lineage)
+    out = []
+    for epoch, lo, hi in seg.epoch_ranges():
+        if epoch not in lineage:
+            continue
+        i = epochs.index(epoch)
+        lineage_end = lineage[epochs[i + 1]] - 1 if i + 1 < len(epochs) else None
+        lo = max(lo, lineage[epoch])
+        hi = hi if lineage_end is None else min(hi, lineage_end)
+        if lo <= hi:
+            if out and out[-1][1] + 1 == lo:
+                out[-1] = (out[-1][0], hi)
+            else:
+                out.append((lo, hi))
+    return out
+
+
+def resolve_history(partition: int, segments: Iterable[StoredSegment]) -> PartitionHistory:
+    """The partition's history from all its committed copies (see the module docstring)."""
+    segs = [s for s in segments if s.partition == partition and s.end_offset >= s.start_offset]
+    lineage = _lineage(segs)
+    candidates: list[tuple[int, int, StoredSegment]] = []
+    superseded: list[tuple[StoredSegment, str]] = []
+    for seg in segs:
+        ranges = _valid_ranges(seg, lineage)
+        if not ranges:
+            superseded.append((seg, "its records are on a truncated leader-epoch branch"))
+        candidates.extend((lo, hi, seg) for lo, hi in ranges)
+    # by start; among equal starts the one reaching furthest, then the newest copy
+    candidates.sort(key=lambda c: (c[0], -c[1], -c[2].manifest.created_ms))
+    slices: list[SegmentSlice] = []
+    gaps: list[tuple[int, int]] = []
+    used: set[int] = set()
+    next_needed: int | None = None
+    for lo, hi, seg in candidates:
+        if next_needed is not None and hi < next_needed:
+            continue
+        if next_needed is not None and lo > next_needed:
+            gaps.append((next_needed, lo - 1))
+        first = lo if next_needed is None else max(lo, next_needed)
+        slices.append(SegmentSlice(seg, first, hi))
+        used.add(id(seg))
+        next_needed = hi + 1
+    for seg in segs:
+        if id(seg) not in used and not any(s is seg for s, _ in superseded):
+            superseded.append((seg, "its offsets are all held by another copy"))
+    return PartitionHistory(
+        partition=partition,
+        slices=tuple(slices),
+        lineage=tuple(sorted(lineage.items())),
+        superseded=tuple(superseded),
+        gaps=tuple(gaps),
+    )

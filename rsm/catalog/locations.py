@@ -1,0 +1,204 @@
+"""Every place a topic's segments went: the location record kept by the RSM, and the scan for old stores.
+
+A topic's bucket and prefix can change over its life (`unchecked.rsm.bucket`, its overlay, `rsm migrate
+move`), and each segment stays where it was written. Readers without a broker (the Spark reader, `rsm
+migrate`, `rsm store`) must still find all of them, so the RSM records each location a topic id writes to,
+once, before the first segment lands there. The record is a format other tools read:
+
+    <broker bucket>/<broker prefix>_rsm/topic-locations/<topic>-<topicId base64>/<digest>.json
+    {"version": 1, "topic": "t", "topic_id": "<22-char base64>", "bucket": "b", "prefix": "p/",
+     "recorded_ms": 1700000000000}
+
+`<digest>` is the first 32 hex digits of SHA-256 over `bucket + "\\n" + prefix`, so recording a location
+is an idempotent PUT of its own object: two brokers recording the same or different locations at once
+never overwrite each other's entries (one document per topic would lose one of two concurrent updates).
+The record lives beside the topic overlays, under the broker's default location, which every tool
+configured like the brokers knows.
+
+Stores written before this record existed (or locations recorded only partly) are found by a scan: every
+manifest key in the buckets that the configuration and the topic overlays name is parsed as
+`<prefix><topic>-<topicId>/<partition>/<offset>-<segmentId>.manifest`. `rsm store locate --record` runs
+that scan once and writes what it found plus a `_complete.json` marker for each topic id, after which
+readers trust the record alone for that topic id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import threading
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from rsm.layout import MANIFEST_SUFFIX, Location
+from rsm.metadata import to_uuid, uuid_to_base64
+from rsm.storage import ObjectNotFound, ObjectStore
+
+log = logging.getLogger(__name__)
+
+REGISTRY_DIR = "_rsm/topic-locations/"
+RECORD_VERSION = 1
+COMPLETE_MARKER = "_complete.json"
+_TOPIC_DIR = re.compile(r"^(?P<topic>.+)-(?P<tid>[A-Za-z0-9_-]{22})$")
+# <anything><topic>-<tid>/<partition>/<20-digit offset>-<segment id>.manifest
+_MANIFEST_KEY = re.compile(
+    r"^(?P<dir>(?:.*/)?)(?P<name>[^/]+)-(?P<tid>[A-Za-z0-9_-]{22})/(?P<partition>\d+)/"
+    r"(?P<offset>\d{20})-(?P<sid>[A-Za-z0-9_-]{22})" + re.escape(MANIFEST_SUFFIX) + "$"
+)
+
+
+def location_digest(location: Location) -> str:
+    """The stable name of a location's record entry (idempotent PUTs, no shared document)."""
+    return hashlib.sha256(f"{location.bucket}\n{location.prefix}".encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class FoundTopicDir:
+    """A `<prefix><name>-<topicId>/` directory holding manifests, found by scanning a bucket.
+
+    The prefix and topic name cannot be told apart from the key alone when the prefix does not end in
+    '/' (prefix `x` + topic `orders` looks like topic `xorders`), so `name` is everything after the last
+    '/': callers match a topic as a suffix of it and confirm with a manifest's own topic field.
+    """
+
+    bucket: str
+    directory: str  # key up to and including the last '/' before the name
+    name: str
+    topic_id: uuid.UUID
+    sample_manifest: str
+
+    def location_for(self, topic: str) -> Location | None:
+        """The location if this directory can belong to `topic` (its name ends with the topic's)."""
+        if not self.name.endswith(topic):
+            return None
+        return Location(self.bucket, self.directory + self.name[: -len(topic)])
+
+
+def scan_bucket(store: ObjectStore, bucket: str) -> list[FoundTopicDir]:
+    """Every topic directory with at least one committed segment in a bucket (one listing)."""
+    found: dict[tuple[str, str, str], FoundTopicDir] = {}
+    for key in store.list(bucket, ""):
+        m = _MANIFEST_KEY.match(key)
+        if m is None:
+            continue
+        ident = (m["dir"], m["name"], m["tid"])
+        if ident not in found:
+            try:
+                tid = to_uuid(m["tid"])
+            except ValueError:
+                continue
+            found[ident] = FoundTopicDir(bucket, m["dir"], m["name"], tid, key)
+    return list(found.values())
+
+
+class LocationRegistry:
+    """The per-topic location record under the broker's default location (see the module docstring)."""
+
+    def __init__(self, store: ObjectStore, bucket: str, prefix: str) -> None:
+        self.store = store
+        self.bucket = bucket
+        self.prefix = prefix
+        self._recorded: set[tuple[uuid.UUID, Location]] = set()
+        self._lock = threading.Lock()
+
+    def _topic_dir(self, topic: str, topic_id: uuid.UUID | str) -> str:
+        return f"{self.prefix}{REGISTRY_DIR}{topic}-{uuid_to_base64(to_uuid(topic_id))}/"
+
+    def describe(self) -> str:
+        return self.store.describe(self.bucket, self.prefix + REGISTRY_DIR)
+
+    def record(self, topic: str, topic_id: uuid.UUID | str, location: Location) -> bool:
+        """Make sure `location` is in the topic id's record; True if this call wrote it.
+
+        Called by every copy before its first upload, so it must cost nothing on the hot path: a location
+        already recorded by this process is answered from memory, one already in the store by a HEAD.
+        """
+        tid = to_uuid(topic_id)
+        ident = (tid, location)
+        with self._lock:
+            if ident in self._recorded:
+                return False
+        key = self._topic_dir(topic, tid) + location_digest(location) + ".json"
+        wrote = False
+        if not self.store.exists(self.bucket, key):
+            doc = {
+                "version": RECORD_VERSION,
+                "topic": topic,
+                "topic_id": uuid_to_base64(tid),
+                "bucket": location.bucket,
+                "prefix": location.prefix,
+                "recorded_ms": int(time.time() * 1000),
+            }
+            self.store.put(self.bucket, key, json.dumps(doc, sort_keys=True).encode() + b"\n")
+            log.info("recorded location %s of topic %s (%s)", location, topic, uuid_to_base64(tid))
+            wrote = True
+        with self._lock:
+            self._recorded.add(ident)
+        return wrote
+
+    def topics(self) -> dict[str, dict[uuid.UUID, int]]:
+        """Every (topic name -> topic id -> newest recorded_ms) in the record."""
+        out: dict[str, dict[uuid.UUID, int]] = {}
+        base = self.prefix + REGISTRY_DIR
+        for key in self.store.list(self.bucket, base):
+            rest = key[len(base) :]
+            directory, _, leaf = rest.partition("/")
+            m = _TOPIC_DIR.match(directory)
+            if m is None or not leaf.endswith(".json") or leaf == COMPLETE_MARKER:
+                continue
+            try:
+                tid = to_uuid(m["tid"])
+            except ValueError:
+                continue
+            entry = self._read(key)
+            stamp = int(entry.get("recorded_ms", 0)) if entry else 0
+            ids = out.setdefault(m["topic"], {})
+            ids[tid] = max(ids.get(tid, 0), stamp)
+        return out
+
+    def locations(self, topic: str, topic_id: uuid.UUID | str) -> list[Location]:
+        """The locations recorded for one topic id, in the order they were first recorded."""
+        found: list[tuple[int, Location]] = []
+        directory = self._topic_dir(topic, topic_id)
+        for key in self.store.list(self.bucket, directory):
+            if key.endswith(COMPLETE_MARKER) or not key.endswith(".json"):
+                continue
+            doc = self._read(key)
+            if doc is None:
+                continue
+            try:
+                found.append(
+                    (int(doc.get("recorded_ms", 0)), Location(str(doc["bucket"]), str(doc["prefix"])))
+                )
+            except (KeyError, TypeError, ValueError):
+                log.warning("ignoring malformed location record %s", self.store.describe(self.bucket, key))
+        return [loc for _, loc in sorted(found, key=lambda x: x[0])]
+
+    def is_complete(self, topic: str, topic_id: uuid.UUID | str) -> bool:
+        """Whether a scan recorded every location of this topic id (`rsm store locate --record`)."""
+        return self.store.exists(self.bucket, self._topic_dir(topic, topic_id) + COMPLETE_MARKER)
+
+    def mark_complete(self, topic: str, topic_id: uuid.UUID | str, scanned_buckets: Iterable[str]) -> None:
+        doc = {
+            "version": RECORD_VERSION,
+            "scanned_ms": int(time.time() * 1000),
+            "buckets": sorted(scanned_buckets),
+        }
+        self.store.put(
+            self.bucket, self._topic_dir(topic, topic_id) + COMPLETE_MARKER, json.dumps(doc).encode() + b"\n"
+        )
+
+    def _read(self, key: str) -> dict[str, object] | None:
+        try:
+            raw = self.store.get(self.bucket, key)
+            doc = json.loads(raw)
+        except ObjectNotFound:
+            return None
+        except ValueError:
+            log.warning("ignoring malformed location record %s", self.store.describe(self.bucket, key))
+            return None
+        return doc if isinstance(doc, dict) and doc.get("version") == RECORD_VERSION else None

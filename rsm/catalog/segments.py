@@ -1,0 +1,143 @@
+"""The committed segments of one topic id, read from their manifests across every location.
+
+A segment exists for readers exactly when its manifest exists (the manifest is written last), so listing
+manifests under `<prefix><topic>-<topicId>/` at each location finds every committed copy and nothing
+half-written. Manifests are small and read in parallel; nothing of the `.log` objects is touched.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from rsm.layout import MANIFEST_SUFFIX, Location, partition_dir
+from rsm.manifest import Manifest, ManifestError
+from rsm.metadata import uuid_to_base64
+from rsm.storage import ObjectNotFound, ObjectStore
+
+log = logging.getLogger(__name__)
+
+MANIFEST_READ_THREADS = 16
+
+
+class CatalogError(Exception):
+    """The store cannot be planned from: one line naming the object at fault."""
+
+
+@dataclass(frozen=True)
+class StoredSegment:
+    """One committed segment copy: where its manifest is, and the manifest itself."""
+
+    location: Location
+    manifest_key: str
+    manifest: Manifest
+    epochs: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        chain = sorted((int(e), int(o)) for e, o in self.manifest.segment.segment_leader_epochs.items())
+        object.__setattr__(self, "epochs", tuple(chain))
+
+    @property
+    def bucket(self) -> str:
+        return self.location.bucket
+
+    @property
+    def partition(self) -> int:
+        return self.manifest.segment.partition
+
+    @property
+    def start_offset(self) -> int:
+        return self.manifest.segment.start_offset
+
+    @property
+    def end_offset(self) -> int:
+        return self.manifest.segment.end_offset
+
+    @property
+    def max_timestamp_ms(self) -> int:
+        return self.manifest.segment.max_timestamp_ms
+
+    @property
+    def segment_id(self) -> str:
+        return self.manifest.segment.segment_id
+
+    @property
+    def size(self) -> int:
+        return self.manifest.log.size
+
+    @property
+    def max_epoch(self) -> int:
+        return self.epochs[-1][0] if self.epochs else -1
+
+    def epoch_ranges(self) -> list[tuple[int, int, int]]:
+        """(epoch, first offset, last offset) of each epoch in this segment, from its leader-epoch chain."""
+        out = []
+        for i, (epoch, start) in enumerate(self.epochs):
+            end = self.epochs[i + 1][1] - 1 if i + 1 < len(self.epochs) else self.end_offset
+            lo = max(start, self.start_offset)
+            if lo <= end:
+                out.append((epoch, lo, end))
+        if not out and not self.epochs:
+            out.append((-1, self.start_offset, self.end_offset))
+        return out
+
+
+def read_manifest(store: ObjectStore, bucket: str, key: str) -> Manifest:
+    """One manifest, refused with a one-line CatalogError naming the object when it cannot be read."""
+    where = store.describe(bucket, key)
+    try:
+        return Manifest.from_bytes(store.get(bucket, key), where)
+    except ManifestError as exc:
+        raise CatalogError(f"cannot read manifest {where}: {exc}") from None
+
+
+def list_segments(
+    store: ObjectStore,
+    topic: str,
+    topic_id: uuid.UUID,
+    locations: Iterable[Location],
+    partitions: Iterable[int] | None = None,
+) -> list[StoredSegment]:
+    """Every committed segment of the topic id at the given locations, sorted by (partition, offset).
+
+    A manifest that vanished between the listing and its read was deleted meanwhile (retention) and is
+    skipped; a manifest that names another topic id or partition than its key says is refused.
+    """
+    tid = uuid_to_base64(topic_id)
+    wanted = None if partitions is None else set(partitions)
+    keys: list[tuple[Location, str]] = []
+    for location in dict.fromkeys(locations):
+        base = f"{location.prefix}{topic}-{tid}/"
+        for key in store.list(location.bucket, base):
+            if not key.endswith(MANIFEST_SUFFIX):
+                continue
+            part = key[len(base) :].split("/", 1)[0]
+            if not part.isdigit() or (wanted is not None and int(part) not in wanted):
+                continue
+            keys.append((location, key))
+
+    def load(item: tuple[Location, str]) -> StoredSegment | None:
+        location, key = item
+        try:
+            manifest = read_manifest(store, location.bucket, key)
+        except ObjectNotFound:
+            log.info("segment %s deleted while listing", store.describe(location.bucket, key))
+            return None
+        seg = manifest.segment
+        expected = partition_dir(location.prefix, topic, tid, seg.partition)
+        if seg.topic_id != tid or seg.topic != topic or not key.startswith(expected):
+            raise CatalogError(
+                f"manifest {store.describe(location.bucket, key)} describes {seg.topic}-{seg.partition} "
+                f"(topic id {seg.topic_id}), not what its key says"
+            )
+        return StoredSegment(location, key, manifest)
+
+    if not keys:
+        return []
+    with ThreadPoolExecutor(min(MANIFEST_READ_THREADS, len(keys)), thread_name_prefix="rsm-catalog") as pool:
+        found = [s for s in pool.map(load, keys) if s is not None]
+    found.sort(key=lambda s: (s.partition, s.start_offset, s.end_offset, s.manifest.created_ms))
+    return found

@@ -1,0 +1,236 @@
+"""The source's options: Spark's Kafka source options with their meaning and defaults, plus the store.
+
+Switching `format("kafka")` to `format("kafka-tiered")` must be a one-word change, so every option of
+Spark's Kafka source is accepted: the ones that mean something without a broker are honoured, the
+consumer tuning ones (`kafka.*`, poll timeouts, group ids) are accepted and ignored. Anything else is a
+mistake and is refused naming the option.
+
+The store is named by the keys `RemoteStorageManager.configure` takes (`storage.backend`, `bucket`,
+`storage.s3.endpoint.url`, `encryption.keyring.path`, ...; bare or with the broker's `rsm.config.`
+prefix), or by one properties file (`rsm.properties`): an `rsm.properties` of bare keys, or the broker's
+`server.properties` whose `rsm.config.*` keys are used. Options win over the file. Spark passes option
+keys lowercased; every key here is matched case-insensitively. Values are never logged (credentials).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rsm.config import BROKER_PREFIX, SETTINGS_BY_NAME, RsmConfig
+from rsm.errors import ConfigException
+
+
+class OptionError(ValueError):
+    """A bad option: one line naming it."""
+
+
+class IsolationLevel(enum.Enum):
+    READ_UNCOMMITTED = "read_uncommitted"
+    READ_COMMITTED = "read_committed"
+
+
+class Violations(enum.Enum):
+    """What to do with records a validation policy flagged when the segment was tiered."""
+
+    INCLUDE = "include"
+    DROP = "drop"
+    FLAG = "flag"
+
+
+# Spark's Kafka source options (lowercased) that mean nothing without a broker: accepted, ignored
+IGNORED_SPARK_OPTIONS = frozenset(
+    {
+        "kafkaconsumer.polltimeoutms",
+        "fetchoffset.numretries",
+        "fetchoffset.retryintervalms",
+        "groupidprefix",
+        "maxtriggerdelay",
+        "minoffsetspertrigger",
+    }
+)
+SPARK_OPTIONS = frozenset(
+    {
+        "subscribe",
+        "subscribepattern",
+        "assign",
+        "startingoffsets",
+        "endingoffsets",
+        "startingoffsetsbytimestamp",
+        "endingoffsetsbytimestamp",
+        "startingtimestamp",
+        "endingtimestamp",
+        "startingoffsetsbytimestampstrategy",
+        "failondataloss",
+        "includeheaders",
+        "minpartitions",
+        "maxrecordsperpartition",
+        "maxoffsetspertrigger",
+    }
+)
+OWN_OPTIONS = frozenset({"topicid", "violations", "rsm.properties", "path"})
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """Parsed options (strings from Spark turned into values, checked once on the driver)."""
+
+    subscribe: tuple[str, ...] | None = None
+    subscribe_pattern: str | None = None
+    assign: dict[str, tuple[int, ...]] | None = None
+    starting_offsets: str | None = None
+    ending_offsets: str | None = None
+    starting_offsets_by_timestamp: str | None = None
+    ending_offsets_by_timestamp: str | None = None
+    starting_timestamp: int | None = None
+    ending_timestamp: int | None = None
+    starting_by_timestamp_strategy: str = "error"
+    fail_on_data_loss: bool = True
+    include_headers: bool = False
+    min_partitions: int | None = None
+    max_records_per_partition: int | None = None
+    max_offsets_per_trigger: int | None = None
+    isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
+    topic_id: str | None = None
+    violations: Violations = Violations.INCLUDE
+    rsm_configs: dict[str, str] = field(default_factory=dict, repr=False)  # may hold credentials
+
+    def rsm_config(self) -> RsmConfig:
+        try:
+            return RsmConfig(self.rsm_configs)
+        except ConfigException as exc:
+            raise OptionError(f"store options: {exc}") from None
+
+
+def _bool(name: str, value: str) -> bool:
+    v = value.strip().lower()
+    if v in ("true", "false"):
+        return v == "true"
+    raise OptionError(f"option {name} must be true or false, got {value!r}")
+
+
+def _positive_int(name: str, value: str) -> int:
+    try:
+        n = int(value.strip())
+    except ValueError:
+        raise OptionError(f"option {name} must be a positive integer, got {value!r}") from None
+    if n <= 0:
+        raise OptionError(f"option {name} must be a positive integer, got {value!r}")
+    return n
+
+
+def _timestamp(name: str, value: str) -> int:
+    try:
+        return int(value.strip())
+    except ValueError:
+        raise OptionError(f"option {name} must be a timestamp in milliseconds, got {value!r}") from None
+
+
+def _assign(value: str) -> dict[str, tuple[int, ...]]:
+    try:
+        doc = json.loads(value)
+        if not isinstance(doc, dict) or not doc:
+            raise ValueError("not an object")
+        return {str(t): tuple(sorted(int(p) for p in ps)) for t, ps in doc.items()}
+    except (ValueError, TypeError) as exc:
+        raise OptionError(
+            f'option assign must be JSON like {{"topicA":[0,1],"topicB":[2,4]}}, got {value!r} ({exc})'
+        ) from None
+
+
+def _load_properties(path: str) -> dict[str, str]:
+    from rsm.bridge.server import load_properties  # the one properties parser the broker tools share
+
+    try:
+        props = load_properties(Path(path))
+    except ValueError as exc:
+        raise OptionError(f"option rsm.properties: {exc}") from None
+    if any(k.startswith(BROKER_PREFIX) for k in props):  # a broker's server.properties
+        return {k[len(BROKER_PREFIX) :]: v for k, v in props.items() if k.startswith(BROKER_PREFIX)}
+    return dict(props)
+
+
+def parse_options(raw: Mapping[str, str]) -> SourceOptions:
+    """Check every option and parse the ones this source uses; OptionError names the first bad one."""
+    opts = {str(k).lower(): str(v) for k, v in raw.items()}
+    rsm: dict[str, str] = {}
+    if "rsm.properties" in opts:
+        rsm.update(_load_properties(opts["rsm.properties"]))
+    for key, value in opts.items():
+        name = key[len(BROKER_PREFIX) :] if key.startswith(BROKER_PREFIX) else key
+        if name in SETTINGS_BY_NAME or name.startswith("bridge.") and key.startswith(BROKER_PREFIX):
+            rsm[name] = value
+        elif key.startswith("kafka.") or key in IGNORED_SPARK_OPTIONS or key in SPARK_OPTIONS:
+            continue
+        elif key not in OWN_OPTIONS:
+            raise OptionError(
+                f"unknown option {key!r} for format kafka-tiered (Spark's Kafka source options, kafka.* "
+                "consumer options, topicId, violations, rsm.properties and the RSM's store keys are accepted)"
+            )
+    rsm = {k: v for k, v in rsm.items() if not k.startswith("bridge.")}
+
+    selectors = [k for k in ("subscribe", "subscribepattern", "assign") if k in opts]
+    if len(selectors) != 1:
+        raise OptionError(
+            "exactly one of the options subscribe, subscribePattern, assign must be given"
+            + (f" (got {', '.join(selectors)})" if selectors else "")
+        )
+    subscribe = None
+    if "subscribe" in opts:
+        subscribe = tuple(t.strip() for t in opts["subscribe"].split(",") if t.strip())
+        if not subscribe:
+            raise OptionError("option subscribe names no topic")
+    isolation = opts.get("kafka.isolation.level", "read_uncommitted").strip().lower()
+    try:
+        isolation_level = IsolationLevel(isolation)
+    except ValueError:
+        raise OptionError(
+            f"option kafka.isolation.level must be read_uncommitted or read_committed, got {isolation!r}"
+        ) from None
+    try:
+        violations = Violations(opts.get("violations", "include").strip().lower())
+    except ValueError:
+        raise OptionError(
+            f"option violations must be include, drop or flag, got {opts['violations']!r}"
+        ) from None
+    strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
+    if strategy not in ("error", "latest"):
+        raise OptionError(
+            f"option startingOffsetsByTimestampStrategy must be error or latest, got {strategy!r}"
+        )
+    parsed = SourceOptions(
+        subscribe=subscribe,
+        subscribe_pattern=opts.get("subscribepattern"),
+        assign=_assign(opts["assign"]) if "assign" in opts else None,
+        starting_offsets=opts.get("startingoffsets"),
+        ending_offsets=opts.get("endingoffsets"),
+        starting_offsets_by_timestamp=opts.get("startingoffsetsbytimestamp"),
+        ending_offsets_by_timestamp=opts.get("endingoffsetsbytimestamp"),
+        starting_timestamp=_timestamp("startingTimestamp", opts["startingtimestamp"])
+        if "startingtimestamp" in opts
+        else None,
+        ending_timestamp=_timestamp("endingTimestamp", opts["endingtimestamp"])
+        if "endingtimestamp" in opts
+        else None,
+        starting_by_timestamp_strategy=strategy,
+        fail_on_data_loss=_bool("failOnDataLoss", opts.get("failondataloss", "true")),
+        include_headers=_bool("includeHeaders", opts.get("includeheaders", "false")),
+        min_partitions=_positive_int("minPartitions", opts["minpartitions"])
+        if "minpartitions" in opts
+        else None,
+        max_records_per_partition=_positive_int("maxRecordsPerPartition", opts["maxrecordsperpartition"])
+        if "maxrecordsperpartition" in opts
+        else None,
+        max_offsets_per_trigger=_positive_int("maxOffsetsPerTrigger", opts["maxoffsetspertrigger"])
+        if "maxoffsetspertrigger" in opts
+        else None,
+        isolation_level=isolation_level,
+        topic_id=opts.get("topicid"),
+        violations=violations,
+        rsm_configs=rsm,
+    )
+    parsed.rsm_config()  # refuse a bad store option on the driver, before any task
+    return parsed

@@ -1,0 +1,229 @@
+"""Reading one input partition on an executor: chunks through the RSM's fetch path, decoded by the C kernel.
+
+A task downloads only the chunks of its byte range (one ranged GET each, the next one in flight while the
+current one decodes), decrypts, decompresses and checks them with the RSM's own `SegmentReader`, and hands
+the bytes to the columnar decoder as a stream: memory stays at about two chunks plus one decoded batch,
+whatever the segment size. Rows then pass, in order:
+
+1. the timestamp rules of `startingTimestamp` / `endingTimestamp` (rows before the first record with a
+   timestamp >= T, or from it on, as Kafka's offsetsForTimes would place the offset; control records
+   count, as they do in Kafka's time lookup);
+2. the filter that makes them a consumer's rows: no control records, offsets of this partition's history
+   only, no records of aborted transactions under read_committed, the pushed filters, and (violations=drop)
+   no flagged records;
+3. the conversion to Spark's Kafka source schema.
+
+Clients (store, keyring) are made lazily once per Python worker and reused by later tasks.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import InputPartition
+
+from rsm.catalog.splits import ReadSplit
+from rsm.config import RsmConfig
+from rsm.errors import RemoteStorageException
+from rsm.fetch import SegmentReader, cipher_for
+from rsm.keyring import Keyring
+from rsm.storage import ObjectNotFound, ObjectStore
+from rsm.transform import TransformError
+from segment_format.columnar import iter_stream_record_batches
+from segment_format.errors import CorruptRecordError
+from spark_reader.errors import DataLossError, ReaderError
+from spark_reader.filters import NO_FILTERS, PushedFilters
+from spark_reader.schema import to_spark_batch
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ReadSettings:
+    """What every task of a query shares: the store (may hold credentials: never shown) and the options."""
+
+    rsm_configs: tuple[tuple[str, str], ...] = field(repr=False)
+    include_headers: bool
+    violations: str  # include | drop | flag
+    fail_on_data_loss: bool
+
+
+class TieredPartition(InputPartition):
+    """One Spark input partition: a split of a segment copy, with everything needed to read it exactly."""
+
+    def __init__(
+        self,
+        split: ReadSplit,
+        settings: ReadSettings,
+        *,
+        aborted: tuple[tuple[int, int, int], ...] = (),
+        start_timestamp: int | None = None,
+        end_timestamp: int | None = None,
+        filters: PushedFilters = NO_FILTERS,
+    ) -> None:
+        super().__init__(None)
+        self.split = split
+        self.settings = settings
+        self.aborted = aborted  # (producer id, first offset, last offset) of aborted transactions
+        self.start_timestamp = start_timestamp
+        self.end_timestamp = end_timestamp
+        self.filters = filters
+
+    def __repr__(self) -> str:
+        s = self.split
+        return (
+            f"TieredPartition({s.topic}-{s.partition} offsets {s.first_offset}..{s.last_offset}, "
+            f"bytes {s.start_position}..{s.end_position} of {s.bucket}/{s.manifest.location.get('log')})"
+        )
+
+
+_clients: dict[tuple[tuple[str, str], ...], tuple[ObjectStore, Keyring | None]] = {}
+_clients_lock = threading.Lock()
+
+
+def clients(rsm_configs: tuple[tuple[str, str], ...]) -> tuple[ObjectStore, Keyring | None]:
+    """The store and keyring for these store options, made once per Python worker."""
+    with _clients_lock:
+        hit = _clients.get(rsm_configs)
+        if hit is None:
+            config = RsmConfig(dict(rsm_configs))
+            path = config.get("encryption.keyring.path")
+            hit = (ObjectStore.from_config(config), Keyring(str(path)) if path else None)
+            _clients[rsm_configs] = hit
+        return hit
+
+
+def _chunks(reader: SegmentReader, start: int, end: int) -> Iterator[memoryview]:
+    """Bytes [start, end) of the segment as decoded chunk pieces, the next chunk fetched in the background."""
+    cs = reader.manifest.log.chunk_size
+    first, last = start // cs, (end - 1) // cs
+    with ThreadPoolExecutor(1, thread_name_prefix="tiered-read") as pool:
+        pending = pool.submit(reader.chunk, first)
+        for i in range(first, last + 1):
+            data = pending.result()
+            if i < last:
+                pending = pool.submit(reader.chunk, i + 1)
+            lo = start - i * cs if i == first else 0
+            hi = end - i * cs if i == last else len(data)
+            yield memoryview(data)[lo:hi]
+
+
+class _RowRules:
+    """The stateful part of a split's rows: where the timestamp rules start and stop it."""
+
+    def __init__(self, start_timestamp: int | None, end_timestamp: int | None) -> None:
+        self.start_timestamp = start_timestamp
+        self.end_timestamp = end_timestamp
+        self.started = start_timestamp is None
+        self.stopped = False
+
+    def apply(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
+        ts = batch.column("timestamp").to_numpy()
+        lo, hi = 0, batch.num_rows
+        if not self.started:
+            hits = np.flatnonzero(ts >= self.start_timestamp)
+            if not len(hits):
+                return None
+            lo = int(hits[0])
+            self.started = True
+        if self.end_timestamp is not None:
+            hits = np.flatnonzero(ts[lo:] >= self.end_timestamp)
+            if len(hits):
+                hi = lo + int(hits[0])
+                self.stopped = True
+        return batch.slice(lo, hi - lo) if (lo, hi) != (0, batch.num_rows) else batch
+
+
+def _keep_mask(batch: pa.RecordBatch, part: TieredPartition, dropped: frozenset[int]) -> pa.Array:
+    split = part.split
+    offsets = batch.column("offset")
+    keep = pc.and_(
+        pc.invert(batch.column("is_control")),
+        pc.and_(pc.greater_equal(offsets, split.first_offset), pc.less_equal(offsets, split.last_offset)),
+    )
+    if part.aborted:
+        txn = batch.column("is_transactional")
+        pids = batch.column("producer_id")
+        for pid, first, last in part.aborted:
+            hit = pc.and_(
+                pc.and_(txn, pc.equal(pids, pid)),
+                pc.and_(pc.greater_equal(offsets, first), pc.less_equal(offsets, last)),
+            )
+            keep = pc.and_(keep, pc.invert(hit))
+    f = part.filters
+    for mask in (f.offset.mask(offsets), f.timestamp_us.mask(batch.column("timestamp"), 1000)):
+        if mask is not None:
+            keep = pc.and_(keep, mask)
+    if dropped:
+        keep = pc.and_(keep, pc.invert(pc.is_in(offsets, value_set=pa.array(sorted(dropped), pa.int64()))))
+    return keep
+
+
+def _violations(split: ReadSplit) -> dict[int, str]:
+    report = split.manifest.validation or {}
+    out = {}
+    for v in report.get("violations") or ():
+        try:
+            out[int(v["offset"])] = str(v.get("reason", "violation"))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out
+
+
+def read_partition(part: TieredPartition) -> Iterator[pa.RecordBatch]:
+    """The rows of one input partition as Arrow batches of the source's schema."""
+    split, settings = part.split, part.settings
+    store, keyring = clients(settings.rsm_configs)
+    where = store.describe(split.bucket, split.manifest.location.get("log", "?"))
+    if split.end_position <= split.start_position:
+        return
+    try:
+        reader = SegmentReader(store, split.bucket, split.manifest, cipher_for(split.manifest, keyring))
+    except RemoteStorageException as exc:
+        raise ReaderError(f"cannot decrypt {where}: {exc}") from None
+    violations = _violations(split) if settings.violations != "include" else {}
+    dropped = frozenset(violations) if settings.violations == "drop" else frozenset()
+    rules = _RowRules(part.start_timestamp, part.end_timestamp)
+    batches = iter_stream_record_batches(
+        _chunks(reader, split.start_position, split.end_position),
+        file=where,
+        base_position=split.start_position,
+    )
+    try:
+        for batch in batches:
+            if rules.start_timestamp is not None or rules.end_timestamp is not None:
+                ruled = rules.apply(batch)
+                if ruled is None:
+                    continue
+                batch = ruled
+            keep = _keep_mask(batch, part, dropped)
+            if keep.true_count != batch.num_rows:
+                batch = batch.filter(keep)
+            if batch.num_rows:
+                flag = None
+                if settings.violations == "flag":
+                    flag = pa.array(
+                        [violations.get(o) for o in batch.column("offset").to_pylist()], pa.string()
+                    )
+                yield to_spark_batch(batch, split.topic, split.partition, settings.include_headers, flag)
+            if rules.stopped:
+                return
+    except ObjectNotFound:
+        message = (
+            f"{split.topic}-{split.partition}: segment {where} was deleted after the query was planned "
+            f"(offsets {split.first_offset}..{split.last_offset})"
+        )
+        if settings.fail_on_data_loss:
+            raise DataLossError(message + "; set failOnDataLoss=false to skip it") from None
+        log.warning("%s; skipped (failOnDataLoss=false)", message)
+    except (CorruptRecordError, TransformError) as exc:
+        raise ReaderError(f"corrupt data in {where}: {exc}") from None
+    except RemoteStorageException as exc:
+        raise ReaderError(f"{split.topic}-{split.partition}: {exc}") from None

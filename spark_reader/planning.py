@@ -1,0 +1,261 @@
+"""Planning a query: partitions' histories + offset options + pushed filters -> Spark input partitions.
+
+Everything here runs on the driver from manifests and stored indexes only (no `.log` byte is read):
+
+- each partition's range comes from the offset options (`rsm.catalog.history` gives earliest and latest),
+  narrowed by pushed `offset` filters and, under read_committed, by the oldest transaction still open at
+  the end of the tiered data (a consumer stops at the last stable offset);
+- timestamp options pick the first segment whose maximum timestamp reaches them and hand the exact cut
+  to the task reading that segment; pushed `timestamp >= T` filters skip segments and the start of a
+  segment through the time index;
+- each slice of a segment becomes one input partition, or several for big segments (128 MiB of log
+  bytes each, `maxRecordsPerPartition`, `minPartitions`), cut at batch boundaries near chunk boundaries;
+- under read_committed, aborted transactions are gathered from the transaction indexes of every segment
+  from the start of the range on: an abort's records can sit in segments before its marker.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from rsm.catalog import SegmentSlice, TopicCatalog
+from rsm.catalog.segments import StoredSegment
+from rsm.catalog.splits import SegmentIndexes, split_slice
+from rsm.config import Backend
+from rsm.errors import RemoteStorageException
+from rsm.keyring import Keyring
+from rsm.storage import ObjectStore
+from segment_format.errors import CorruptRecordError
+from spark_reader.errors import DataLossError, ReaderError
+from spark_reader.filters import PushedFilters
+from spark_reader.offsets import Kind, Position
+from spark_reader.options import IsolationLevel, SourceOptions
+from spark_reader.partition_reader import ReadSettings, TieredPartition
+from spark_reader.topics import SelectedPartition, select_partitions
+
+log = logging.getLogger(__name__)
+
+MAX_SPLIT_BYTES = 128 << 20
+
+
+@dataclass(frozen=True)
+class PartitionRange:
+    """What one partition contributes: offsets [start, end) and the timestamp cuts inside them."""
+
+    selected: SelectedPartition
+    start: int
+    end: int
+    start_timestamp: int | None = None
+    start_slice: SegmentSlice | None = None
+    end_timestamp: int | None = None
+    end_slice: SegmentSlice | None = None
+
+
+class Planner:
+    """The driver's view of the store for one query (catalog, indexes, keyring), made lazily."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self._catalog: TopicCatalog | None = None
+        self._keyring: Keyring | None = None
+        self._indexes: dict[int, SegmentIndexes] = {}
+
+    def __getstate__(self) -> dict[str, object]:  # clients are rebuilt where the planner is unpickled
+        return {"opts": self.opts, "_catalog": None, "_keyring": None, "_indexes": {}}
+
+    @property
+    def catalog(self) -> TopicCatalog:
+        if self._catalog is None:
+            config = self.opts.rsm_config()
+            root = config.file_root
+            if config.backend is Backend.FILE and root is not None and not root.expanduser().is_dir():
+                raise ReaderError(f"store root {root} (storage.file.root) is not a directory")
+            try:
+                store = ObjectStore.from_config(config)
+                path = config.get("encryption.keyring.path")
+                self._keyring = Keyring(str(path)) if path else None
+            except RemoteStorageException as exc:
+                raise ReaderError(f"store options: {exc}") from None
+            self._catalog = TopicCatalog(config, store)
+        return self._catalog
+
+    def settings(self) -> ReadSettings:
+        return ReadSettings(
+            rsm_configs=tuple(sorted(self.opts.rsm_configs.items())),
+            include_headers=self.opts.include_headers,
+            violations=self.opts.violations.value,
+            fail_on_data_loss=self.opts.fail_on_data_loss,
+        )
+
+    def indexes(self, segment: StoredSegment) -> SegmentIndexes:
+        found = self._indexes.get(id(segment))
+        if found is None:
+            _ = self.catalog
+            found = SegmentIndexes(self.catalog.store, segment, self._keyring)
+            self._indexes[id(segment)] = found
+        return found
+
+    def select(self, filters: PushedFilters) -> list[SelectedPartition]:
+        return select_partitions(self.catalog, self.opts, filters.partition)
+
+    # -- ranges --------------------------------------------------------------------------------------
+    def data_loss(self, message: str) -> None:
+        if self.opts.fail_on_data_loss:
+            raise DataLossError(message + " (set failOnDataLoss=false to read what is left)")
+        log.warning("%s; reading what is left (failOnDataLoss=false)", message)
+
+    def partition_range(self, sp: SelectedPartition, start: Position, end: Position) -> PartitionRange | None:
+        """Offsets [start, end) of a partition for these positions; None when it contributes nothing."""
+        h = sp.history
+        earliest, latest = h.first_offset, h.next_offset
+        if earliest is None or latest is None:
+            return None
+        name = f"{sp.topic}-{sp.partition}"
+        start_ts = start_slice = end_ts = end_slice = None
+        if start.kind is Kind.EARLIEST:
+            lo = earliest
+        elif start.kind is Kind.LATEST:
+            lo = latest
+        elif start.kind is Kind.OFFSET:
+            assert start.value is not None
+            lo = start.value
+            if lo < earliest:
+                self.data_loss(
+                    f"{name}: offsets {lo}..{earliest - 1} are no longer in the store (earliest {earliest})"
+                )
+                lo = earliest
+        else:
+            assert start.value is not None
+            start_slice = next((s for s in h.slices if s.segment.max_timestamp_ms >= start.value), None)
+            if start_slice is None:
+                if self.opts.starting_by_timestamp_strategy == "error":
+                    raise ReaderError(
+                        f"{name}: no tiered record has a timestamp >= {start.value} "
+                        "(startingOffsetsByTimestampStrategy=error)"
+                    )
+                lo = latest
+            else:
+                lo, start_ts = start_slice.first_offset, start.value
+        if end.kind is Kind.LATEST:
+            hi = latest
+        elif end.kind is Kind.OFFSET:
+            assert end.value is not None
+            hi = min(end.value, latest)
+        else:
+            assert end.value is not None
+            end_slice = next((s for s in h.slices if s.segment.max_timestamp_ms >= end.value), None)
+            hi = latest if end_slice is None else end_slice.last_offset + 1
+            end_ts = None if end_slice is None else end.value
+        if self.opts.isolation_level is IsolationLevel.READ_COMMITTED:
+            last = h.slices[-1].segment
+            try:
+                lso = self.indexes(last).open_transaction_first_offset()
+            except (CorruptRecordError, RemoteStorageException) as exc:
+                raise ReaderError(
+                    f"{name}: cannot read the producer snapshot of {last.manifest_key}: {exc}"
+                ) from None
+            if lso is not None and lso < hi:
+                hi = lso
+        if lo >= hi:
+            return None
+        for a, b in h.gaps:
+            if a < hi and b >= lo:
+                self.data_loss(f"{name}: offsets {a}..{b} are missing from the store")
+        return PartitionRange(sp, lo, hi, start_ts, start_slice, end_ts, end_slice)
+
+    # -- splits --------------------------------------------------------------------------------------
+    def aborted(self, pr: PartitionRange) -> list[tuple[int, int, int]]:
+        """Aborted transactions touching [start, end): from every segment holding offsets >= start."""
+        out = []
+        for s in pr.selected.history.slices:
+            if s.last_offset < pr.start:
+                continue
+            try:
+                for txn in self.indexes(s.segment).aborted_transactions():
+                    if txn.last_offset >= pr.start and txn.first_offset < pr.end:
+                        out.append((txn.producer_id, txn.first_offset, txn.last_offset))
+            except (CorruptRecordError, RemoteStorageException) as exc:
+                raise ReaderError(
+                    f"cannot read the transaction index of {s.segment.manifest_key}: {exc}"
+                ) from None
+        return sorted(set(out))
+
+    def plan(self, ranges: Iterable[PartitionRange], filters: PushedFilters) -> list[TieredPartition]:
+        """Input partitions for the ranges (see the module docstring)."""
+        settings = self.settings()
+        ts_lo_ms = None if filters.timestamp_us.lo is None else -(-filters.timestamp_us.lo // 1000)
+        offset_lo, offset_hi = filters.offset.span()
+        work: list[tuple[PartitionRange, SegmentSlice, int, tuple[tuple[int, int, int], ...]]] = []
+        for pr in ranges:
+            lo = pr.start if offset_lo is None else max(pr.start, offset_lo)
+            hi = pr.end - 1 if offset_hi is None else min(pr.end - 1, offset_hi)
+            if lo > hi:
+                continue
+            read_committed = self.opts.isolation_level is IsolationLevel.READ_COMMITTED
+            aborted = tuple(self.aborted(pr)) if read_committed else ()
+            for s in pr.selected.history.between(lo, hi):
+                if ts_lo_ms is not None and s.segment.max_timestamp_ms < ts_lo_ms:
+                    continue
+                records = s.last_offset - s.first_offset + 1
+                seg_records = max(1, s.segment.end_offset - s.segment.start_offset + 1)
+                estimate = s.segment.size * records // seg_records
+                pieces = max(1, math.ceil(estimate / MAX_SPLIT_BYTES))
+                if self.opts.max_records_per_partition:
+                    pieces = max(pieces, math.ceil(records / self.opts.max_records_per_partition))
+                mine = tuple(a for a in aborted if a[2] >= s.first_offset and a[1] <= s.last_offset)
+                work.append((pr, s, pieces, mine))
+        if self.opts.min_partitions and work:
+            total = sum(p for _, _, p, _ in work)
+            if total < self.opts.min_partitions:
+                sizes = [max(1, s.last_offset - s.first_offset + 1) for _, s, _, _ in work]
+                whole = sum(sizes)
+                work = [
+                    (pr, s, max(p, math.ceil(self.opts.min_partitions * n / whole)), a)
+                    for (pr, s, p, a), n in zip(work, sizes, strict=True)
+                ]
+        out: list[TieredPartition] = []
+        for pr, s, pieces, aborted in work:
+            out += self._split(pr, s, pieces, aborted, filters, ts_lo_ms, settings)
+        return out
+
+    def _split(
+        self,
+        pr: PartitionRange,
+        s: SegmentSlice,
+        pieces: int,
+        aborted: tuple[tuple[int, int, int], ...],
+        filters: PushedFilters,
+        ts_lo_ms: int | None,
+        settings: ReadSettings,
+    ) -> list[TieredPartition]:
+        seg = s.segment
+        idx = self.indexes(seg)
+        start_ts = (
+            pr.start_timestamp if pr.start_slice is not None and pr.start_slice.segment is seg else None
+        )
+        end_ts = pr.end_timestamp if pr.end_slice is not None and pr.end_slice.segment is seg else None
+        try:
+            start_position = None
+            if start_ts is not None or ts_lo_ms is not None:
+                cut = start_ts if start_ts is not None else ts_lo_ms
+                assert cut is not None
+                start_position = max(idx.start_position(s.first_offset), idx.position_for_timestamp(cut))
+            if start_ts is not None or end_ts is not None:
+                pieces = 1  # the timestamp cut is found while reading: one task reads the whole range
+            splits = split_slice(pr.selected.topic, s, idx, start_position=start_position, pieces=pieces)
+        except (CorruptRecordError, RemoteStorageException) as exc:
+            raise ReaderError(f"cannot read the indexes of {seg.manifest_key}: {exc}") from None
+        return [
+            TieredPartition(
+                split,
+                settings,
+                aborted=aborted,
+                start_timestamp=start_ts,
+                end_timestamp=end_ts,
+                filters=filters,
+            )
+            for split in splits
+        ]

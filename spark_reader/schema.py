@@ -1,0 +1,109 @@
+"""The rows: exactly Spark's Kafka source schema, built from the columnar decoder's Arrow batches.
+
+Spark's Kafka source (KafkaRecordToRowConverter) yields `key` binary, `value` binary, `topic` string,
+`partition` int, `offset` long, `timestamp` timestamp, `timestampType` int, and with `includeHeaders`
+`headers` array<struct<key string, value binary>>; every field nullable. Spark's Arrow reader wants each
+yielded batch to match `to_arrow_schema(schema)` exactly (`binary`, not `large_binary`;
+`timestamp('us', tz='UTC')`), so the conversion below re-types the decoder's columns without copying
+keys, values or headers (their buffers are reused as they are).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+VIOLATION_COLUMN = "violation"
+
+HEADERS_ARROW_TYPE = pa.list_(pa.field("element", pa.struct([("key", pa.string()), ("value", pa.binary())])))
+
+
+def spark_schema(include_headers: bool, with_violation: bool = False):  # -> pyspark StructType
+    """The DataFrame schema (Spark's Kafka source's, plus `violation` for violations=flag)."""
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    fields = [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+    ]
+    if include_headers:
+        header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+        fields.append(StructField("headers", ArrayType(header)))
+    if with_violation:
+        fields.append(StructField(VIOLATION_COLUMN, StringType()))
+    return StructType(fields)
+
+
+def arrow_schema(include_headers: bool, with_violation: bool = False) -> pa.Schema:
+    """`to_arrow_schema(spark_schema(...), timezone='UTC')`, without importing pyspark on executors."""
+    fields = [
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("timestampType", pa.int32()),
+    ]
+    if include_headers:
+        fields.append(pa.field("headers", HEADERS_ARROW_TYPE))
+    if with_violation:
+        fields.append(pa.field(VIOLATION_COLUMN, pa.string()))
+    return pa.schema(fields)
+
+
+def constant_string(value: str, n: int) -> pa.Array:
+    """A string column of `n` copies of `value`, built from two buffers (no Python loop)."""
+    raw = value.encode()
+    offsets = np.arange(n + 1, dtype=np.int32) * np.int32(len(raw))
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw * n)])
+
+
+def _headers(column: pa.Array) -> pa.Array:
+    """The decoder's non-null header lists re-typed as Spark's nullable array<struct<...>> (no copy)."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    items = column.values
+    struct = pa.StructArray.from_arrays([items.field("key"), items.field("value")], names=["key", "value"])
+    return pa.ListArray.from_arrays(column.offsets, struct, type=HEADERS_ARROW_TYPE)
+
+
+def to_spark_batch(
+    batch: pa.RecordBatch,
+    topic: str,
+    partition: int,
+    include_headers: bool,
+    violation: pa.Array | None = None,
+) -> pa.RecordBatch:
+    """A decoder batch (RECORD_SCHEMA rows, already filtered) as a batch of the source's schema."""
+    n = batch.num_rows
+    ts = batch.column("timestamp")
+    columns = [
+        batch.column("key"),
+        batch.column("value"),
+        constant_string(topic, n),
+        pa.array(np.full(n, partition, dtype=np.int32)),
+        batch.column("offset"),
+        pc.multiply(ts, 1000).view(pa.timestamp("us", tz="UTC")),
+        batch.column("timestamp_type").cast(pa.int32()),
+    ]
+    if include_headers:
+        columns.append(_headers(batch.column("headers")))
+    if violation is not None:
+        columns.append(violation)
+    return pa.RecordBatch.from_arrays(columns, schema=arrow_schema(include_headers, violation is not None))

@@ -1,0 +1,79 @@
+"""`format("kafka-tiered")`: the data source, its batch reader and its stream reader.
+
+Spark pickles the source and its readers to the Python workers that plan and read, so everything held
+here is options and plans: store clients are made lazily where they are used (`Planner.catalog` on the
+planning worker, `partition_reader.clients` on executors).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+
+from spark_reader.filters import PushedFilters, push_filters
+from spark_reader.offsets import ending_spec, starting_spec
+from spark_reader.options import SourceOptions, Violations, parse_options
+from spark_reader.partition_reader import read_partition
+from spark_reader.planning import Planner
+from spark_reader.schema import spark_schema
+from spark_reader.stream import TieredStreamReader
+
+log = logging.getLogger(__name__)
+
+FORMAT_NAME = "kafka-tiered"
+
+
+class KafkaTieredDataSource(DataSource):
+    """Reads the segments the RSM tiered, straight from the store: a drop-in for Spark's Kafka source."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT_NAME
+
+    def _options(self) -> SourceOptions:
+        return parse_options(self.options)
+
+    def schema(self):  # -> StructType
+        opts = self._options()
+        return spark_schema(opts.include_headers, opts.violations is Violations.FLAG)
+
+    def reader(self, schema) -> DataSourceReader:  # noqa: ANN001 - pyspark's StructType
+        return TieredBatchReader(self._options())
+
+    def streamReader(self, schema) -> DataSourceStreamReader:  # noqa: ANN001
+        return TieredStreamReader(self._options())
+
+
+class TieredBatchReader(DataSourceReader):
+    """A batch query: offsets from startingOffsets (earliest) to endingOffsets (latest), exclusive."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self.filters = PushedFilters()
+
+    def pushFilters(self, filters: list) -> Iterator:  # noqa: N802 - Spark's name
+        pushed, rejected = push_filters(filters)
+        self.filters = pushed
+        yield from rejected
+
+    def partitions(self) -> Sequence[InputPartition]:
+        planner = Planner(self.opts)
+        start, end = starting_spec(self.opts, streaming=False), ending_spec(self.opts)
+        if self.filters.empty:
+            return []
+        ranges = []
+        for sp in planner.select(self.filters):
+            pr = planner.partition_range(
+                sp, start.position(sp.topic, sp.partition), end.position(sp.topic, sp.partition)
+            )
+            if pr is not None:
+                ranges.append(pr)
+        parts = planner.plan(ranges, self.filters)
+        log.info("kafka-tiered: %d input partition(s) over %d topic partition(s)", len(parts), len(ranges))
+        return parts
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return read_partition(partition)  # type: ignore[arg-type]

@@ -1,0 +1,141 @@
+"""`spark.readStream.format("kafka-tiered")`: micro-batches over what the RSM keeps tiering.
+
+Offsets are Kafka source's checkpoint JSON (`{"topic": {"partition": next offset}}`), so a query's
+checkpoint reads like one of Spark's own Kafka source. Each trigger lists the store afresh: segments tiered
+since the last one are picked up, new partitions start at their earliest tiered offset, and a start that
+retention has since removed from the store is data loss (failOnDataLoss). `maxOffsetsPerTrigger` caps a
+micro-batch as Spark's Kafka source does, spread over partitions in proportion to their backlog.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+
+from spark_reader.errors import ReaderError
+from spark_reader.filters import PushedFilters
+from spark_reader.offsets import Kind, Position, from_stream_offset, starting_spec, to_stream_offset
+from spark_reader.options import SourceOptions
+from spark_reader.partition_reader import read_partition
+from spark_reader.planning import Planner
+from spark_reader.topics import SelectedPartition
+
+log = logging.getLogger(__name__)
+
+Offsets = dict[tuple[str, int], int]
+
+
+class TieredStreamReader(DataSourceStreamReader):
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+
+    def _partitions(self) -> tuple[Planner, dict[tuple[str, int], SelectedPartition]]:
+        planner = Planner(self.opts)  # a fresh catalog per trigger: new segments, new partitions
+        return planner, {sp.key: sp for sp in planner.select(PushedFilters())}
+
+    def _bounds(self, planner: Planner, sp: SelectedPartition) -> tuple[int, int]:
+        """(earliest, latest) of a partition now (latest stops at an open transaction for read_committed)."""
+        pr = planner.partition_range(sp, Position(Kind.EARLIEST), Position(Kind.LATEST))
+        earliest = sp.history.first_offset or 0
+        return (earliest, earliest) if pr is None else (pr.start, pr.end)
+
+    def _first_offset_at(self, planner: Planner, sp: SelectedPartition, timestamp: int) -> int | None:
+        """The first offset whose record has a timestamp >= `timestamp` (reads the one segment it is in)."""
+        pr = planner.partition_range(sp, Position(Kind.TIMESTAMP, timestamp), Position(Kind.LATEST))
+        if pr is None:
+            return None
+        if pr.start_timestamp is None:
+            return pr.start
+        for part in planner.plan([pr], PushedFilters()):
+            for batch in read_partition(part):
+                if batch.num_rows:
+                    return int(batch.column("offset")[0].as_py())
+        return pr.end
+
+    def initialOffset(self) -> dict:  # noqa: N802 - Spark's name
+        planner, current = self._partitions()
+        spec = starting_spec(self.opts, streaming=True)
+        offsets: Offsets = {}
+        for key, sp in current.items():
+            earliest, latest = self._bounds(planner, sp)
+            pos = spec.position(*key)
+            if pos.kind is Kind.EARLIEST:
+                offsets[key] = earliest
+            elif pos.kind is Kind.LATEST:
+                offsets[key] = latest
+            elif pos.kind is Kind.OFFSET:
+                assert pos.value is not None
+                offsets[key] = pos.value
+            else:
+                assert pos.value is not None
+                found = self._first_offset_at(planner, sp, pos.value)
+                offsets[key] = latest if found is None else found
+        return to_stream_offset(offsets)
+
+    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
+        if self.opts.max_offsets_per_trigger:
+            return ReadMaxRows(self.opts.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:  # noqa: N802
+        planner, current = self._partitions()
+        begin = from_stream_offset(start) if start else {}
+        latest: Offsets = {}
+        for key, sp in current.items():
+            earliest, last = self._bounds(planner, sp)
+            latest[key] = max(last, begin.get(key, earliest))
+            begin.setdefault(key, earliest)
+        if isinstance(limit, ReadMaxRows):
+            latest = rate_limit(begin, latest, limit.max_rows)
+        # partitions that left the store keep their last offset (nothing more to read there)
+        for key, offset in begin.items():
+            latest.setdefault(key, offset)
+        return to_stream_offset(latest)
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        planner, current = self._partitions()
+        begin, finish = from_stream_offset(start), from_stream_offset(end)
+        ranges = []
+        for key, stop in finish.items():
+            sp = current.get(key)
+            if sp is None:
+                if stop > begin.get(key, stop):
+                    planner.data_loss(f"{key[0]}-{key[1]}: the partition is no longer in the store")
+                continue
+            first = begin.get(key, sp.history.first_offset or 0)
+            if first >= stop:
+                continue
+            pr = planner.partition_range(sp, Position(Kind.OFFSET, first), Position(Kind.OFFSET, stop))
+            if pr is not None:
+                ranges.append(pr)
+        try:
+            return planner.plan(ranges, PushedFilters())
+        except ReaderError:
+            raise
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return read_partition(partition)  # type: ignore[arg-type]
+
+    def commit(self, end: dict) -> None:
+        log.debug("kafka-tiered stream committed %s", end)
+
+
+def rate_limit(begin: Offsets, latest: Offsets, limit: int) -> Offsets:
+    """At most `limit` offsets in all, shared in proportion to each partition's backlog (as Spark's
+    Kafka source does: a share below one offset rounds up, others down)."""
+    lags = {k: max(0, latest[k] - begin.get(k, latest[k])) for k in latest}
+    total = sum(lags.values())
+    if total <= limit:
+        return dict(latest)
+    out = {}
+    for key, end in latest.items():
+        start = begin.get(key, end)
+        share = limit * (lags[key] / total)
+        step = math.ceil(share) if share < 1 else math.floor(share)
+        out[key] = min(end, start + step)
+    return out

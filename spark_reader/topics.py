@@ -1,0 +1,87 @@
+"""Which topics and partitions a query reads: `subscribe`, `subscribePattern` or `assign`, as in Spark.
+
+Topic names are looked up in the store's catalog (location records, overlays, and a scan of the
+configured buckets for stores that keep no record). A re-created topic is read under its live (newest) id
+unless the `topicId` option names another one.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+
+from rsm.catalog import PartitionHistory, TopicCatalog, TopicNotFound
+from rsm.catalog.segments import CatalogError
+from rsm.metadata import to_uuid, uuid_to_base64
+from spark_reader.errors import ReaderError
+from spark_reader.filters import Bound
+from spark_reader.options import OptionError, SourceOptions
+
+
+@dataclass(frozen=True)
+class SelectedPartition:
+    """A topic partition the query reads, with its history in the store."""
+
+    topic: str
+    topic_id: uuid.UUID
+    history: PartitionHistory
+
+    @property
+    def partition(self) -> int:
+        return self.history.partition
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.topic, self.partition)
+
+
+def _topic_id(catalog: TopicCatalog, topic: str, wanted: str | None) -> uuid.UUID:
+    ids = catalog.topic_ids(topic)
+    if not ids:
+        raise TopicNotFound(f"topic {topic!r} has no tiered data in {catalog.searched()}")
+    if wanted is None:
+        return catalog.live_topic_id(topic)
+    try:
+        tid = to_uuid(wanted)
+    except ValueError:
+        raise OptionError(
+            f"option topicId must be a Kafka topic id (22 base64 characters), got {wanted!r}"
+        ) from None
+    if tid not in ids:
+        known = ", ".join(uuid_to_base64(i) for i in ids)
+        raise TopicNotFound(
+            f"topic {topic!r} has no tiered data under topic id {wanted} (ids in the store: {known})"
+        )
+    return tid
+
+
+def select_partitions(
+    catalog: TopicCatalog, opts: SourceOptions, partitions: Bound
+) -> list[SelectedPartition]:
+    """The partitions with tiered data that the options (and a pushed `partition` filter) select."""
+    assigned: dict[str, tuple[int, ...]] | None = opts.assign
+    if opts.subscribe is not None:
+        topics = list(opts.subscribe)
+    elif opts.assign is not None:
+        topics = list(opts.assign)
+    else:
+        try:
+            pattern = re.compile(opts.subscribe_pattern or "")
+        except re.error as exc:
+            raise OptionError(f"option subscribePattern is not a regular expression: {exc}") from None
+        topics = [t for t in catalog.topic_names() if pattern.fullmatch(t)]
+    if opts.topic_id is not None and len(topics) != 1:
+        raise OptionError("option topicId needs exactly one topic (subscribe or assign)")
+    selected: list[SelectedPartition] = []
+    try:
+        for topic in topics:
+            tid = _topic_id(catalog, topic, opts.topic_id)
+            wanted = None if assigned is None else assigned[topic]
+            histories = catalog.histories(topic, tid, wanted)
+            for partition, history in sorted(histories.items()):
+                if partitions.contains(partition) and history.slices:
+                    selected.append(SelectedPartition(topic, tid, history))
+    except CatalogError as exc:
+        raise ReaderError(str(exc)) from None
+    return selected

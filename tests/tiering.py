@@ -1,0 +1,181 @@
+"""Tier partitions through the real RSM the way a broker does, for the catalog and Spark reader tests.
+
+`PartitionLog` plays the partition leader: it appends batches (plain, transactional, control markers,
+any codec, any leader epoch), rolls segments with `SegmentWriter` (Kafka's index layout, the
+`.txnindex` a broker writes), a producer snapshot listing transactions still open at the roll, and the
+leader-epoch checkpoint, and copies each rolled segment with `copy_log_segment_data`. `records` keeps
+what a consumer of the final log would read, independently of the reader under test.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rsm import (
+    LogSegmentData,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteStorageManager,
+    TopicIdPartition,
+)
+from rsm.metadata import CustomMetadata
+from segment_format.producer_snapshot import ProducerSnapshot, ProducerStateEntry
+from segment_format.records import ControlRecordType, iter_batches
+from segment_format.writer import SegmentWriter, build_batch, build_control_batch
+
+BASE_TS = 1_700_000_000_000
+
+
+@dataclass
+class Expected:
+    """One row a consumer reads: (offset, key, value, timestamp ms, headers, producer id, transactional)."""
+
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int
+    headers: tuple[tuple[str, bytes | None], ...]
+    producer_id: int = -1
+    txn: bool = False
+    aborted: bool = False
+
+
+@dataclass
+class PartitionLog:
+    rsm: RemoteStorageManager
+    tip: TopicIdPartition
+    directory: Path
+    epoch: int = 0
+    next_offset: int = 0
+    epochs: dict[int, int] = field(default_factory=dict)  # the leader-epoch cache: epoch -> start offset
+    records: list[Expected] = field(default_factory=list)
+    pending: list[bytes] = field(default_factory=list)
+    open_txns: dict[int, int] = field(default_factory=dict)  # producer id -> first offset
+    copied: list[RemoteLogSegmentMetadata] = field(default_factory=list)
+    log_config: dict[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.epochs.setdefault(self.epoch, self.next_offset)
+
+    def new_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.epochs[epoch] = self.next_offset
+
+    def append(
+        self,
+        n: int,
+        *,
+        codec: int = 0,
+        value_size: int = 100,
+        producer_id: int = -1,
+        transactional: bool = False,
+        headers: bool = True,
+        ts_step: int = 1,
+        timestamps: list[int] | None = None,
+    ) -> list[Expected]:
+        base = self.next_offset
+        rows = []
+        for i in range(n):
+            off = base + i
+            ts = timestamps[i] if timestamps is not None else BASE_TS + off * ts_step
+            hs = (("h", f"v{off}".encode()), ("n", None)) if headers and off % 3 == 0 else ()
+            value = (f"value-{off}-".encode() * (value_size // 8 + 1))[:value_size]
+            key = None if off % 7 == 0 else f"key-{off}".encode()
+            rows.append(Expected(off, key, value, ts, hs, producer_id, transactional))
+        raw = build_batch(
+            [(r.key, r.value, r.headers, r.timestamp) for r in rows],
+            base_offset=base,
+            compression=codec,
+            producer_id=producer_id,
+            producer_epoch=0 if producer_id >= 0 else -1,
+            base_sequence=0 if producer_id >= 0 else -1,
+            partition_leader_epoch=self.epoch,
+            is_transactional=transactional,
+        )
+        if transactional:
+            self.open_txns.setdefault(producer_id, base)
+        self.pending.append(raw)
+        self.records += rows
+        self.next_offset += n
+        return rows
+
+    def end_txn(self, producer_id: int, commit: bool) -> None:
+        first = self.open_txns.pop(producer_id)
+        raw = build_control_batch(
+            ControlRecordType.COMMIT if commit else ControlRecordType.ABORT,
+            base_offset=self.next_offset,
+            producer_id=producer_id,
+            producer_epoch=0,
+            timestamp=BASE_TS + self.next_offset,
+            partition_leader_epoch=self.epoch,
+        )
+        if not commit:
+            for r in self.records:
+                if r.producer_id == producer_id and r.txn and r.offset >= first:
+                    r.aborted = True
+        self.pending.append(raw)
+        self.next_offset += 1
+
+    def roll(
+        self, *, segment_id: uuid.UUID | None = None, copy: bool = True
+    ) -> tuple[RemoteLogSegmentMetadata, LogSegmentData]:
+        """Close the pending batches as a segment and (by default) tier it."""
+        base = int.from_bytes(self.pending[0][:8], "big")
+        seg_dir = self.directory / uuid.uuid4().hex[:8]
+        with SegmentWriter(seg_dir, base, index_interval_bytes=1024) as w:
+            for raw in self.pending:
+                w.append(raw)
+        last = w.next_offset - 1
+        max_ts = max(b.max_timestamp for raw in self.pending for _, b in iter_batches(raw))
+        self.pending = []
+        snapshot = seg_dir / f"{last + 1:020d}.snapshot"
+        entries = [
+            ProducerStateEntry(pid, 0, 0, last, 0, BASE_TS, 0, first)
+            for pid, first in sorted(self.open_txns.items())
+        ]
+        snapshot.write_bytes(ProducerSnapshot(entries).to_bytes())
+        live = {e: o for e, o in self.epochs.items() if o <= last}
+        live = {e: o for e, o in live.items() if not any(e2 > e and o2 <= base for e2, o2 in live.items())}
+        chain = {e: max(o, base) for e, o in live.items()}
+        checkpoint = f"0\n{len(chain)}\n" + "".join(f"{e} {o}\n" for e, o in sorted(chain.items()))
+        txn = seg_dir / f"{base:020d}.txnindex"
+        metadata = RemoteLogSegmentMetadata(
+            RemoteLogSegmentId(self.tip, segment_id or uuid.uuid4()),
+            start_offset=base,
+            end_offset=last,
+            max_timestamp_ms=max_ts,
+            broker_id=1,
+            event_timestamp_ms=BASE_TS,
+            segment_size_in_bytes=w.size_in_bytes,
+            segment_leader_epochs=chain,
+        )
+        data = LogSegmentData(
+            w.log_path,
+            w.index_path,
+            w.time_index_path,
+            txn if txn.exists() else None,
+            snapshot,
+            checkpoint.encode(),
+        )
+        if copy:
+            self.tier(metadata, data)
+        return metadata, data
+
+    def tier(self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData) -> RemoteLogSegmentMetadata:
+        custom: CustomMetadata | None = self.rsm.copy_log_segment_data(metadata, data, self.log_config)
+        md = dataclasses.replace(metadata, custom_metadata=custom)
+        self.copied.append(md)
+        return md
+
+    def consumer_rows(self, read_committed: bool = False) -> list[Expected]:
+        """What a consumer of this partition reads (records still in an open transaction excluded under
+        read_committed, as the last stable offset stops it)."""
+        rows = [r for r in self.records if not (read_committed and r.aborted)]
+        if read_committed and self.open_txns:
+            lso = min(self.open_txns.values())
+            rows = [r for r in rows if r.offset < lso]
+        return rows
