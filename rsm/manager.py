@@ -95,6 +95,7 @@ class RemoteStorageManager:
         self._policy: RecordValidationPolicy | None = None
         self._overlays: OverlayCache | None = None
         self._registry: LocationRegistry | None = None
+        self._registry_warned = False
         self._manifests: ByteLRU[tuple[Manifest, int]] = ByteLRU(8 << 20, sizeof=lambda v: v[1])
         self._chunks: ByteLRU[bytes] = ByteLRU(64 << 20)
         self._allocate: ChunkAllocator | None = None
@@ -340,7 +341,17 @@ class RemoteStorageManager:
         assert self._registry is not None
         registry = self._registry
         with self._errors("location record", metadata, registry.bucket, registry.prefix):
-            registry.record(seg.topic_id_partition.topic, seg.topic_id_partition.topic_id, location)
+            try:
+                registry.record(seg.topic_id_partition.topic, seg.topic_id_partition.topic_id, location)
+            except (ObjectNotFound, FileNotFoundError):
+                # no default bucket (every topic names its own): the copy goes on, readers scan instead
+                if not self._registry_warned:
+                    self._registry_warned = True
+                    log.warning(
+                        "the default location %s does not exist, so topics' locations are not recorded there; "
+                        "readers without a broker find segments by listing the buckets they are told about",
+                        self.store.describe(registry.bucket, registry.prefix),
+                    )
         with self._errors("removal of an earlier attempt's manifest", metadata, keys.bucket, keys.manifest):
             self.store.delete(keys.bucket, keys.manifest)
         self._forget(keys)

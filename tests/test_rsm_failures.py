@@ -23,6 +23,7 @@ from rsm import (
     RemoteStorageManager,
     TopicIdPartition,
 )
+from rsm.catalog.locations import REGISTRY_DIR
 from rsm.config import Backend, RsmConfig
 from rsm.errors import RecordValidationError, SegmentIntegrityError
 from rsm.manifest import Manifest
@@ -100,8 +101,13 @@ def _file_configs(root: Path, **extra: str) -> dict[str, str]:
 
 
 def _files(root: Path) -> list[str]:
+    """Objects under a file store's root, less the topics' location records (rsm.catalog.locations)."""
     return (
-        sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+        sorted(
+            p.relative_to(root).as_posix()
+            for p in root.rglob("*")
+            if p.is_file() and REGISTRY_DIR not in p.as_posix()
+        )
         if root.exists()
         else []
     )

@@ -17,6 +17,7 @@ from test_rsm_helpers import make_segment, read_all, write_keyring
 from test_rsm_topics import Store, store  # noqa: F401 - parametrized store fixture (file and moto S3)
 
 from rsm import LogConfig, RemoteStorageManager, TopicIdPartition
+from rsm.catalog.locations import REGISTRY_DIR
 from rsm.config import ConfigSource, RsmConfig
 from rsm.errors import ConfigException, RemoteStorageException
 from rsm.manifest import Manifest
@@ -277,7 +278,7 @@ def test_recreated_topic_does_not_inherit_the_overlay(tmp_path: Path) -> None:
         seg = make_segment(tmp_path / "new", new, batches=3)
         rsm.copy_log_segment_data(seg.metadata, seg.data, LogConfig())
         assert rsm.store.list("old-bucket") == []
-        new_keys = [k for k in rsm.store.list("main") if not k.startswith(OVERLAY_DIR)]
+        new_keys = [k for k in rsm.store.list("main") if not k.startswith((OVERLAY_DIR, REGISTRY_DIR))]
         assert len(new_keys) == 3 and all(
             k.startswith(f"events-{uuid_to_base64(new.topic_id)}/") for k in new_keys
         )

@@ -18,6 +18,7 @@ from rsm import (
     RemoteStorageManager,
     TopicIdPartition,
 )
+from rsm.catalog.locations import REGISTRY_DIR
 from rsm.layout import Location, SegmentKeys
 from rsm.manifest import Manifest
 from rsm.metadata import uuid_to_base64
@@ -40,8 +41,8 @@ class Store:
             self.fs = s3.s3fs()  # type: ignore[union-attr]
             self.configs.update(s3.rsm_configs())  # type: ignore[union-attr]
 
-    def keys(self, bucket: str) -> dict[str, bytes]:
-        """Every object of a bucket: key -> content."""
+    def keys(self, bucket: str, *, records: bool = False) -> dict[str, bytes]:
+        """Every object of a bucket: key -> content (the topics' location records only if `records`)."""
         out: dict[str, bytes] = {}
         if self.kind == "file":
             root = self.root / bucket
@@ -49,11 +50,11 @@ class Store:
                 for p in root.rglob("*"):
                     if p.is_file():
                         out[p.relative_to(root).as_posix()] = p.read_bytes()
-            return out
-        self.fs.invalidate_cache()
-        for path in self.fs.find(bucket):
-            out[path[len(bucket) + 1 :]] = self.fs.cat_file(path)
-        return out
+        else:
+            self.fs.invalidate_cache()
+            for path in self.fs.find(bucket):
+                out[path[len(bucket) + 1 :]] = self.fs.cat_file(path)
+        return {k: v for k, v in out.items() if records or REGISTRY_DIR not in k}
 
 
 @pytest.fixture(params=["file", "s3"])
