@@ -92,13 +92,13 @@ class TopicCatalog:
             location = found.location_for(topic)
             if location is None or (topic_id is not None and found.topic_id != topic_id):
                 continue
-            if found.name != topic:  # prefix and topic run together: ask a manifest whose topic it is
-                try:
-                    manifest = read_manifest(self.store, found.bucket, found.sample_manifest)
-                except (CatalogError, ObjectNotFound):
-                    continue
-                if manifest.segment.topic != topic:
-                    continue
+            # a prefix without '/' runs into the topic name (`tenant-` + `orders`): a manifest says whose it is
+            try:
+                manifest = read_manifest(self.store, found.bucket, found.sample_manifest)
+            except (CatalogError, ObjectNotFound):
+                continue
+            if manifest.segment.topic != topic:
+                continue
             out.append((found.topic_id, location))
         return out
 

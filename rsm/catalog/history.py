@@ -66,14 +66,16 @@ class PartitionHistory:
 
 def _lineage(segments: list[StoredSegment]) -> dict[int, int]:
     """Epoch -> first offset of the final log, from the newest leader's chain down to the oldest."""
-    lineage: dict[int, int] = {}
     ordered = sorted(segments, key=lambda s: (s.max_epoch, s.end_offset, s.manifest.created_ms), reverse=True)
-    for seg in ordered:
+    if not ordered:
+        return {}
+    lineage = dict(ordered[0].epochs)  # the newest leader's chain, whole
+    for seg in ordered[1:]:
         for epoch, start in seg.epochs:
             if epoch in lineage:
                 lineage[epoch] = min(lineage[epoch], start)  # an epoch's start may be clamped to a segment's
-            elif not lineage or (epoch < min(lineage) and start < lineage[min(lineage)]):
-                lineage[epoch] = start
+            elif epoch < min(lineage) and start < lineage[min(lineage)]:
+                lineage[epoch] = start  # older history, below everything seen so far
             # else: an epoch between the lineage's epochs is a branch the final log does not have
     return lineage
 
