@@ -76,4 +76,4 @@ class TieredBatchReader(DataSourceReader):
         return parts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_partition(partition)  # type: ignore[arg-type]
+        return read_partition(partition)

@@ -119,7 +119,7 @@ class TieredStreamReader(DataSourceStreamReader):
             raise
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_partition(partition)  # type: ignore[arg-type]
+        return read_partition(partition)
 
     def commit(self, end: dict) -> None:
         log.debug("kafka-tiered stream committed %s", end)

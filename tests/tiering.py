@@ -24,6 +24,7 @@ from rsm import (
 from rsm.metadata import CustomMetadata
 from segment_format.producer_snapshot import ProducerSnapshot, ProducerStateEntry
 from segment_format.records import ControlRecordType, iter_batches
+from segment_format.transaction_index import AbortedTxn, TransactionIndex
 from segment_format.writer import SegmentWriter, build_batch, build_control_batch
 
 BASE_TS = 1_700_000_000_000
@@ -55,6 +56,9 @@ class PartitionLog:
     pending: list[bytes] = field(default_factory=list)
     open_txns: dict[int, int] = field(default_factory=dict)  # producer id -> first offset
     copied: list[RemoteLogSegmentMetadata] = field(default_factory=list)
+    aborted: list[AbortedTxn] = field(
+        default_factory=list
+    )  # of the pending segment, as the broker indexes them
     log_config: dict[str, str] | None = None
 
     def __post_init__(self) -> None:
@@ -114,6 +118,9 @@ class PartitionLog:
             partition_leader_epoch=self.epoch,
         )
         if not commit:
+            others = [o for p, o in self.open_txns.items() if p != producer_id]
+            lso = min(others) if others else self.next_offset + 1
+            self.aborted.append(AbortedTxn(producer_id, first, self.next_offset, lso))
             for r in self.records:
                 if r.producer_id == producer_id and r.txn and r.offset >= first:
                     r.aborted = True
@@ -130,6 +137,12 @@ class PartitionLog:
             for raw in self.pending:
                 w.append(raw)
         last = w.next_offset - 1
+        # the broker's producer state spans segments: an abort whose transaction began in an earlier
+        # segment is indexed here with its true first offset (the writer sees only this segment)
+        txn = seg_dir / f"{base:020d}.txnindex"
+        if self.aborted:
+            txn.write_bytes(TransactionIndex(self.aborted).to_bytes())
+        self.aborted = []
         max_ts = max(b.max_timestamp for raw in self.pending for _, b in iter_batches(raw))
         self.pending = []
         snapshot = seg_dir / f"{last + 1:020d}.snapshot"
@@ -142,7 +155,6 @@ class PartitionLog:
         live = {e: o for e, o in live.items() if not any(e2 > e and o2 <= base for e2, o2 in live.items())}
         chain = {e: max(o, base) for e, o in live.items()}
         checkpoint = f"0\n{len(chain)}\n" + "".join(f"{e} {o}\n" for e, o in sorted(chain.items()))
-        txn = seg_dir / f"{base:020d}.txnindex"
         metadata = RemoteLogSegmentMetadata(
             RemoteLogSegmentId(self.tip, segment_id or uuid.uuid4()),
             start_offset=base,
@@ -179,3 +191,47 @@ class PartitionLog:
             lso = min(self.open_txns.values())
             rows = [r for r in rows if r.offset < lso]
         return rows
+
+
+def tier_directory(
+    rsm: RemoteStorageManager,
+    tip: TopicIdPartition,
+    out_dir: Path,
+    log_config: dict[str, str] | None = None,
+) -> RemoteLogSegmentMetadata:
+    """Tier a segment a broker (or the Java oracle) left in `out_dir`: `<base>.log` with its indexes,
+    producer snapshot and `leader-epoch-checkpoint`; metadata as the broker's RemoteLogManager builds it."""
+    from segment_format.leader_epoch import LeaderEpochCheckpoint
+
+    log_path = next(out_dir.glob("*.log"))
+    base = int(log_path.stem)
+    last, max_ts = base - 1, -1
+    for _, batch in iter_batches(log_path.read_bytes(), file=str(log_path)):
+        last, max_ts = batch.last_offset, max(max_ts, batch.max_timestamp)
+    checkpoint_path = out_dir / "leader-epoch-checkpoint"
+    checkpoint = checkpoint_path.read_bytes() if checkpoint_path.exists() else b"0\n1\n0 0\n"
+    epochs = {
+        e.epoch: max(e.start_offset, base) for e in LeaderEpochCheckpoint.from_bytes(checkpoint).entries
+    }
+    snapshots = sorted(out_dir.glob("*.snapshot"))
+    snapshot = snapshots[-1] if snapshots else out_dir / f"{last + 1:020d}.snapshot"
+    if not snapshots:
+        snapshot.write_bytes(ProducerSnapshot([]).to_bytes())
+    stem = log_path.with_suffix("")
+    txn = stem.with_suffix(".txnindex")
+    metadata = RemoteLogSegmentMetadata(
+        RemoteLogSegmentId(tip, uuid.uuid4()),
+        start_offset=base,
+        end_offset=last,
+        max_timestamp_ms=max_ts,
+        broker_id=1,
+        event_timestamp_ms=BASE_TS,
+        segment_size_in_bytes=log_path.stat().st_size,
+        segment_leader_epochs=epochs,
+    )
+    data = LogSegmentData(
+        log_path, stem.with_suffix(".index"), stem.with_suffix(".timeindex"), txn if txn.exists() else None,
+        snapshot, checkpoint,
+    )  # fmt: skip
+    custom = rsm.copy_log_segment_data(metadata, data, log_config)
+    return dataclasses.replace(metadata, custom_metadata=custom)
