@@ -53,6 +53,9 @@ class TieredBatchReader(DataSourceReader):
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
         self.filters = PushedFilters()
+        self.last_planner: Planner | None = (
+            None  # the planner of the last partitions() (its store's counters)
+        )
 
     def pushFilters(self, filters: list) -> Iterator:  # noqa: N802 - Spark's name
         pushed, rejected = push_filters(filters)
@@ -60,7 +63,7 @@ class TieredBatchReader(DataSourceReader):
         yield from rejected
 
     def partitions(self) -> Sequence[InputPartition]:
-        planner = Planner(self.opts)
+        planner = self.last_planner = Planner(self.opts)
         start, end = starting_spec(self.opts, streaming=False), ending_spec(self.opts)
         if self.filters.empty:
             return []

@@ -10,6 +10,7 @@ what a consumer of the final log would read, independently of the reader under t
 from __future__ import annotations
 
 import dataclasses
+import random
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,6 +81,7 @@ class PartitionLog:
         headers: bool = True,
         ts_step: int = 1,
         timestamps: list[int] | None = None,
+        incompressible: bool = False,
     ) -> list[Expected]:
         base = self.next_offset
         rows = []
@@ -87,7 +89,10 @@ class PartitionLog:
             off = base + i
             ts = timestamps[i] if timestamps is not None else BASE_TS + off * ts_step
             hs = (("h", f"v{off}".encode()), ("n", None)) if headers and off % 3 == 0 else ()
-            value = (f"value-{off}-".encode() * (value_size // 8 + 1))[:value_size]
+            if incompressible:
+                value = random.Random(off).randbytes(value_size)
+            else:
+                value = (f"value-{off}-".encode() * (value_size // 8 + 1))[:value_size]
             key = None if off % 7 == 0 else f"key-{off}".encode()
             rows.append(Expected(off, key, value, ts, hs, producer_id, transactional))
         raw = build_batch(
