@@ -71,3 +71,102 @@ def test_filters_the_source_cannot_apply_go_back_to_spark() -> None:
     assert [type(f).__name__ for f in rejected] == ["EqualTo", "StringStartsWith", "EqualTo"]
     assert pushed.partition.contains(3) and not pushed.partition.contains(2)
     assert pushed.offset.span() == (5, 9) and not pushed.offset.contains(6)
+
+
+def _read_all(reader: TieredBatchReader) -> pa.Table:
+    return pa.Table.from_batches([b for p in reader.partitions() for b in reader.read(p)])
+
+
+def test_violations_include_drop_or_flag(tmp_path: Path) -> None:
+    """A segment tiered with a violation report: readers include, drop or flag the records it names."""
+    opts = {
+        "storage.backend": "file",
+        "storage.file.root": str(tmp_path / "store"),
+        "record.validation.policy.class.name": "rsm.validation:RequireHeaderValidationPolicy",
+    }
+    rsm = RemoteStorageManager()
+    rsm.configure(opts)
+    log = PartitionLog(rsm, TopicIdPartition(uuid.uuid4(), "checked", 0), tmp_path / "w")
+    log.log_config = {
+        "unchecked.record.validation.policy": "h",
+        "unchecked.rsm.record.validation.on.violation": "tier",
+    }
+    log.append(30)  # records at offsets divisible by 3 carry header "h"; the others violate the policy
+    log.roll()
+    rsm.close()
+    read_opts = {k: v for k, v in opts.items() if not k.startswith("record.")}
+    bad = [o for o in range(30) if o % 3]
+
+    def read(mode: str) -> pa.Table:
+        return _read_all(
+            TieredBatchReader(parse_options({**read_opts, "subscribe": "checked", "violations": mode}))
+        )
+
+    assert read("include").column("offset").to_pylist() == list(range(30))
+    assert read("drop").column("offset").to_pylist() == [o for o in range(30) if o % 3 == 0]
+    flagged = read("flag")
+    reasons = dict(
+        zip(flagged.column("offset").to_pylist(), flagged.column("violation").to_pylist(), strict=True)
+    )
+    assert [o for o, why in reasons.items() if why] == bad
+    assert "requires records to contain a header with key: h" in reasons[1]
+
+
+def test_a_segment_deleted_after_planning_fails_or_is_skipped(tmp_path: Path) -> None:
+    opts = {"storage.backend": "file", "storage.file.root": str(tmp_path / "store")}
+    rsm = RemoteStorageManager()
+    rsm.configure(opts)
+    log = PartitionLog(rsm, TopicIdPartition(uuid.uuid4(), "shrinking", 0), tmp_path / "w")
+    for _ in range(2):
+        log.append(10)
+        log.roll()
+    import pytest
+
+    from spark_reader.errors import DataLossError
+
+    for fail in ("true", "false"):
+        reader = TieredBatchReader(parse_options({**opts, "subscribe": "shrinking", "failOnDataLoss": fail}))
+        parts = reader.partitions()
+        if fail == "false":
+            rsm.delete_log_segment_data(log.copied[0])
+        if fail == "true":
+            (tmp_path / "store").joinpath(
+                "kafka-tiered-storage", parts[0].split.manifest.location["log"]
+            ).unlink()
+            with pytest.raises(
+                DataLossError,
+                match=r"shrinking-0: segment file:.*\.log was deleted after the query was planned",
+            ):
+                list(reader.read(parts[0]))
+        else:
+            assert [b.num_rows for b in reader.read(parts[0])] == []
+            assert sum(b.num_rows for b in reader.read(parts[1])) == 10
+    rsm.close()
+
+
+def test_a_corrupt_chunk_is_named_and_yields_no_rows(tmp_path: Path) -> None:
+    import pytest
+
+    from spark_reader.errors import ReaderError
+
+    opts = {
+        "storage.backend": "file",
+        "storage.file.root": str(tmp_path / "store"),
+        "compression.enabled": "false",
+    }
+    rsm = RemoteStorageManager()
+    rsm.configure(opts)
+    log = PartitionLog(rsm, TopicIdPartition(uuid.uuid4(), "rotten", 0), tmp_path / "w")
+    log.append(50)
+    log.roll()
+    rsm.close()
+    (log_object,) = (tmp_path / "store").rglob("*.log")
+    data = bytearray(log_object.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    log_object.write_bytes(bytes(data))
+    reader = TieredBatchReader(parse_options({**opts, "subscribe": "rotten"}))
+    (part,) = reader.partitions()
+    rows = []
+    with pytest.raises(ReaderError, match=r"corrupt data in file:kafka-tiered-storage/rotten-.*\.log"):
+        rows += list(reader.read(part))
+    assert rows == []
