@@ -1,0 +1,79 @@
+"""A local Spark session set up for this source: what the CLI (`rsm quickstart`) and the benchmarks use.
+
+Python workers must run this interpreter (`PYSPARK_PYTHON=sys.executable`), or they start another
+Python that cannot import the project; `spark.sql.python.filterPushdown.enabled` lets the source take
+the filters it can apply exactly (Spark 4.1+).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+LOCAL_CONF: dict[str, str] = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.python.filterPushdown.enabled": "true",
+    "spark.python.worker.reuse": "true",
+}
+
+
+class SparkUnavailable(RuntimeError):
+    """Spark cannot start here (no pyspark, no Java): the message says what to install."""
+
+
+def check_spark() -> None:
+    """Raise SparkUnavailable with one line naming what is missing."""
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        raise SparkUnavailable("pyspark is not installed: pip install 'kafka-tiered-rsm[spark]'") from None
+    java_home = os.environ.get("JAVA_HOME")
+    if not shutil.which("java") and not (
+        java_home and os.path.exists(os.path.join(java_home, "bin", "java"))
+    ):
+        raise SparkUnavailable("Spark needs Java 17 or newer on the PATH (or JAVA_HOME), and none was found")
+
+
+QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
+
+
+def local_session(
+    app_name: str = "kafka-tiered",
+    master: str = "local[2]",
+    conf: Mapping[str, str] | None = None,
+    *,
+    quiet: bool = True,
+) -> SparkSession:
+    """A Spark session with `format("kafka-tiered")` registered (the JVM logging only errors if `quiet`)."""
+    check_spark()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if quiet:
+        conf = {
+            "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{QUIET_LOG4J}",
+            **(conf or {}),
+        }
+    from pyspark.sql import SparkSession
+
+    import spark_reader
+
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in {**LOCAL_CONF, **(conf or {})}.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    spark_reader.register(session)
+    return session
