@@ -6,6 +6,10 @@ All are frozen dataclasses: Kafka hands the same metadata to later calls after r
 metadata (`dataclasses.replace(metadata, custom_metadata=returned)`), and immutability keeps that honest
 when many threads share one object.
 
+A topic name becomes a directory of the store, so `TopicIdPartition` refuses a name Kafka would not accept
+(`InvalidArgumentException`, a RemoteStorageException and a ValueError): `../../x` never gets as far as a
+path.
+
 Ids are `uuid.UUID`. Kafka prints a Uuid as 22 characters of URL-safe base64 without padding; that form is
 accepted wherever an id is expected and is how ids print here, so logs read like the broker's.
 """
@@ -19,6 +23,9 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from rsm.errors import InvalidArgumentException
+from rsm.names import topic_problem
 
 __all__ = [
     "CustomMetadata",
@@ -70,6 +77,11 @@ def to_uuid(value: uuid.UUID | str | bytes) -> uuid.UUID:
     raise TypeError(f"an id must be a uuid.UUID or a string, got {type(value).__name__}")
 
 
+def is_int(value: object) -> bool:
+    """An int that is not a bool (`True` is an int to Python, never an offset or a position to Kafka)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 @dataclass(frozen=True)
 class TopicIdPartition:
     """Kafka's `TopicIdPartition`: topic id, topic name and partition number."""
@@ -80,8 +92,11 @@ class TopicIdPartition:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "topic_id", to_uuid(self.topic_id))
-        if not isinstance(self.topic, str) or not self.topic:
-            raise ValueError(f"topic must be a non-empty string, got {self.topic!r}")
+        problem = topic_problem(self.topic)
+        if problem:
+            raise InvalidArgumentException(
+                f"topic name {self.topic!r} is not a legal Kafka topic name: it {problem}"
+            )
         if not isinstance(self.partition, int) or self.partition < 0:
             raise ValueError(f"partition must be a non-negative int, got {self.partition!r}")
 

@@ -14,12 +14,20 @@ Writes are atomic per object:
 
 Credentials for S3 come from the config or, when absent, from the standard AWS chain (environment,
 shared files, instance roles) through botocore; they are never logged.
+
+Names are checked on every call, whoever the caller: a bucket must be a valid bucket name and a key
+relative, without "." / ".." or empty segments, backslashes or control characters (`rsm.names`), and on the
+file store the path must resolve, symlinks followed, inside `<root>/<bucket>/`. A refused name raises
+`InvalidArgumentException` naming the object. Why here as well as where names enter: a name that slipped
+past one entry point (issue 15: custom metadata, manifests, topic names) once made the file store unlink and
+read files outside its root; this is the one place every path goes through.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 import uuid
 from collections.abc import Callable
@@ -30,6 +38,8 @@ from typing import Any, Protocol
 import fsspec
 
 from rsm.config import Backend, RsmConfig
+from rsm.errors import InvalidArgumentException
+from rsm.names import bucket_problem, key_problem
 from segment_format.buffers import copy_into, pread_into
 from segment_format.crc import crc32c
 
@@ -77,7 +87,8 @@ class ObjectStore:
     def __init__(self, fs: Any, backend: Backend, root: Path | None = None, part_size: int = 8 << 20) -> None:
         self.fs = fs
         self.backend = backend
-        self.root = root
+        # resolved once: symlinks in the root's own path are the operator's; any below it are refused
+        self.root = root.expanduser().resolve() if root is not None else None
         self.part_size = part_size
         self.stats = IOStats()
         # entered around each read that waits on the network (not local files): the bridge lends a fetch's
@@ -125,9 +136,31 @@ class ObjectStore:
 
     # -- naming ------------------------------------------------------------------------------------------
     def path(self, bucket: str, key: str) -> str:
-        if self.backend is Backend.FILE:
-            return f"{self.root}/{bucket}/{key}"
-        return f"{bucket}/{key}"
+        """The filesystem path of an object; InvalidArgumentException for a name that could address
+        anything else (see the module docstring)."""
+        return self._checked(bucket, key, key_problem(key))
+
+    def _directory(self, bucket: str, directory: str) -> str:
+        """`path()` of a directory of keys (`""`: the whole bucket), for listings."""
+        return self._checked(bucket, directory, key_problem(directory) if directory else None)
+
+    def _checked(self, bucket: str, key: str, key_fault: str | None) -> str:
+        problem = bucket_problem(bucket)
+        if problem:
+            raise InvalidArgumentException(f"refusing bucket {bucket!r} of object key {key!r}: it {problem}")
+        if key_fault:
+            raise InvalidArgumentException(f"refusing object key {key!r} in bucket {bucket}: it {key_fault}")
+        if self.backend is not Backend.FILE:
+            return f"{bucket}/{key}"
+        base = f"{self.root}/{bucket}"
+        path = f"{base}/{key}" if key else base
+        real = os.path.realpath(path)
+        if real != base and not real.startswith(base + "/"):
+            raise InvalidArgumentException(
+                f"refusing object {self.describe(bucket, key)}: its path resolves outside the store's "
+                f"directory of bucket {bucket} (through a symlink)"
+            )
+        return path
 
     def describe(self, bucket: str, key: str) -> str:
         """How an object is named in messages: `file:<bucket>/<key>` or `s3://<bucket>/<key>`."""
@@ -202,10 +235,10 @@ class ObjectStore:
 
     def list(self, bucket: str, prefix: str = "") -> list[str]:
         """Keys under a prefix in a bucket, sorted; temporary files of unfinished writes are left out."""
-        base = self.path(bucket, "")
+        base = self._directory(bucket, "").rstrip("/") + "/"
         directory = prefix.rpartition("/")[0]
         try:
-            found = self.fs.find(base + directory) if directory else self.fs.find(base)
+            found = self.fs.find(self._directory(bucket, directory))
         except FileNotFoundError:
             return []
         keys = []
