@@ -22,6 +22,10 @@ Copy, in order (so that nothing a reader can mistake for a segment reaches the s
 
 Memory during a copy is bounded by a few chunks plus the S3 part buffer, whatever the segment size.
 Every method is thread-safe; the bridge calls them from many threads at once.
+
+Every public method checks the types of its arguments first and refuses a wrong one with
+`InvalidArgumentException` naming it (a RemoteStorageException, so Kafka and the bridge see their own
+exception rather than a TypeError from deep inside, and `True` is not taken for position 1).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from rsm.cache import ByteLRU, IdentityMemo
 from rsm.config import ConfigEntry, RsmConfig, TopicSettings, ViolationAction
 from rsm.errors import (
     ConfigException,
+    InvalidArgumentException,
     RecordValidationError,
     RemoteResourceNotFoundException,
     RemoteStorageException,
@@ -59,6 +64,7 @@ from rsm.metadata import (
     LogSegmentData,
     RemoteLogSegmentMetadata,
     TopicIdPartition,
+    is_int,
 )
 from rsm.overlay import OverlayCache, TopicOverlayStore
 from rsm.storage import ObjectNotFound, ObjectStore
@@ -183,6 +189,18 @@ class RemoteStorageManager:
         if self._config is None:
             raise RemoteStorageException("RemoteStorageManager is not configured")
 
+    def _check_call(self, metadata: object, log_config: object) -> None:
+        """Open, and the arguments every operation takes are of the right types."""
+        self._check_open()
+        if not isinstance(metadata, RemoteLogSegmentMetadata):
+            raise InvalidArgumentException(
+                f"metadata must be a RemoteLogSegmentMetadata, got {type(metadata).__name__}"
+            )
+        if log_config is not None and not isinstance(log_config, Mapping):
+            raise InvalidArgumentException(
+                f"log_config must be a mapping of topic configs or None, got {type(log_config).__name__}"
+            )
+
     # -- helpers -----------------------------------------------------------------------------------------
     @property
     def overlays(self) -> OverlayCache:
@@ -294,7 +312,11 @@ class RemoteStorageManager:
         log_config: Mapping[str, str] | None = None,
     ) -> CustomMetadata | None:
         """Upload a rolled segment and its indexes; returns where it went (<= 128 bytes)."""
-        self._check_open()
+        self._check_call(metadata, log_config)
+        if not isinstance(segment_data, LogSegmentData):
+            raise InvalidArgumentException(
+                f"segment_data must be a LogSegmentData, got {type(segment_data).__name__}"
+            )
         seg = metadata.remote_log_segment_id
         settings = self._settings(log_config, seg.topic_id_partition)
         location = Location(settings.bucket, settings.prefix)
@@ -570,7 +592,13 @@ class RemoteStorageManager:
         log_config: Mapping[str, str] | None = None,
     ) -> BinaryIO:
         """A stream of the segment's bytes [start_position, end_position] (inclusive), fetched lazily."""
-        self._check_open()
+        self._check_call(metadata, log_config)
+        for name, position in (("start_position", start_position), ("end_position", end_position)):
+            if not is_int(position) and (position is not None or name == "start_position"):
+                raise InvalidArgumentException(
+                    f"{name} must be an int, got {type(position).__name__} "
+                    f"(fetch of segment {metadata.remote_log_segment_id})"
+                )
         if start_position < 0 or (end_position is not None and end_position < start_position):
             raise RemoteStorageException(
                 f"invalid position range {start_position}..{end_position} for segment {metadata.remote_log_segment_id}"
@@ -601,9 +629,18 @@ class RemoteStorageManager:
         index_type: IndexType,
         log_config: Mapping[str, str] | None = None,
     ) -> BinaryIO:
-        """A stream of one index file as the broker had it; missing optional index -> not found."""
-        self._check_open()
-        index_type = IndexType(index_type.value if isinstance(index_type, IndexType) else index_type)
+        """A stream of one index file as the broker had it; missing optional index -> not found.
+
+        `index_type` is an IndexType or its name (`"OFFSET"`), as the bridge passes Kafka's enum.
+        """
+        self._check_call(metadata, log_config)
+        if not isinstance(index_type, IndexType):
+            if not isinstance(index_type, str) or index_type not in IndexType.__members__:
+                raise InvalidArgumentException(
+                    f"index_type must be an IndexType or one of its names ({', '.join(IndexType.__members__)}), "
+                    f"got {index_type!r} (segment {metadata.remote_log_segment_id})"
+                )
+            index_type = IndexType[index_type]
         reader, keys = self._reader(metadata, log_config)
         if index_type not in reader.manifest.indexes:
             raise RemoteResourceNotFoundException(
@@ -619,7 +656,7 @@ class RemoteStorageManager:
         self, metadata: RemoteLogSegmentMetadata, log_config: Mapping[str, str] | None = None
     ) -> None:
         """Remove the segment's objects; the manifest first, so readers never see a half-deleted segment."""
-        self._check_open()
+        self._check_call(metadata, log_config)
         location = self._location(metadata, log_config)
         keys = SegmentKeys.of(location, metadata)
         self._forget(keys)
