@@ -161,6 +161,32 @@ SETTINGS: tuple[Setting, ...] = (
         lambda k, v: _size(k, v, 5 << 20, 5 << 30),
         "part size of multipart uploads (S3 minimum 5 MiB)",
     ),
+    # deadlines of S3 requests; why these defaults: rsm.storage.s3_deadlines
+    Setting(
+        "storage.s3.connect.timeout.ms",
+        "5000",
+        lambda k, v: _int(k, v, 1, 300_000),
+        "S3: wait for a connection at most this long (per attempt)",
+    ),
+    Setting(
+        "storage.s3.read.timeout.ms",
+        "20000",
+        lambda k, v: _int(k, v, 1, 300_000),
+        "S3: wait for the next bytes of an answer at most this long (per attempt)",
+    ),
+    Setting(
+        "storage.s3.retry.max.attempts",
+        "3",
+        lambda k, v: _int(k, v, 1, 20),
+        "S3: attempts per request, the first included (botocore's standard retry mode)",
+    ),
+    Setting(
+        "storage.s3.request.timeout.ms",
+        "60000",
+        lambda k, v: _int(k, v, 1, 3_600_000),
+        "S3: the whole of one store request, attempts and backoff included; keep it below "
+        "bridge.request.timeout.ms / 2",
+    ),
     Setting("bucket", "kafka-tiered-storage", _bucket, "bucket of new segments", topic=True),
     Setting("prefix", "", _prefix, "key prefix of new segments", topic=True),
     Setting("encryption.enabled", "false", _bool, "AES-256-GCM encryption of new segments", topic=True),
