@@ -593,12 +593,10 @@ class RemoteStorageManager:
     ) -> BinaryIO:
         """A stream of the segment's bytes [start_position, end_position] (inclusive), fetched lazily."""
         self._check_call(metadata, log_config)
-        for name, position in (("start_position", start_position), ("end_position", end_position)):
-            if not is_int(position) and (position is not None or name == "start_position"):
-                raise InvalidArgumentException(
-                    f"{name} must be an int, got {type(position).__name__} "
-                    f"(fetch of segment {metadata.remote_log_segment_id})"
-                )
+        if not is_int(start_position):
+            raise _not_a_position("start_position", start_position, metadata)
+        if end_position is not None and not is_int(end_position):
+            raise _not_a_position("end_position", end_position, metadata)
         if start_position < 0 or (end_position is not None and end_position < start_position):
             raise RemoteStorageException(
                 f"invalid position range {start_position}..{end_position} for segment {metadata.remote_log_segment_id}"
@@ -710,6 +708,12 @@ class _StoreErrors:
             raise RemoteStorageException(f"{where}: {exc}") from None
         # every other storage failure becomes Kafka's exception too
         raise RemoteStorageException(f"{where}: {type(exc).__name__}: {_safe(exc)}") from exc
+
+
+def _not_a_position(name: str, value: object, metadata: RemoteLogSegmentMetadata) -> InvalidArgumentException:
+    return InvalidArgumentException(
+        f"{name} must be an int, got {type(value).__name__} (fetch of segment {metadata.remote_log_segment_id})"
+    )
 
 
 def _fill(f: object, view: memoryview, n: int) -> int:
