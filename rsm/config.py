@@ -30,6 +30,7 @@ from pathlib import Path
 
 from rsm.errors import ConfigException
 from rsm.log_config import LogConfig
+from rsm.names import S3_BUCKET_MIN_LENGTH, bucket_problem, prefix_problem
 
 BROKER_PREFIX = "rsm.config."
 TOPIC_PREFIX = "unchecked.rsm."
@@ -105,17 +106,17 @@ def _str(key: str, value: str) -> str:
 
 def _bucket(key: str, value: str) -> str:
     v = value.strip()
-    if not v or "/" in v or len(v.encode()) > 63 or v in (".", ".."):
-        raise ConfigException(f"config {key} must be a bucket name (1-63 bytes, no '/'), got {value!r}")
+    problem = bucket_problem(v)
+    if problem:
+        raise ConfigException(f"config {key} must be a bucket name, got {value!r}: it {problem}")
     return v
 
 
 def _prefix(key: str, value: str) -> str:
     v = value.strip()
-    if v.startswith("/") or ".." in v.split("/") or len(v.encode()) > 60:
-        raise ConfigException(
-            f"config {key} must be a relative key prefix of at most 60 bytes without '..', got {value!r}"
-        )
+    problem = prefix_problem(v)
+    if problem:
+        raise ConfigException(f"config {key} must be a relative key prefix, got {value!r}: it {problem}")
     return v
 
 
@@ -159,6 +160,32 @@ SETTINGS: tuple[Setting, ...] = (
         str(8 << 20),
         lambda k, v: _size(k, v, 5 << 20, 5 << 30),
         "part size of multipart uploads (S3 minimum 5 MiB)",
+    ),
+    # deadlines of S3 requests; why these defaults: rsm.storage.s3_deadlines
+    Setting(
+        "storage.s3.connect.timeout.ms",
+        "5000",
+        lambda k, v: _int(k, v, 1, 300_000),
+        "S3: wait for a connection at most this long (per attempt)",
+    ),
+    Setting(
+        "storage.s3.read.timeout.ms",
+        "20000",
+        lambda k, v: _int(k, v, 1, 300_000),
+        "S3: wait for the next bytes of an answer at most this long (per attempt)",
+    ),
+    Setting(
+        "storage.s3.retry.max.attempts",
+        "3",
+        lambda k, v: _int(k, v, 1, 20),
+        "S3: attempts per request, the first included (botocore's standard retry mode)",
+    ),
+    Setting(
+        "storage.s3.request.timeout.ms",
+        "60000",
+        lambda k, v: _int(k, v, 1, 3_600_000),
+        "S3: the whole of one store request, attempts and backoff included; keep it below "
+        "bridge.request.timeout.ms / 2",
     ),
     Setting("bucket", "kafka-tiered-storage", _bucket, "bucket of new segments", topic=True),
     Setting("prefix", "", _prefix, "key prefix of new segments", topic=True),
@@ -276,6 +303,7 @@ class RsmConfig:
         self.backend: Backend = self._values["storage.backend"]  # type: ignore[assignment]
         if self.backend is Backend.FILE and not self._values["storage.file.root"]:
             raise ConfigException("config storage.file.root is required when storage.backend=file")
+        self._check_backend_bucket(str(self._values["bucket"]), "bucket")
         self.unknown_keys = sorted(k for k in raw if k not in SETTINGS_BY_NAME)
 
     def get(self, name: str) -> object:
@@ -319,7 +347,10 @@ class RsmConfig:
         sensitive value).
         """
         lc = log_config or {}
-        v = {s.name: self._resolve(s.name, lc, overlay)[0] for s in SETTINGS if s.topic}
+        resolved = {s.name: self._resolve(s.name, lc, overlay) for s in SETTINGS if s.topic}
+        v = {name: value for name, (value, _) in resolved.items()}
+        bucket, bucket_entry = resolved["bucket"]
+        self._check_backend_bucket(str(bucket), bucket_entry.key)
         policy, _ = self._validation_policy(lc, overlay)
         key_id = v["encryption.key.id"]
         return TopicSettings(
@@ -333,6 +364,18 @@ class RsmConfig:
             validation_policy=policy,
             on_violation=v["record.validation.on.violation"],  # type: ignore[arg-type]
         )
+
+    def _check_backend_bucket(self, bucket: str, key: str) -> None:
+        """S3 refuses bucket names under 3 characters; say so naming the key, not at the first upload.
+
+        Why not in the `bucket` parser: a topic's value is parsed without knowing the backend (the overlay
+        and the CLI check it alone), and the file store, where a bucket is a directory, takes shorter names.
+        """
+        if self.backend is Backend.S3 and len(bucket) < S3_BUCKET_MIN_LENGTH:
+            raise ConfigException(
+                f"config {key} must be a bucket name of {S3_BUCKET_MIN_LENGTH} to 63 characters on S3, "
+                f"got {bucket!r}"
+            )
 
     @staticmethod
     def _validation_policy(

@@ -9,6 +9,9 @@ Encoding (version 1)::
 
     0x01 | u8 bucket length | bucket (UTF-8) | u8 prefix length | prefix (UTF-8)
 
+`decode` checks the bucket and prefix with the same rules as the config (`rsm.names`): these bytes come back
+from Kafka's metadata topic, and a crafted location must not make a delete or fetch leave the store.
+
 Kafka's `remote.log.metadata.custom.metadata.max.bytes` defaults to 128 and a larger value makes the broker
 delete the upload and stop tiering the partition, so the size is bounded by construction: the config layer
 limits buckets to 63 bytes (S3's limit) and prefixes to 60, and `encode` refuses anything larger, before
@@ -20,6 +23,7 @@ from __future__ import annotations
 from rsm.errors import RemoteStorageException
 from rsm.layout import Location
 from rsm.metadata import CustomMetadata
+from rsm.names import bucket_problem, prefix_problem
 
 VERSION = 1
 MAX_BYTES = 128
@@ -51,4 +55,13 @@ def decode(custom: CustomMetadata | bytes) -> Location:
             raise ValueError("length mismatch")
     except (IndexError, ValueError, UnicodeDecodeError) as exc:
         raise RemoteStorageException(f"custom metadata {value.hex()} is not this RSM's: {exc}") from None
+    # whoever can write Kafka's metadata topic writes these bytes: the location must not lead out of the store
+    for what, name, problem in (
+        ("bucket", bucket, bucket_problem(bucket)),
+        ("prefix", prefix, prefix_problem(prefix)),
+    ):
+        if problem:
+            raise RemoteStorageException(
+                f"custom metadata {value.hex()} names an unusable {what} {name!r}: it {problem}"
+            )
     return Location(bucket, prefix)

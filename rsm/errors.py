@@ -13,6 +13,16 @@ class RemoteStorageException(Exception):
     """Any failure of a remote storage operation (Kafka's `RemoteStorageException`)."""
 
 
+class InvalidArgumentException(RemoteStorageException, ValueError):
+    """A value handed to the RSM is refused: a wrong type, an offset or position out of range, or a name
+    (topic, bucket, prefix, object key) that could address storage outside where it belongs.
+
+    A RemoteStorageException, so every refusal of the public API is one of Kafka's exceptions (the bridge
+    answers it as such), and a ValueError, so callers that checked values with ``except ValueError`` before
+    these became RSM exceptions keep working.
+    """
+
+
 class RemoteResourceNotFoundException(RemoteStorageException):
     """The segment or one of its indexes does not exist in the store (Kafka's exception of that name)."""
 

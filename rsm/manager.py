@@ -22,6 +22,10 @@ Copy, in order (so that nothing a reader can mistake for a segment reaches the s
 
 Memory during a copy is bounded by a few chunks plus the S3 part buffer, whatever the segment size.
 Every method is thread-safe; the bridge calls them from many threads at once.
+
+Every public method checks the types of its arguments first and refuses a wrong one with
+`InvalidArgumentException` naming it (a RemoteStorageException, so Kafka and the bridge see their own
+exception rather than a TypeError from deep inside, and `True` is not taken for position 1).
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from rsm.catalog.locations import LocationRegistry
 from rsm.config import ConfigEntry, RsmConfig, TopicSettings, ViolationAction
 from rsm.errors import (
     ConfigException,
+    InvalidArgumentException,
     RecordValidationError,
     RemoteResourceNotFoundException,
     RemoteStorageException,
@@ -60,6 +65,7 @@ from rsm.metadata import (
     LogSegmentData,
     RemoteLogSegmentMetadata,
     TopicIdPartition,
+    is_int,
 )
 from rsm.overlay import OverlayCache, TopicOverlayStore
 from rsm.storage import ObjectNotFound, ObjectStore
@@ -188,6 +194,18 @@ class RemoteStorageManager:
         if self._config is None:
             raise RemoteStorageException("RemoteStorageManager is not configured")
 
+    def _check_call(self, metadata: object, log_config: object) -> None:
+        """Open, and the arguments every operation takes are of the right types."""
+        self._check_open()
+        if not isinstance(metadata, RemoteLogSegmentMetadata):
+            raise InvalidArgumentException(
+                f"metadata must be a RemoteLogSegmentMetadata, got {type(metadata).__name__}"
+            )
+        if log_config is not None and not isinstance(log_config, Mapping):
+            raise InvalidArgumentException(
+                f"log_config must be a mapping of topic configs or None, got {type(log_config).__name__}"
+            )
+
     # -- helpers -----------------------------------------------------------------------------------------
     @property
     def overlays(self) -> OverlayCache:
@@ -299,7 +317,11 @@ class RemoteStorageManager:
         log_config: Mapping[str, str] | None = None,
     ) -> CustomMetadata | None:
         """Upload a rolled segment and its indexes; returns where it went (<= 128 bytes)."""
-        self._check_open()
+        self._check_call(metadata, log_config)
+        if not isinstance(segment_data, LogSegmentData):
+            raise InvalidArgumentException(
+                f"segment_data must be a LogSegmentData, got {type(segment_data).__name__}"
+            )
         seg = metadata.remote_log_segment_id
         settings = self._settings(log_config, seg.topic_id_partition)
         location = Location(settings.bucket, settings.prefix)
@@ -590,7 +612,11 @@ class RemoteStorageManager:
         log_config: Mapping[str, str] | None = None,
     ) -> BinaryIO:
         """A stream of the segment's bytes [start_position, end_position] (inclusive), fetched lazily."""
-        self._check_open()
+        self._check_call(metadata, log_config)
+        if not is_int(start_position):
+            raise _not_a_position("start_position", start_position, metadata)
+        if end_position is not None and not is_int(end_position):
+            raise _not_a_position("end_position", end_position, metadata)
         if start_position < 0 or (end_position is not None and end_position < start_position):
             raise RemoteStorageException(
                 f"invalid position range {start_position}..{end_position} for segment {metadata.remote_log_segment_id}"
@@ -621,9 +647,18 @@ class RemoteStorageManager:
         index_type: IndexType,
         log_config: Mapping[str, str] | None = None,
     ) -> BinaryIO:
-        """A stream of one index file as the broker had it; missing optional index -> not found."""
-        self._check_open()
-        index_type = IndexType(index_type.value if isinstance(index_type, IndexType) else index_type)
+        """A stream of one index file as the broker had it; missing optional index -> not found.
+
+        `index_type` is an IndexType or its name (`"OFFSET"`), as the bridge passes Kafka's enum.
+        """
+        self._check_call(metadata, log_config)
+        if not isinstance(index_type, IndexType):
+            if not isinstance(index_type, str) or index_type not in IndexType.__members__:
+                raise InvalidArgumentException(
+                    f"index_type must be an IndexType or one of its names ({', '.join(IndexType.__members__)}), "
+                    f"got {index_type!r} (segment {metadata.remote_log_segment_id})"
+                )
+            index_type = IndexType[index_type]
         reader, keys = self._reader(metadata, log_config)
         if index_type not in reader.manifest.indexes:
             raise RemoteResourceNotFoundException(
@@ -639,7 +674,7 @@ class RemoteStorageManager:
         self, metadata: RemoteLogSegmentMetadata, log_config: Mapping[str, str] | None = None
     ) -> None:
         """Remove the segment's objects; the manifest first, so readers never see a half-deleted segment."""
-        self._check_open()
+        self._check_call(metadata, log_config)
         location = self._location(metadata, log_config)
         keys = SegmentKeys.of(location, metadata)
         self._forget(keys)
@@ -693,6 +728,12 @@ class _StoreErrors:
             raise RemoteStorageException(f"{where}: {exc}") from None
         # every other storage failure becomes Kafka's exception too
         raise RemoteStorageException(f"{where}: {type(exc).__name__}: {_safe(exc)}") from exc
+
+
+def _not_a_position(name: str, value: object, metadata: RemoteLogSegmentMetadata) -> InvalidArgumentException:
+    return InvalidArgumentException(
+        f"{name} must be an int, got {type(value).__name__} (fetch of segment {metadata.remote_log_segment_id})"
+    )
 
 
 def _fill(f: object, view: memoryview, n: int) -> int:

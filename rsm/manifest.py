@@ -34,6 +34,11 @@ Spark reader and the migration tool rely on it):
 [i * chunk_size, min((i + 1) * chunk_size, size)) and starts in the `.log` object at the sum of the stored
 sizes before it. `codecs` and `crc32c` follow the same numbering (`crc32c` is null for encrypted segments,
 which GCM authenticates). Readers must refuse a `version` they do not know.
+
+`location.log` and `location.indexes` must be exactly the keys `rsm.layout` derives from `location.prefix`
+and the segment's own fields (topic, topic id, partition, start offset, segment id), and those fields and the
+bucket and prefix must be valid names (`rsm.names`): readers refuse any other manifest, so one planted in
+the store cannot make them read another segment's objects or a file outside the store.
 """
 
 from __future__ import annotations
@@ -45,7 +50,9 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rsm.metadata import IndexType, RemoteLogSegmentMetadata, uuid_to_base64
+from rsm.layout import INDEXES_SUFFIX, LOG_SUFFIX, partition_dir
+from rsm.metadata import IndexType, RemoteLogSegmentMetadata, is_int, uuid_from_base64, uuid_to_base64
+from rsm.names import bucket_problem, prefix_problem, topic_problem
 from rsm.transform import Codec
 
 FORMAT = "kafka-tiered-rsm/segment-manifest"
@@ -257,7 +264,7 @@ class Manifest:
             raise ManifestError(f"{source} has version {doc.get('version')!r}; this reader knows {VERSION}")
         try:
             seg = doc["segment"]
-            return cls(
+            manifest = cls(
                 copy_id=str(doc["copy_id"]),
                 created_ms=int(doc["created_ms"]),
                 segment=SegmentInfo(**{**seg, "segment_leader_epochs": dict(seg["segment_leader_epochs"])}),
@@ -272,3 +279,42 @@ class Manifest:
             raise
         except (KeyError, TypeError, ValueError) as exc:
             raise ManifestError(f"{source} is malformed: {type(exc).__name__}: {exc}") from None
+        _check_location(manifest.segment, manifest.location, source)
+        return manifest
+
+
+def _check_location(seg: SegmentInfo, location: dict[str, str], source: str) -> None:
+    """Refuse a manifest whose object keys are not the segment's own (see the module docstring)."""
+
+    def refuse(name: str, value: object, problem: str) -> ManifestError:
+        return ManifestError(f"{source} has an unusable {name} {value!r}: it {problem}")
+
+    def kafka_id(value: object) -> str | None:
+        try:
+            ok = isinstance(value, str) and uuid_to_base64(uuid_from_base64(value)) == value
+        except ValueError:
+            ok = False
+        return None if ok else "is not a Kafka id (22 characters of URL-safe base64)"
+
+    numbers = {"partition": seg.partition, "start_offset": seg.start_offset}
+    checks = [
+        ("segment.topic", seg.topic, topic_problem(seg.topic)),
+        ("segment.topic_id", seg.topic_id, kafka_id(seg.topic_id)),
+        ("segment.segment_id", seg.segment_id, kafka_id(seg.segment_id)),
+        *(
+            (f"segment.{name}", n, None if is_int(n) and n >= 0 else "is not a non-negative int")
+            for name, n in numbers.items()
+        ),
+        ("location.bucket", location.get("bucket"), bucket_problem(location.get("bucket"))),
+        ("location.prefix", location.get("prefix"), prefix_problem(location.get("prefix"))),
+    ]
+    for name, value, problem in checks:
+        if problem:
+            raise refuse(name, value, problem)
+    stem = partition_dir(location["prefix"], seg.topic, seg.topic_id, seg.partition)
+    stem += f"{seg.start_offset:020d}-{seg.segment_id}"
+    for name, suffix in (("log", LOG_SUFFIX), ("indexes", INDEXES_SUFFIX)):
+        if location.get(name) != stem + suffix:
+            raise refuse(
+                f"location.{name}", location.get(name), f"is not this segment's key {stem + suffix!r}"
+            )

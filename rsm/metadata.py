@@ -6,6 +6,12 @@ All are frozen dataclasses: Kafka hands the same metadata to later calls after r
 metadata (`dataclasses.replace(metadata, custom_metadata=returned)`), and immutability keeps that honest
 when many threads share one object.
 
+Each type checks its fields when built and refuses a bad one with `InvalidArgumentException` (a
+RemoteStorageException and a ValueError) naming the field: a wrong type (a string offset, `True` for a
+partition, None for a file) or a topic name Kafka would not accept. Why here: these objects are the public
+API's input, built by the bridge from a broker's request and by tools, and the topic name becomes a
+directory of the store, so a name like `../../x` must never get as far as a path.
+
 Ids are `uuid.UUID`. Kafka prints a Uuid as 22 characters of URL-safe base64 without padding; that form is
 accepted wherever an id is expected and is how ids print here, so logs read like the broker's.
 """
@@ -15,10 +21,14 @@ from __future__ import annotations
 import base64
 import binascii
 import enum
+import os
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from rsm.errors import InvalidArgumentException
+from rsm.names import topic_problem
 
 __all__ = [
     "CustomMetadata",
@@ -70,6 +80,24 @@ def to_uuid(value: uuid.UUID | str | bytes) -> uuid.UUID:
     raise TypeError(f"an id must be a uuid.UUID or a string, got {type(value).__name__}")
 
 
+def is_int(value: object) -> bool:
+    """An int that is not a bool (`True` is an int to Python, never an offset or a position to Kafka)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _id(value: object, what: str) -> uuid.UUID:
+    try:
+        return to_uuid(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentException(f"{what}: {exc}") from None
+
+
+def _ints(owner: str, **values: object) -> None:
+    for name, value in values.items():
+        if not is_int(value):
+            raise InvalidArgumentException(f"{owner}: {name} must be an int, got {type(value).__name__}")
+
+
 @dataclass(frozen=True)
 class TopicIdPartition:
     """Kafka's `TopicIdPartition`: topic id, topic name and partition number."""
@@ -79,11 +107,16 @@ class TopicIdPartition:
     partition: int
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "topic_id", to_uuid(self.topic_id))
-        if not isinstance(self.topic, str) or not self.topic:
-            raise ValueError(f"topic must be a non-empty string, got {self.topic!r}")
-        if not isinstance(self.partition, int) or self.partition < 0:
-            raise ValueError(f"partition must be a non-negative int, got {self.partition!r}")
+        object.__setattr__(self, "topic_id", _id(self.topic_id, "TopicIdPartition.topic_id"))
+        problem = topic_problem(self.topic)
+        if problem:
+            raise InvalidArgumentException(
+                f"topic name {self.topic!r} is not a legal Kafka topic name: it {problem}"
+            )
+        if not is_int(self.partition) or self.partition < 0:
+            raise InvalidArgumentException(
+                f"TopicIdPartition.partition must be a non-negative int, got {self.partition!r}"
+            )
 
     @property
     def topic_partition(self) -> str:
@@ -102,9 +135,12 @@ class RemoteLogSegmentId:
     id: uuid.UUID
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "id", to_uuid(self.id))
+        object.__setattr__(self, "id", _id(self.id, "RemoteLogSegmentId.id"))
         if not isinstance(self.topic_id_partition, TopicIdPartition):
-            raise TypeError("topic_id_partition must be a TopicIdPartition")
+            raise InvalidArgumentException(
+                "RemoteLogSegmentId.topic_id_partition must be a TopicIdPartition, "
+                f"got {type(self.topic_id_partition).__name__}"
+            )
 
     @property
     def id_base64(self) -> str:
@@ -122,7 +158,9 @@ class CustomMetadata:
 
     def __post_init__(self) -> None:
         if not isinstance(self.value, bytes | bytearray | memoryview):
-            raise TypeError("CustomMetadata.value must be bytes")
+            raise InvalidArgumentException(
+                f"CustomMetadata.value must be bytes, got {type(self.value).__name__}"
+            )
         object.__setattr__(self, "value", bytes(self.value))
 
     def __len__(self) -> int:
@@ -170,18 +208,43 @@ class RemoteLogSegmentMetadata:
 
     def __post_init__(self) -> None:
         if not isinstance(self.remote_log_segment_id, RemoteLogSegmentId):
-            raise TypeError("remote_log_segment_id must be a RemoteLogSegmentId")
+            raise InvalidArgumentException(
+                "RemoteLogSegmentMetadata.remote_log_segment_id must be a RemoteLogSegmentId, "
+                f"got {type(self.remote_log_segment_id).__name__}"
+            )
+        seg = self.remote_log_segment_id
+        _ints(
+            f"metadata of segment {seg}",
+            start_offset=self.start_offset,
+            end_offset=self.end_offset,
+            max_timestamp_ms=self.max_timestamp_ms,
+            broker_id=self.broker_id,
+            event_timestamp_ms=self.event_timestamp_ms,
+            segment_size_in_bytes=self.segment_size_in_bytes,
+        )
         if self.start_offset < 0 or self.end_offset < self.start_offset:
-            raise ValueError(
-                f"segment {self.remote_log_segment_id}: offsets must satisfy 0 <= start <= end, "
+            raise InvalidArgumentException(
+                f"segment {seg}: offsets must satisfy 0 <= start <= end, "
                 f"got start={self.start_offset} end={self.end_offset}"
             )
         if self.segment_size_in_bytes < 0:
-            raise ValueError(f"segment {self.remote_log_segment_id}: negative size")
-        epochs = {int(k): int(v) for k, v in sorted(dict(self.segment_leader_epochs).items())}
-        object.__setattr__(self, "segment_leader_epochs", epochs)
+            raise InvalidArgumentException(f"segment {seg}: negative size")
+        try:
+            items = sorted(dict(self.segment_leader_epochs).items())
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgumentException(f"segment {seg}: segment_leader_epochs: {exc}") from None
+        for epoch, offset in items:
+            _ints(f"segment {seg}: segment_leader_epochs", epoch=epoch, start_offset=offset)
+        object.__setattr__(self, "segment_leader_epochs", dict(items))
         if isinstance(self.custom_metadata, bytes | bytearray):
             object.__setattr__(self, "custom_metadata", CustomMetadata(bytes(self.custom_metadata)))
+        if self.custom_metadata is not None and not isinstance(self.custom_metadata, CustomMetadata):
+            raise InvalidArgumentException(
+                f"segment {seg}: custom_metadata must be CustomMetadata, bytes or None, "
+                f"got {type(self.custom_metadata).__name__}"
+            )
+        if not isinstance(self.state, RemoteLogSegmentState):
+            raise InvalidArgumentException(f"segment {seg}: state must be a RemoteLogSegmentState")
 
     def __hash__(self) -> int:  # the epochs mapping is not hashable; the id identifies a copy
         return hash((self.remote_log_segment_id, self.start_offset, self.end_offset, self.custom_metadata))
@@ -208,9 +271,19 @@ class LogSegmentData:
 
     def __post_init__(self) -> None:
         for name in ("log_segment", "offset_index", "time_index", "producer_snapshot_index"):
-            object.__setattr__(self, name, Path(getattr(self, name)))
+            object.__setattr__(self, name, _path(name, getattr(self, name)))
         if self.transaction_index is not None:
-            object.__setattr__(self, "transaction_index", Path(self.transaction_index))
+            object.__setattr__(self, "transaction_index", _path("transaction_index", self.transaction_index))
         if not isinstance(self.leader_epoch_index, bytes | bytearray | memoryview):
-            raise TypeError("leader_epoch_index must be bytes")
+            raise InvalidArgumentException(
+                f"LogSegmentData.leader_epoch_index must be bytes, got {type(self.leader_epoch_index).__name__}"
+            )
         object.__setattr__(self, "leader_epoch_index", bytes(self.leader_epoch_index))
+
+
+def _path(name: str, value: object) -> Path:
+    """A file of `LogSegmentData`: a non-empty str or path (`Path("")` would be the working directory)."""
+    if not isinstance(value, str | os.PathLike) or not str(value):
+        shown = repr(value) if isinstance(value, str) else type(value).__name__
+        raise InvalidArgumentException(f"LogSegmentData.{name} must be a file path, got {shown}")
+    return Path(value)

@@ -35,6 +35,7 @@ from types import MappingProxyType
 from rsm.config import TOPIC_KEYS, parse_topic_config
 from rsm.errors import ConfigException
 from rsm.metadata import to_uuid, uuid_to_base64
+from rsm.names import topic_problem
 from rsm.storage import ObjectNotFound, ObjectStore
 
 log = logging.getLogger(__name__)
@@ -58,8 +59,9 @@ __all__ = [
 
 def overlay_key(prefix: str, topic: str, topic_id: uuid.UUID | str) -> str:
     """The object key of a topic's overlay under the broker-default prefix."""
-    if not topic or "/" in topic:
-        raise ConfigException(f"invalid topic name {topic!r}")
+    problem = topic_problem(topic)
+    if problem:  # the name becomes part of the overlay's key: only names Kafka would accept
+        raise ConfigException(f"invalid topic name {topic!r}: it {problem}")
     return f"{prefix}{OVERLAY_DIR}{topic}-{uuid_to_base64(to_uuid(topic_id))}{OVERLAY_SUFFIX}"
 
 
@@ -130,6 +132,9 @@ class TopicOverlay:
         topic, topic_id, configs = doc.get("topic"), doc.get("topic_id"), doc.get("configs")
         if not isinstance(topic, str) or not isinstance(topic_id, str):
             raise ConfigException(f"topic overlay {where} lacks a topic name or topic id")
+        problem = topic_problem(topic)
+        if problem:
+            raise ConfigException(f"topic overlay {where} names topic {topic!r}: it {problem}")
         if not isinstance(configs, dict) or not all(isinstance(v, str) for v in configs.values()):
             raise ConfigException(f"topic overlay {where}: configs must be an object of strings")
         try:

@@ -14,26 +14,72 @@ Writes are atomic per object:
 
 Credentials for S3 come from the config or, when absent, from the standard AWS chain (environment,
 shared files, instance roles) through botocore; they are never logged.
+
+Every S3 request has deadlines (`s3_deadlines`): connect and read timeouts and a number of attempts for
+botocore, and a wall-clock bound on the whole request, retries included, so an endpoint that stops answering
+fails the operation in time instead of holding one of Kafka's remote reader threads.
+
+Names are checked on every call, whoever the caller: a bucket must be a valid bucket name and a key
+relative, without "." / ".." or empty segments, backslashes or control characters (`rsm.names`), and on the
+file store the path must resolve, symlinks followed, inside `<root>/<bucket>/`. A refused name raises
+`InvalidArgumentException` naming the object. Why here as well as where names enter: a name that slipped
+past one entry point (issue 15: custom metadata, manifests, topic names) once made the file store unlink and
+read files outside its root; this is the one place every path goes through.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import fsspec
+from fsspec.exceptions import FSTimeoutError
 
 from rsm.config import Backend, RsmConfig
+from rsm.errors import InvalidArgumentException
+from rsm.names import bucket_problem, key_problem
 from segment_format.buffers import copy_into, pread_into
 from segment_format.crc import crc32c
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def s3_deadlines(config: RsmConfig) -> tuple[dict[str, Any], float]:
+    """botocore's `Config` keywords (connect and read timeouts, attempts) and the deadline of one request.
+
+    Why these defaults (5 s connect, 20 s read, 3 attempts, 60 s per request): Kafka reads remote data on
+    `remote.log.reader.threads` (10) and answers a consumer after `remote.fetch.max.wait.ms` (500 ms)
+    whether or not the read is done, but the reader thread stays taken until the RSM returns; through the
+    bridge, a request fails after `bridge.request.timeout.ms` (300 s). A fetch makes at most two store
+    requests in a row before its first bytes (the manifest, then a chunk; the `.indexes` object for an
+    index), so 60 s each keeps a stalled fetch under 120 s: the reader thread comes back well before the
+    bridge gives up, and the bridge's timeout stays for the bridge's own failures. Connecting to S3 takes
+    milliseconds; 5 s covers two lost SYNs (TCP's initial retransmission timeout is 1 s, then 2 s). 20 s
+    between bytes is far above S3's first-byte latency for a chunk (tens to hundreds of ms) yet ends a
+    silent peer in time. 3 attempts is botocore's standard mode default; its backoff is bounded by the
+    request deadline anyway. A part upload must fit in one request deadline: raise it with a large
+    `storage.s3.multipart.part.size` on a slow link.
+    """
+
+    def seconds(name: str) -> float:
+        return int(config.get(name)) / 1000  # type: ignore[arg-type]
+
+    attempts = int(config.get("storage.s3.retry.max.attempts"))  # type: ignore[arg-type]
+    botocore = {
+        "connect_timeout": seconds("storage.s3.connect.timeout.ms"),
+        "read_timeout": seconds("storage.s3.read.timeout.ms"),
+        "retries": {"total_max_attempts": attempts, "mode": "standard"},
+    }
+    return botocore, seconds("storage.s3.request.timeout.ms")
 
 
 class ObjectNotFound(Exception):
@@ -74,10 +120,20 @@ class IOStats:
 class ObjectStore:
     """Buckets and keys over an fsspec filesystem."""
 
-    def __init__(self, fs: Any, backend: Backend, root: Path | None = None, part_size: int = 8 << 20) -> None:
+    def __init__(
+        self,
+        fs: Any,
+        backend: Backend,
+        root: Path | None = None,
+        part_size: int = 8 << 20,
+        request_timeout: float | None = None,
+    ) -> None:
+        """`request_timeout`: seconds one S3 request may take, retries included (None: no bound)."""
         self.fs = fs
         self.backend = backend
-        self.root = root
+        self.request_timeout = request_timeout if backend is Backend.S3 else None
+        # resolved once: symlinks in the root's own path are the operator's; any below it are refused
+        self.root = root.expanduser().resolve() if root is not None else None
         self.part_size = part_size
         self.stats = IOStats()
         # entered around each read that waits on the network (not local files): the bridge lends a fetch's
@@ -114,20 +170,69 @@ class ObjectStore:
             kwargs["secret"] = config.get("storage.s3.secret.access.key")
             if config.get("storage.s3.session.token"):
                 kwargs["token"] = config.get("storage.s3.session.token")
+        botocore, request_timeout = s3_deadlines(config)
         fs = s3fs.S3FileSystem(
             client_kwargs=client_kwargs,
+            config_kwargs=botocore,
             skip_instance_cache=True,
             use_listings_cache=False,
             default_block_size=part_size,
             **kwargs,
         )
-        return cls(fs, Backend.S3, None, part_size)
+        # s3fs retries in loops of its own, nested (cat_file's around _call_s3's), each around botocore's
+        # attempts: 5 x 5 x botocore's made a stalled read last minutes. botocore's attempts are the only ones
+        fs.retries = 1
+        return cls(fs, Backend.S3, None, part_size, request_timeout)
+
+    def _remote(self, bucket: str, key: str, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run one blocking fsspec call; on S3 bounded by `request_timeout`, retries included.
+
+        fsspec runs the call's coroutine on its event loop and, given `timeout`, cancels it when the time is
+        up (the connection is dropped); that is reported as a TimeoutError naming the object and the setting.
+        """
+        if self.request_timeout is None:
+            return call(*args, **kwargs)
+        started = time.monotonic()
+        try:
+            return call(*args, timeout=self.request_timeout, **kwargs)
+        except FSTimeoutError as exc:
+            waited = time.monotonic() - started
+            if waited < self.request_timeout:  # a timeout inside the request, reported by fsspec as its own
+                raise TimeoutError(
+                    f"{self.describe(bucket, key)}: timed out after {waited:.1f} s: {exc.__cause__ or exc}"
+                ) from None
+            raise TimeoutError(
+                f"{self.describe(bucket, key)}: no answer within {self.request_timeout:g} s "
+                "(storage.s3.request.timeout.ms, retries included)"
+            ) from None
 
     # -- naming ------------------------------------------------------------------------------------------
     def path(self, bucket: str, key: str) -> str:
-        if self.backend is Backend.FILE:
-            return f"{self.root}/{bucket}/{key}"
-        return f"{bucket}/{key}"
+        """The filesystem path of an object; InvalidArgumentException for a name that could address
+        anything else (see the module docstring)."""
+        return self._checked(bucket, key, key_problem(key))
+
+    def _directory(self, bucket: str, directory: str) -> str:
+        """`path()` of a directory of keys (`""`: the whole bucket), for listings."""
+        return self._checked(bucket, directory, key_problem(directory) if directory else None)
+
+    def _checked(self, bucket: str, key: str, key_fault: str | None) -> str:
+        problem = bucket_problem(bucket)
+        if problem:
+            raise InvalidArgumentException(f"refusing bucket {bucket!r} of object key {key!r}: it {problem}")
+        if key_fault:
+            raise InvalidArgumentException(f"refusing object key {key!r} in bucket {bucket}: it {key_fault}")
+        if self.backend is not Backend.FILE:
+            return f"{bucket}/{key}"
+        base = f"{self.root}/{bucket}"
+        path = f"{base}/{key}" if key else base
+        real = os.path.realpath(path)
+        if real != base and not real.startswith(base + "/"):
+            raise InvalidArgumentException(
+                f"refusing object {self.describe(bucket, key)}: its path resolves outside the store's "
+                f"directory of bucket {bucket} (through a symlink)"
+            )
+        return path
 
     def describe(self, bucket: str, key: str) -> str:
         """How an object is named in messages: `file:<bucket>/<key>` or `s3://<bucket>/<key>`."""
@@ -159,7 +264,7 @@ class ObjectStore:
     def get(self, bucket: str, key: str) -> bytes:
         try:
             with self.network_wait():
-                data = self.fs.cat_file(self.path(bucket, key))
+                data = self._remote(bucket, key, self.fs.cat_file, self.path(bucket, key))
         except FileNotFoundError:
             raise ObjectNotFound(self.describe(bucket, key)) from None
         self.stats.read(len(data))
@@ -171,7 +276,9 @@ class ObjectStore:
             return b""
         try:
             with self.network_wait():
-                data = self.fs.cat_file(self.path(bucket, key), start=start, end=end)
+                data = self._remote(
+                    bucket, key, self.fs.cat_file, self.path(bucket, key), start=start, end=end
+                )
         except FileNotFoundError:
             raise ObjectNotFound(self.describe(bucket, key)) from None
         self.stats.read(len(data))
@@ -198,14 +305,14 @@ class ObjectStore:
         return crc
 
     def exists(self, bucket: str, key: str) -> bool:
-        return bool(self.fs.exists(self.path(bucket, key)))
+        return bool(self._remote(bucket, key, self.fs.exists, self.path(bucket, key)))
 
     def list(self, bucket: str, prefix: str = "") -> list[str]:
         """Keys under a prefix in a bucket, sorted; temporary files of unfinished writes are left out."""
-        base = self.path(bucket, "")
+        base = self._directory(bucket, "").rstrip("/") + "/"
         directory = prefix.rpartition("/")[0]
         try:
-            found = self.fs.find(base + directory) if directory else self.fs.find(base)
+            found = self._remote(bucket, prefix, self.fs.find, self._directory(bucket, directory))
         except FileNotFoundError:
             return []
         keys = []
@@ -220,7 +327,7 @@ class ObjectStore:
     def delete(self, bucket: str, key: str) -> bool:
         """Delete an object; a missing one is fine. Returns whether something was there (file store)."""
         try:
-            self.fs.rm_file(self.path(bucket, key))
+            self._remote(bucket, key, self.fs.rm_file, self.path(bucket, key))
             return True
         except FileNotFoundError:
             return False
@@ -335,7 +442,10 @@ class _S3Writer:
         self._size = 0
 
     def _call(self, method: str, **kwargs: object) -> dict[str, object]:
-        return self._store.fs.call_s3(method, Bucket=self._bucket, Key=self._key, **kwargs)
+        store = self._store
+        return store._remote(
+            self._bucket, self._key, store.fs.call_s3, method, Bucket=self._bucket, Key=self._key, **kwargs
+        )
 
     def write(self, data: bytes | memoryview) -> None:
         self._buf += data

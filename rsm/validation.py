@@ -3,9 +3,9 @@
 Integrity. `SegmentIntegrityVerifier` is fed the segment's bytes in chunks, as they are read, and checks
 every batch with `segment_format`'s `SegmentVerifier` (the project's one checker of segment bytes): the
 CRC (CRC-32C over attributes..end for magic 2; CRC-32 over magic..end for the legacy magic 0/1 message
-sets), header sanity (lengths, record count against the offset delta), offsets strictly increasing and
-inside the metadata's [start_offset, end_offset], and that the batches exactly fill a file of the size the
-metadata states. Any fault raises `SegmentIntegrityError` naming the file, the byte
+sets), header sanity (lengths, record count against the offset delta), offsets strictly increasing from the
+metadata's start_offset and ending exactly at its end_offset, and that the batches exactly fill a file of
+the size the metadata states. Any fault raises `SegmentIntegrityError` naming the file, the byte
 position of the batch and the fault. It also counts, per chunk, the bytes of batches that are already
 compressed, so the copy can skip compressing those chunks again. The copy runs it over the whole file
 before uploading anything, so a corrupt segment never reaches the store.
@@ -60,10 +60,18 @@ class SegmentIntegrityVerifier:
     """Streaming batch-by-batch check of a segment; feed bytes in order, then `finish()`.
 
     A thin adapter over `segment_format.segment.SegmentVerifier` (the project's one integrity check):
-    it fixes the RSM's semantics (offsets inside the metadata's `[start_offset, end_offset]` rather than
-    ending exactly at `end_offset`, since Kafka sets `endOffset` to the next segment's base offset minus
-    one; the file exactly `expected_size` bytes), has it count already-compressed bytes per chunk of
-    `chunk_size`, and turns `CorruptRecordError` into `SegmentIntegrityError`.
+    it fixes the RSM's semantics (offsets inside the metadata's `[start_offset, end_offset]`, the last
+    batch ending exactly at `end_offset`, the file exactly `expected_size` bytes), has it count
+    already-compressed bytes per chunk of `chunk_size`, and turns `CorruptRecordError` into
+    `SegmentIntegrityError`.
+
+    Why exactly at `end_offset` (issue 15): Kafka publishes the metadata's offsets as the range the remote
+    copy serves, and the manifest carries them for the Spark reader and migration, which plan by them; a
+    copy claiming offsets its file does not hold would make readers look for records in the wrong segment.
+    Kafka sets `endOffset` to the next segment's base offset minus one, which is the last batch's last
+    offset except in a log with offset holes at a segment's end (a topic compacted before it was switched
+    to `delete` and tiered); such a segment is refused too, and stays local, rather than tiered with offsets
+    it does not have.
     """
 
     def __init__(
@@ -79,7 +87,7 @@ class SegmentIntegrityVerifier:
             file=file,
             expected_start_offset=start_offset,
             expected_end_offset=end_offset,
-            exact_end_offset=False,
+            exact_end_offset=True,
             total_size=expected_size,
             region_size=chunk_size,
         )

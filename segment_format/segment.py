@@ -73,11 +73,12 @@ class SegmentVerifier:
     (varints, lengths, compression).
 
     ``exact_end_offset`` (default) also requires the last batch to end exactly at ``expected_end_offset``,
-    which is right for a caller that knows the segment's last offset. Kafka's RemoteLogManager does not
-    give that: it sets ``RemoteLogSegmentMetadata.endOffset`` to the next segment's base offset minus one,
-    and a log can have offset gaps before that point (``LocalLog.roll`` rolls at the larger of the
-    expected next offset and the log end offset; a once-compacted log keeps its holes), so the RSM passes
-    ``exact_end_offset=False`` and only requires every offset to lie inside the range.
+    which is right for a caller that knows the segment's last offset. Kafka's RemoteLogManager sets
+    ``RemoteLogSegmentMetadata.endOffset`` to the next segment's base offset minus one, and a log can have
+    offset gaps before that point (``LocalLog.roll`` rolls at the larger of the expected next offset and
+    the log end offset; a once-compacted log keeps its holes); ``exact_end_offset=False`` only requires
+    every offset to lie inside the range. The RSM keeps it exact and refuses such segments (see
+    ``rsm.validation``).
 
     When ``total_size`` (the size the segment's metadata states) is given, a batch length running past it
     is refused as soon as its 17-byte prefix is read, and feeding more or fewer bytes than that is an

@@ -212,14 +212,21 @@ def _real_logs() -> list[Path]:
     return sorted(p for p in FIXTURES.rglob("*.log") if p.stat().st_size > 0)
 
 
+def _last_offset(raw: bytes) -> int:
+    """A real segment's last offset, read by segment_format (the copy wants the metadata to end there)."""
+    from segment_format.records import iter_batches
+
+    return list(iter_batches(raw))[-1][1].last_offset
+
+
 @pytest.mark.skipif(not FIXTURES.exists(), reason="shared fixtures not present")
 def test_verifier_accepts_real_kafka_segments_and_locates_corruption() -> None:
     logs = _real_logs()
     assert logs
     for path in logs:
         raw = path.read_bytes()
-        base = int(path.name.split(".")[0])
-        verifier = SegmentIntegrityVerifier(str(path), base, 2**62, len(raw), 4096)
+        base, end = int(path.name.split(".")[0]), _last_offset(raw)
+        verifier = SegmentIntegrityVerifier(str(path), base, end, len(raw), 4096)
         for i in range(0, len(raw), 1000):  # odd feed sizes: batches and headers span feeds
             verifier.feed(raw[i : i + 1000])
         summary = verifier.finish()
@@ -232,16 +239,16 @@ def test_verifier_accepts_real_kafka_segments_and_locates_corruption() -> None:
         last = positions[-1]
         broken = bytearray(raw)
         broken[-1] ^= 0x01
-        verifier = SegmentIntegrityVerifier(str(path), base, 2**62, len(raw), 4096)
+        verifier = SegmentIntegrityVerifier(str(path), base, end, len(raw), 4096)
         with pytest.raises(SegmentIntegrityError) as info:
             verifier.feed(bytes(broken))
             verifier.finish()
         assert info.value.position == last and "CRC" in info.value.reason, path
 
 
-def test_verifier_accepts_offsets_inside_the_range_and_counts_compressed_bytes_per_chunk() -> None:
-    """Kafka's endOffset is the next segment's base offset - 1 (offset gaps can leave it past the last
-    batch), so offsets inside [start, end] pass; per chunk, the bytes of compressed batches are counted."""
+def test_verifier_wants_offsets_from_start_to_exactly_end_and_counts_compressed_bytes_per_chunk() -> None:
+    """Offsets must lie inside [start, end] and the last batch end exactly at end (issue 15: a copy must not
+    claim offsets its file does not hold); per chunk, the bytes of compressed batches are counted."""
     writer = pytest.importorskip("segment_format.writer")
     codecs = pytest.importorskip("segment_format.codecs")
     plain = writer.build_batch([(b"k", b"v" * 300, (), 1)], base_offset=10)
@@ -249,7 +256,7 @@ def test_verifier_accepts_offsets_inside_the_range_and_counts_compressed_bytes_p
         [(b"k", b"w" * 300, (), 2)], base_offset=11, compression=codecs.CompressionType.GZIP
     )
     raw = plain + packed
-    verifier = SegmentIntegrityVerifier("s.log", 10, 50, len(raw), 256)
+    verifier = SegmentIntegrityVerifier("s.log", 10, 11, len(raw), 256)
     for i in range(0, len(raw), 100):
         verifier.feed(memoryview(raw)[i : i + 100])
     summary = verifier.finish()
@@ -259,6 +266,10 @@ def test_verifier_accepts_offsets_inside_the_range_and_counts_compressed_bytes_p
         expected[p // 256] += 1
     assert summary.compressed_bytes_per_chunk == expected
     assert summary.compressed_batch_bytes == len(packed)
+    claims_more = SegmentIntegrityVerifier("s.log", 10, 50, len(raw), 256)
+    claims_more.feed(raw)
+    with pytest.raises(SegmentIntegrityError, match="ends at offset 11, expected 50"):
+        claims_more.finish()
     early = SegmentIntegrityVerifier("s.log", 11, 50, len(raw), 256)
     with pytest.raises(SegmentIntegrityError, match="outside the segment's range 11..50") as info:
         early.feed(raw)
@@ -281,7 +292,7 @@ def test_real_snappy_and_gzip_segments_round_trip(tmp_path: Path) -> None:
             seg = make_segment(tmp_path / f"s{n}", tip, batches=1)
             seg.data.log_segment.write_bytes(raw)
             md = RemoteLogSegmentMetadata(
-                RemoteLogSegmentId(tip, uuid.uuid4()), base, 2**62, 0, 0, 0, len(raw), {0: base}
+                RemoteLogSegmentId(tip, uuid.uuid4()), base, _last_offset(raw), 0, 0, 0, len(raw), {0: base}
             )
             data = dataclasses.replace(seg.data, log_segment=seg.data.log_segment)
             md = dataclasses.replace(md, custom_metadata=rsm.copy_log_segment_data(md, data))
@@ -402,10 +413,10 @@ def test_verifier_agrees_with_segment_format_on_batch_boundaries() -> None:
     records = pytest.importorskip("segment_format.records")
     for path in _real_logs():
         raw = path.read_bytes()
-        verifier = SegmentIntegrityVerifier(str(path), 0, 2**62, len(raw), 1 << 20)
+        batches = list(records.iter_batches(raw, file=str(path)))
+        verifier = SegmentIntegrityVerifier(str(path), 0, batches[-1][1].last_offset, len(raw), 1 << 20)
         verifier.feed(raw)
         summary = verifier.finish()
-        batches = list(records.iter_batches(raw, file=str(path)))
         assert summary.batches == len(batches), path
         assert summary.last_offset == batches[-1][1].last_offset, path
 
