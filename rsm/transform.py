@@ -120,16 +120,16 @@ def decode_piece(
 ) -> bytes | memoryview:
     """Undo `encode_piece`, checking length and (when recorded) the CRC-32C of the original bytes.
 
-    A decompressed piece comes back as a view of the decompressor's buffer (not copied into bytes).
+    A decompressed piece comes back as a read-only view of the buffer it was decompressed into (not
+    copied into bytes); it must fill exactly ``size`` bytes (see `_decompress_into`).
     """
     data: bytes | memoryview = stored
     if cipher is not None:
         data = cipher.decrypt(kind, number, data)
     if codec is Codec.ZSTD:
-        try:
-            data = memoryview(cramjam.zstd.decompress(data, output_len=size))
-        except Exception as exc:  # cramjam raises its own DecompressionError
-            raise TransformError(f"{kind.name.lower()} piece {number} does not decompress: {exc}") from None
+        out = bytearray(size)
+        _decompress_into(data, memoryview(out), kind=kind, number=number)
+        data = memoryview(out).toreadonly()
     elif codec is not Codec.NONE:
         raise TransformError(f"{kind.name.lower()} piece {number}: unknown codec {codec}")
     check_piece(data, kind=kind, number=number, size=size, crc=crc)
@@ -151,16 +151,32 @@ def decode_piece_into(
     if cipher is not None:
         data = cipher.decrypt(kind, number, data)
     if codec is Codec.ZSTD:
-        try:
-            n = cramjam.zstd.decompress_into(data, out)
-        except Exception as exc:  # cramjam raises its own DecompressionError
-            raise TransformError(f"{kind.name.lower()} piece {number} does not decompress: {exc}") from None
-        check_piece(out[:n], kind=kind, number=number, size=len(out), crc=crc)
+        _decompress_into(data, out, kind=kind, number=number)
+        check_piece(out, kind=kind, number=number, size=len(out), crc=crc)
     elif codec is Codec.NONE:
         check_piece(data, kind=kind, number=number, size=len(out), crc=crc)  # before it is copied in
         copy_into(out, [data])
     else:
         raise TransformError(f"{kind.name.lower()} piece {number}: unknown codec {codec}")
+
+
+def _decompress_into(data: bytes | memoryview, out: memoryview, *, kind: PieceKind, number: int) -> None:
+    """Decompress a zstd piece into ``out``, which must come out exactly full, else TransformError.
+
+    Why exactly: asked for an output length, the decompressor pads a shorter piece with zeros, and an
+    encrypted piece has no CRC that would notice; so the recorded length is checked here, for every piece.
+    """
+    name = kind.name.lower()
+    try:
+        n = cramjam.zstd.decompress_into(data, out)
+    except Exception as exc:  # cramjam raises its own DecompressionError; a longer piece does not fit
+        raise TransformError(
+            f"{name} piece {number} does not decompress into the {len(out)} bytes recorded: {exc}"
+        ) from None
+    if n != len(out):
+        raise TransformError(
+            f"{name} piece {number} decompresses to {n} bytes, not the {len(out)} bytes recorded"
+        )
 
 
 def check_piece(
