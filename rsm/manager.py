@@ -62,7 +62,17 @@ from rsm.metadata import (
 )
 from rsm.overlay import OverlayCache, TopicOverlayStore
 from rsm.storage import ObjectNotFound, ObjectStore
-from rsm.transform import Codec, PieceKind, SegmentCipher, TransformError, crc32c, encode_piece, new_data_key
+from rsm.transform import (
+    Codec,
+    PieceKind,
+    SegmentCipher,
+    TransformError,
+    bind_crc32c,
+    crc32c,
+    encode_piece,
+    new_data_key,
+    piece_tag,
+)
 from rsm.validation import (
     IntegritySummary,
     RecordValidationPolicy,
@@ -256,8 +266,12 @@ class RemoteStorageManager:
             hit = self._readers.get(manifest)
             if hit is not None:
                 return hit, keys
-        with self._errors("decryption setup", metadata, keys.bucket, keys.manifest):
-            cipher = cipher_for(manifest, self._keyring)
+        try:
+            with self._errors("decryption setup", metadata, keys.bucket, keys.manifest):
+                cipher = cipher_for(manifest, self._keyring)  # checks the manifest's seal
+        except RemoteStorageException:
+            self._forget(keys)  # a manifest refused now may be rewritten by a retried copy: reread it
+            raise
         reader = SegmentReader(self.store, keys.bucket, manifest, cipher, self._chunks, self._allocate)
         if plain:
             self._readers.put(manifest, reader)
@@ -364,7 +378,7 @@ class RemoteStorageManager:
                 validation=validation,
             )
             with self._errors("manifest write", metadata, keys.bucket, keys.manifest):
-                self.store.put(keys.bucket, keys.manifest, manifest.to_bytes())
+                self.store.put(keys.bucket, keys.manifest, manifest.to_bytes(cipher))
         except BaseException:
             # the manifest first: a manifest PUT that failed on our side may still have landed
             for key in [keys.manifest, *written]:
@@ -503,7 +517,12 @@ class RemoteStorageManager:
             chunk_size=cs,
             stored_sizes=tuple(stored_sizes),
             codecs=tuple(codecs),
-            crc32c=None if cipher is not None else tuple(chunk_crcs),
+            crc32c=None
+            if cipher is not None
+            else tuple(
+                bind_crc32c(crc, piece_tag(metadata.remote_log_segment_id.id, PieceKind.LOG, i))
+                for i, crc in enumerate(chunk_crcs)
+            ),
         )
 
     def _upload_indexes(
@@ -551,8 +570,15 @@ class RemoteStorageManager:
                         cipher=cipher,
                     )
                     writer.write(stored)
+                    tag = piece_tag(
+                        metadata.remote_log_segment_id.id, PieceKind.INDEX, INDEX_ORDER.index(index_type)
+                    )
                     entries[index_type] = IndexEntry(
-                        offset, len(stored), len(raw), codec, None if cipher is not None else crc32c(raw)
+                        offset,
+                        len(stored),
+                        len(raw),
+                        codec,
+                        None if cipher is not None else bind_crc32c(crc32c(raw), tag),
                     )
                     offset += len(stored)
             except BaseException:

@@ -4,15 +4,19 @@ naming the object at fault, and never answered with wrong bytes."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
+import re
 import shutil
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
-from test_rsm_helpers import read_all
+from test_rsm_helpers import Segment, make_segment, read_all, write_keyring
 
 from rsm import (
     CustomMetadata,
@@ -21,12 +25,16 @@ from rsm import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteResourceNotFoundException,
+    RemoteStorageException,
     RemoteStorageManager,
     TopicIdPartition,
 )
+from rsm import custom_metadata as cm
 from rsm.config import RsmConfig
-from rsm.fetch import SegmentReader, list_manifests
+from rsm.fetch import SegmentReader, cipher_for, list_manifests
 from rsm.keyring import Keyring
+from rsm.layout import SegmentKeys
+from rsm.manifest import Manifest, ManifestError
 from rsm.metadata import uuid_from_base64
 from rsm.storage import ObjectStore
 from rsm.transform import (
@@ -156,3 +164,258 @@ def test_a_store_written_by_the_v1_release_still_reads(tmp_path: Path, arena: bo
         assert (
             sha256(reader.read_range(0, reader.size)) == segments[reader.manifest.segment.topic].sha256["log"]
         )
+
+
+# -- segments copied by this code (manifest version 2) ---------------------------------------------------
+
+
+def documented_canonical(doc: dict[str, Any]) -> bytes:
+    """The canonical bytes a seal covers, as rsm/manifest.py documents them for other tools."""
+    body = {k: v for k, v in doc.items() if k != "seal"}
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+
+
+@dataclass
+class Copied:
+    """One segment copied into a file store: what a test needs to read it back and to edit its objects."""
+
+    configs: dict[str, str]
+    seg: StoredSegment
+    raw: bytes
+    indexes: dict[str, bytes]
+    objects: dict[str, Path]  # ".log", ".indexes", ".manifest" -> file
+    made: Segment  # the files copied, and Kafka's metadata before the copy
+
+    def edit_manifest(self, change: Callable[[dict[str, Any]], object], reseal: bool = False) -> None:
+        """Change the manifest's JSON; ``reseal``: recompute an unkeyed seal, as anyone can (a forger who
+        knows the format rewrites consistently)."""
+        path = self.objects[".manifest"]
+        doc = json.loads(path.read_bytes())
+        change(doc)
+        if reseal and isinstance(doc.get("seal"), dict) and doc["seal"]["algorithm"] == "SHA-256":
+            doc["seal"]["value"] = base64.b64encode(
+                hashlib.sha256(documented_canonical(doc)).digest()
+            ).decode()
+        path.write_bytes(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())
+
+    def read_everything(self, **extra: str) -> tuple[bytes, dict[str, bytes]]:
+        """The whole segment and every index through a fresh RSM (no caches)."""
+        with RemoteStorageManager() as rsm:
+            rsm.configure({**self.configs, **extra})
+            md, lc = self.seg.metadata, self.seg.log_config
+            log = read_all(rsm.fetch_log_segment(md, 0, None, lc))
+            indexes = {t: read_all(rsm.fetch_index(md, IndexType(t), lc)) for t in self.indexes}
+        return log, indexes
+
+
+def copy_segment(
+    tmp_path: Path, *, encrypted: bool, compressible: bool = True, name: str = "t", seed: int = 0
+) -> Copied:
+    """A segment of several 4 KiB chunks copied by this code, zstd on (chunks of random values stay plain)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    root = tmp_path / "store"
+    keyring = tmp_path / "kek.json"  # shared by the segments copied into one store
+    if not keyring.exists():
+        write_keyring(keyring, ("k1",))
+    configs = {
+        "storage.backend": "file",
+        "storage.file.root": str(root),
+        "chunk.size": "4096",
+        "encryption.keyring.path": str(keyring),
+    }
+    lc = LogConfig(
+        {"unchecked.rsm.encryption.enabled": "true", "unchecked.rsm.encryption.key.id": "k1"}
+        if encrypted
+        else {}
+    )
+    made = make_segment(tmp_path / f"seg-{name}", TopicIdPartition(uuid.uuid4(), name, 0), batches=30,
+                        compressible=compressible, seed=seed)  # fmt: skip
+    with RemoteStorageManager() as rsm:
+        rsm.configure(configs)
+        md = dataclasses.replace(
+            made.metadata, custom_metadata=rsm.copy_log_segment_data(made.metadata, made.data, lc)
+        )
+        keys = SegmentKeys.of(cm.decode(md.custom_metadata), md)  # type: ignore[arg-type]
+    objects = {
+        suffix: root / keys.bucket / getattr(keys, suffix[1:]) for suffix in (".log", ".indexes", ".manifest")
+    }
+    raw = made.data.log_segment.read_bytes()
+    return Copied(configs, StoredSegment(name, md, lc, {}), raw, made.files(), objects, made)
+
+
+def refused(copied: Copied, object_suffix: str, match: str | None = None, **extra: str) -> str:
+    """Reading the segment must fail (never answer other bytes), naming the object; returns the message."""
+    with pytest.raises(RemoteStorageException, match=match) as info:
+        log, indexes = copied.read_everything(**extra)
+        assert log == copied.raw and indexes == copied.indexes, "wrong bytes answered"
+    message = str(info.value)
+    assert copied.objects[object_suffix].name in message, message
+    assert "\n" not in message
+    return message
+
+
+@pytest.mark.parametrize("encrypted", [False, True], ids=["plain", "encrypted"])
+def test_copies_write_sealed_version_2_manifests_that_read_back(tmp_path: Path, encrypted: bool) -> None:
+    copied = copy_segment(tmp_path, encrypted=encrypted)
+    doc = json.loads(copied.objects[".manifest"].read_bytes())
+    assert doc["version"] == 2
+    assert doc["seal"]["algorithm"] == ("HMAC-SHA256" if encrypted else "SHA-256")
+    assert (doc["log"]["crc32c"] is None) is encrypted
+    assert copied.read_everything() == (copied.raw, copied.indexes)
+
+
+def test_an_edited_size_of_an_encrypted_compressed_segment_is_refused(tmp_path: Path) -> None:
+    """The issue's case: the last chunk's recorded length grows; zeros were answered for the difference."""
+    copied = copy_segment(tmp_path, encrypted=True)
+
+    def grow(doc: dict[str, Any]) -> None:
+        doc["log"]["size"] += 5
+        doc["segment"]["segment_size_in_bytes"] += 5
+
+    copied.edit_manifest(grow)
+    refused(copied, ".manifest", "does not authenticate")
+
+
+def test_an_edited_size_in_a_version_1_manifest_is_refused(tmp_path: Path) -> None:
+    """Old manifests have no seal; the exact length check of every decoded piece still refuses the edit."""
+    configs, segments = v1_store(tmp_path)
+    seg = segments["secure"]
+    manifest = next((tmp_path / "store").rglob("secure-*/0/*.manifest"))
+    doc = json.loads(manifest.read_bytes())
+    doc["log"]["size"] += 5
+    manifest.write_bytes(json.dumps(doc).encode())
+    with RemoteStorageManager() as rsm:
+        rsm.configure(configs)
+        with pytest.raises(RemoteStorageException, match=r"log piece 2 decompresses to \d+ bytes") as info:
+            read_all(rsm.fetch_log_segment(seg.metadata, 0, None, seg.log_config))
+    assert manifest.with_suffix(".log").name in str(info.value)
+
+
+@pytest.mark.parametrize("encrypted", [False, True], ids=["plain", "encrypted"])
+def test_every_single_bit_edit_of_a_manifest_is_refused_naming_it(tmp_path: Path, encrypted: bool) -> None:
+    """Flip the low bit of each byte in turn (digits stay digits, letters stay letters: mostly still JSON)."""
+    copied = copy_segment(tmp_path, encrypted=encrypted)
+    stored = copied.objects[".manifest"].read_bytes()
+    keyring = Keyring(copied.configs["encryption.keyring.path"])
+    source = "s3://b/t.manifest"
+    good = Manifest.from_bytes(stored, source)
+    assert cipher_for(good, keyring) is not None or not encrypted
+    for i in range(len(stored)):
+        edited = bytearray(stored)
+        edited[i] ^= 0x01
+        with pytest.raises((ManifestError, RemoteStorageException), match=re.escape(source)):
+            cipher_for(Manifest.from_bytes(bytes(edited), source), keyring)
+    # and through the RSM: one line naming the manifest object
+    edited = bytearray(stored)
+    edited[stored.index(b'"copy_id":"') + 11] ^= 0x01
+    copied.objects[".manifest"].write_bytes(bytes(edited))
+    refused(copied, ".manifest")
+
+
+def test_a_plain_manifest_cannot_switch_its_crcs_off(tmp_path: Path) -> None:
+    copied = copy_segment(tmp_path, encrypted=False)
+    copied.edit_manifest(lambda doc: doc["log"].update(crc32c=None), reseal=True)
+    refused(copied, ".manifest", r"no CRC-32C for log")
+    copied = copy_segment(tmp_path / "2", encrypted=False)
+    copied.edit_manifest(lambda doc: doc["indexes"]["TIMESTAMP"].update(crc32c=None), reseal=True)
+    refused(copied, ".manifest", r"no CRC-32C for TIMESTAMP")
+
+
+def test_a_plain_manifest_edited_without_resealing_is_refused(tmp_path: Path) -> None:
+    copied = copy_segment(tmp_path, encrypted=False)
+    copied.edit_manifest(lambda doc: doc["segment"].update(end_offset=doc["segment"]["end_offset"] + 1))
+    refused(copied, ".manifest", "does not match its SHA-256 seal")
+
+
+@pytest.mark.parametrize("compressible", [True, False], ids=["zstd", "stored"])
+def test_swapped_chunks_with_their_crcs_are_refused_even_resealed(tmp_path: Path, compressible: bool) -> None:
+    """Chunks 0 and 1 trade places in the `.log` object, and their entries in the manifest consistently."""
+    copied = copy_segment(tmp_path, encrypted=False, compressible=compressible)
+    doc = json.loads(copied.objects[".manifest"].read_bytes())
+    sizes = doc["log"]["stored_sizes"]
+    log = copied.objects[".log"].read_bytes()
+    first, second = log[: sizes[0]], log[sizes[0] : sizes[0] + sizes[1]]
+    copied.objects[".log"].write_bytes(second + first + log[sizes[0] + sizes[1] :])
+
+    def swap(doc: dict[str, Any]) -> None:
+        for field in ("stored_sizes", "codecs", "crc32c"):
+            values = doc["log"][field]
+            values[0], values[1] = values[1], values[0]
+
+    copied.edit_manifest(swap, reseal=True)
+    refused(copied, ".log", r"log piece [01]: CRC-32C mismatch")
+
+
+def test_swapped_index_entries_are_refused_even_resealed(tmp_path: Path) -> None:
+    copied = copy_segment(tmp_path, encrypted=False)
+
+    def swap(doc: dict[str, Any]) -> None:
+        indexes = doc["indexes"]
+        indexes["OFFSET"], indexes["TIMESTAMP"] = indexes["TIMESTAMP"], indexes["OFFSET"]
+
+    copied.edit_manifest(swap, reseal=True)
+    refused(copied, ".indexes", r"index piece [01]: CRC-32C mismatch")
+
+
+@pytest.mark.parametrize("encrypted", [False, True], ids=["plain", "encrypted"])
+def test_a_manifest_edited_to_claim_version_1_does_not_read(tmp_path: Path, encrypted: bool) -> None:
+    """Version 1 has no seal: a sealed manifest rewritten as version 1 would escape its seal, but its pieces
+    were written for version 2 (associated data, bound CRCs) and refuse to decode through it."""
+    copied = copy_segment(tmp_path, encrypted=encrypted)
+
+    def downgrade(doc: dict[str, Any]) -> None:
+        doc["version"] = 1
+        del doc["seal"]
+        if encrypted:
+            del doc["encryption"]["aad_version"]  # version 1 had none (and one left there is refused)
+
+    copied.edit_manifest(downgrade)
+    refused(copied, ".log", "does not authenticate" if encrypted else "CRC-32C mismatch")
+    if encrypted:
+        copied = copy_segment(tmp_path / "2", encrypted=True)
+        copied.edit_manifest(lambda doc: (doc.update(version=1), doc.pop("seal")))
+        refused(copied, ".manifest", "a version 1 manifest with encryption.aad_version")
+
+
+def _truncate(path: Path, keep: int) -> None:
+    path.write_bytes(path.read_bytes()[:keep])
+
+
+def _flip(path: Path, at: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0x40
+    path.write_bytes(bytes(data))
+
+
+CORRUPTIONS: dict[str, Callable[[Path], None]] = {
+    "truncated-by-1": lambda p: _truncate(p, p.stat().st_size - 1),
+    "truncated-to-half": lambda p: _truncate(p, p.stat().st_size // 2),
+    "emptied": lambda p: _truncate(p, 0),
+    "flipped-first": lambda p: _flip(p, 0),
+    "flipped-middle": lambda p: _flip(p, p.stat().st_size // 2),
+    "flipped-last": lambda p: _flip(p, p.stat().st_size - 1),
+}
+
+
+@pytest.mark.parametrize("corruption", sorted(CORRUPTIONS))
+@pytest.mark.parametrize("suffix", [".log", ".indexes", ".manifest"])
+@pytest.mark.parametrize(
+    ("encrypted", "compressible", "arena"),
+    [(False, True, False), (False, False, True), (True, True, False), (True, False, True)],
+    ids=["plain-zstd", "plain-stored-arena", "encrypted-zstd", "encrypted-stored-arena"],
+)
+def test_every_object_kind_damaged_is_refused_naming_it(
+    tmp_path: Path, corruption: str, suffix: str, encrypted: bool, compressible: bool, arena: bool
+) -> None:
+    copied = copy_segment(tmp_path, encrypted=encrypted, compressible=compressible)
+    CORRUPTIONS[corruption](copied.objects[suffix])
+    with pytest.raises(RemoteStorageException) as info, RemoteStorageManager() as rsm:
+        rsm.configure(copied.configs)
+        if arena:
+            rsm.set_chunk_allocator(bytearray)
+        md, lc = copied.seg.metadata, copied.seg.log_config
+        # a fetch may answer, but only the right bytes; something must refuse
+        assert read_all(rsm.fetch_log_segment(md, 0, None, lc)) == copied.raw
+        for t, data in copied.indexes.items():
+            assert read_all(rsm.fetch_index(md, IndexType(t), lc)) == data
+    assert copied.objects[suffix].name in str(info.value)
