@@ -28,6 +28,7 @@ from rsm.errors import RemoteStorageException
 from rsm.keyring import Keyring
 from rsm.layout import MANIFEST_SUFFIX
 from rsm.manifest import INDEX_NUMBERS, Manifest
+from rsm.manifest import require_authenticated as require_authenticated_manifest
 from rsm.metadata import IndexType
 from rsm.storage import ObjectStore
 from rsm.transform import Codec, PieceKind, SegmentCipher, check_piece, decode_piece, decode_piece_into
@@ -94,9 +95,15 @@ class SegmentReader:
         manifest_key: str,
         keyring: Keyring | None = None,
         chunk_cache: ByteLRU[bytes] | None = None,
+        require_authenticated: bool = False,
     ) -> SegmentReader:
-        """A reader from a manifest alone: no broker, no metadata topic (Spark reader, migration)."""
+        """A reader from a manifest alone: no broker, no metadata topic (Spark reader, migration).
+
+        ``require_authenticated``: refuse manifests no key authenticates (`manifest.require.authenticated`).
+        """
         manifest = Manifest.from_bytes(store.get(bucket, manifest_key), store.describe(bucket, manifest_key))
+        if require_authenticated:
+            require_authenticated_manifest(manifest)
         return cls(store, bucket, manifest, cipher_for(manifest, keyring), chunk_cache)
 
     def __init__(

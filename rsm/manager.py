@@ -52,7 +52,15 @@ from rsm.fetch import ChunkAllocator, SegmentReader, cipher_for
 from rsm.keyring import Keyring
 from rsm.layout import Location, SegmentKeys
 from rsm.log_config import LogConfig
-from rsm.manifest import ChunkIndex, Encryption, IndexEntry, Manifest, ManifestError, SegmentInfo
+from rsm.manifest import (
+    ChunkIndex,
+    Encryption,
+    IndexEntry,
+    Manifest,
+    ManifestError,
+    SegmentInfo,
+    require_authenticated,
+)
 from rsm.metadata import (
     CustomMetadata,
     IndexType,
@@ -246,6 +254,8 @@ class RemoteStorageManager:
         with self._errors("manifest read", metadata, keys.bucket, keys.manifest):
             raw = self.store.get(keys.bucket, keys.manifest)
             manifest = Manifest.from_bytes(raw, self.store.describe(keys.bucket, keys.manifest))
+            if self.config.get("manifest.require.authenticated"):
+                require_authenticated(manifest)
         if manifest.segment.segment_id != metadata.remote_log_segment_id.id_base64:
             raise RemoteStorageException(
                 f"manifest {self.store.describe(keys.bucket, keys.manifest)} belongs to segment "
@@ -331,6 +341,11 @@ class RemoteStorageManager:
                 raise ConfigException(
                     f"topic {seg.topic_id_partition.topic}: encryption key id {key_id!r} is not in the keyring"
                 )
+        elif self.config.get("manifest.require.authenticated"):
+            raise ConfigException(
+                f"topic {seg.topic_id_partition.topic} is not encrypted, but manifest.require.authenticated=true "
+                "would refuse to fetch its segments"
+            )
         log_path = segment_data.log_segment
         started = time.monotonic()
 

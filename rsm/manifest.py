@@ -74,7 +74,10 @@ unnoticed; a plain one without CRCs is refused (no release wrote one). Batch con
 checked on read (a fetch starts at any chunk and would need the one before); the copy checks every batch
 before upload, and Kafka's consumers check each batch's CRC. The seal covers the content, not where the
 manifest is stored: the broker checks the segment id against Kafka's metadata; a tool reading manifests
-alone should check the object's key.
+alone should check the object's key. An operator whose every topic is encrypted sets
+`manifest.require.authenticated=true` once version 1 manifests have been rewritten as version 2
+(`rsm.rekey`, which also re-keys): fetches then refuse version 1 manifests and unencrypted segments, and
+copies of unencrypted segments are refused.
 """
 
 from __future__ import annotations
@@ -485,3 +488,17 @@ class Manifest:
                     f"{'an encrypted' if self.encryption is not None else 'an unencrypted'} segment's "
                     f"manifest is sealed with {expected}"
                 )
+
+
+def require_authenticated(manifest: Manifest) -> None:
+    """Refuse a manifest no key authenticates (`manifest.require.authenticated=true`)."""
+    if manifest.version < 2:
+        raise ManifestError(
+            f"{manifest.source} is a version 1 manifest (not authenticated; re-key the segment) "
+            "and manifest.require.authenticated=true"
+        )
+    if manifest.encryption is None:
+        raise ManifestError(
+            f"{manifest.source} belongs to an unencrypted segment (its manifest cannot be authenticated) "
+            "and manifest.require.authenticated=true"
+        )

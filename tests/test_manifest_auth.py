@@ -31,11 +31,13 @@ from rsm import (
 )
 from rsm import custom_metadata as cm
 from rsm.config import RsmConfig
+from rsm.errors import ConfigException
 from rsm.fetch import SegmentReader, cipher_for, list_manifests
 from rsm.keyring import Keyring
 from rsm.layout import SegmentKeys
 from rsm.manifest import Manifest, ManifestError
 from rsm.metadata import uuid_from_base64
+from rsm.rekey import rekey_manifest
 from rsm.storage import ObjectStore
 from rsm.transform import (
     Codec,
@@ -419,3 +421,73 @@ def test_every_object_kind_damaged_is_refused_naming_it(
         for t, data in copied.indexes.items():
             assert read_all(rsm.fetch_index(md, IndexType(t), lc)) == data
     assert copied.objects[suffix].name in str(info.value)
+
+
+# -- manifest.require.authenticated, and sealing the manifests of old segments ---------------------------
+
+REQUIRE = {"manifest.require.authenticated": "true"}
+
+
+def test_required_authentication_refuses_version_1_and_unencrypted_manifests(tmp_path: Path) -> None:
+    configs, segments = v1_store(tmp_path / "v1")
+    with RemoteStorageManager() as rsm:
+        rsm.configure({**configs, **REQUIRE})
+        for seg in segments.values():
+            with pytest.raises(RemoteStorageException, match="is a version 1 manifest") as info:
+                rsm.fetch_log_segment(seg.metadata, 0, None, seg.log_config)
+            assert ".manifest" in str(info.value) and seg.name in str(info.value)
+    store = ObjectStore.from_config(RsmConfig(configs))
+    for key in list_manifests(store, "fixture-bucket"):
+        with pytest.raises(ManifestError, match="is a version 1 manifest"):
+            SegmentReader.open(
+                store, "fixture-bucket", key, Keyring(keys={"test-only-k1": TEST_ONLY_KEY}), None, True
+            )
+    encrypted = copy_segment(tmp_path / "encrypted", encrypted=True)
+    assert encrypted.read_everything(**REQUIRE) == (encrypted.raw, encrypted.indexes)
+    plain = copy_segment(tmp_path / "plain", encrypted=False)
+    refused(plain, ".manifest", "belongs to an unencrypted segment", **REQUIRE)
+    # and a plain topic is not tiered into a store whose reads would refuse it
+    made = make_segment(tmp_path / "seg", TopicIdPartition(uuid.uuid4(), "plain-topic", 0))
+    with RemoteStorageManager() as rsm:
+        rsm.configure({**plain.configs, **REQUIRE})
+        with pytest.raises(ConfigException, match="topic plain-topic is not encrypted"):
+            rsm.copy_log_segment_data(made.metadata, made.data, LogConfig())
+
+
+def test_version_1_manifests_sealed_in_place_read_with_authentication_required(tmp_path: Path) -> None:
+    configs, segments = v1_store(tmp_path)
+    keyring_path = Path(configs["encryption.keyring.path"])
+    keys = json.loads(keyring_path.read_text())
+    keys["k2"] = base64.b64encode(b"another TEST-ONLY key, 32 bytes!").decode()
+    keyring_path.write_text(json.dumps(keys))
+    store = ObjectStore.from_config(RsmConfig(configs))
+    for key in list_manifests(store, "fixture-bucket"):
+        raw = store.get("fixture-bucket", key)
+        secure = b'"encryption":null' not in raw
+        rewritten = rekey_manifest(raw, key, Keyring(keyring_path), "k2" if secure else None)
+        doc = json.loads(rewritten)
+        assert doc["version"] == 2 and doc["seal"]["algorithm"] == ("HMAC-SHA256" if secure else "SHA-256")
+        if secure:
+            assert doc["encryption"]["key_id"] == "k2" and doc["encryption"]["aad_version"] == 1
+        store.put("fixture-bucket", key, rewritten)
+    del keys["test-only-k1"]  # the old key retires: the data key is wrapped under k2 now
+    keyring_path.write_text(json.dumps(keys))
+    secure, plain = segments["secure"], segments["plain"]
+    with RemoteStorageManager() as rsm:
+        rsm.configure({**configs, **REQUIRE})
+        check_reads_back(rsm, secure)
+        with pytest.raises(RemoteStorageException, match="belongs to an unencrypted segment"):
+            rsm.fetch_log_segment(plain.metadata, 0, None, plain.log_config)
+    with RemoteStorageManager() as rsm:
+        rsm.configure(configs)
+        check_reads_back(rsm, plain)  # its CRCs, now bound to their pieces, still check
+    # a sealed manifest of an old segment is as closed to edits as a new one
+    manifest = next((tmp_path / "store").rglob("secure-*/0/*.manifest"))
+    doc = json.loads(manifest.read_bytes())
+    doc["segment"]["end_offset"] += 1
+    manifest.write_bytes(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())
+    with RemoteStorageManager() as rsm:
+        rsm.configure(configs)
+        with pytest.raises(RemoteStorageException, match="does not authenticate") as info:
+            rsm.fetch_log_segment(secure.metadata, 0, None, secure.log_config)
+        assert manifest.name in str(info.value)
