@@ -127,7 +127,7 @@ class SegmentReader:
         return self.manifest.log.size
 
     def chunk(self, i: int) -> bytes:
-        key = (self.manifest.copy_id, i)
+        key = (self.manifest.cache_id, i)
         if self.cache is not None:
             hit = self.cache.get(key)
             if hit is not None:

@@ -677,8 +677,8 @@ class RemoteStorageManager:
         hit = self._manifests.get((keys.bucket, keys.manifest))
         self._manifests.pop((keys.bucket, keys.manifest))
         if hit is not None:
-            copy_id = hit[0].copy_id
-            self._chunks.discard_where(lambda k: isinstance(k, tuple) and k[0] == copy_id)
+            cache_id = hit[0].cache_id
+            self._chunks.discard_where(lambda k: isinstance(k, tuple) and k[0] == cache_id)
 
 
 class _StoreErrors:

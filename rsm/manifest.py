@@ -78,6 +78,10 @@ alone should check the object's key. An operator whose every topic is encrypted 
 `manifest.require.authenticated=true` once version 1 manifests have been rewritten as version 2
 (`rsm.rekey`, which also re-keys): fetches then refuse version 1 manifests and unencrypted segments, and
 copies of unencrypted segments are refused.
+
+Decoded chunks are cached under `Manifest.cache_id`: the seal for version 2 (a digest of the whole
+manifest, so a rewritten manifest that copied another's `copy_id` does not share its cached chunks) and
+`copy_id` for version 1.
 """
 
 from __future__ import annotations
@@ -348,6 +352,11 @@ class Manifest:
         """The associated-data version of the segment's pieces (see `Encryption`)."""
         enc = self.encryption
         return 1 if enc is None or enc.aad_version is None else enc.aad_version
+
+    @property
+    def cache_id(self) -> str:
+        """What decoded chunks of this copy are cached under (see the module)."""
+        return self.copy_id if self.seal is None else self.seal.value.hex()
 
     def piece_tag(self, kind: PieceKind, number: int) -> bytes | None:
         """What the recorded CRC of a piece is bound to (version 2), else None (plain CRC-32C)."""

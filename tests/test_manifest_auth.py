@@ -491,3 +491,23 @@ def test_version_1_manifests_sealed_in_place_read_with_authentication_required(t
         with pytest.raises(RemoteStorageException, match="does not authenticate") as info:
             rsm.fetch_log_segment(secure.metadata, 0, None, secure.log_config)
         assert manifest.name in str(info.value)
+
+
+# -- caches --------------------------------------------------------------------------------------------
+
+
+def test_a_manifest_rewritten_with_another_copys_id_does_not_get_its_cached_chunks(tmp_path: Path) -> None:
+    """Decoded chunks are cached per copy: a plain manifest anyone rewrote to carry the copy id of an
+    encrypted segment read a moment before must not be answered with that segment's decrypted chunks."""
+    secret = copy_segment(tmp_path, encrypted=True, name="secret")
+    other = copy_segment(tmp_path, encrypted=False, name="other", seed=1)
+    assert other.raw != secret.raw
+    secret_id = json.loads(secret.objects[".manifest"].read_bytes())["copy_id"]
+    other.edit_manifest(lambda doc: doc.update(copy_id=secret_id), reseal=True)
+    with RemoteStorageManager() as rsm:  # one chunk cache, as one broker serves many topics
+        rsm.configure(secret.configs)
+        assert (
+            read_all(rsm.fetch_log_segment(secret.seg.metadata, 0, None, secret.seg.log_config)) == secret.raw
+        )
+        got = read_all(rsm.fetch_log_segment(other.seg.metadata, 0, None, other.seg.log_config))
+    assert got == other.raw
