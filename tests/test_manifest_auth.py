@@ -32,10 +32,10 @@ from rsm import (
 from rsm import custom_metadata as cm
 from rsm.config import RsmConfig
 from rsm.errors import ConfigException
-from rsm.fetch import SegmentReader, cipher_for, list_manifests
+from rsm.fetch import SegmentReader, cipher_for, list_manifests, unwrap_data_key
 from rsm.keyring import Keyring
 from rsm.layout import SegmentKeys
-from rsm.manifest import Manifest, ManifestError
+from rsm.manifest import INDEX_NUMBERS, Manifest, ManifestError
 from rsm.metadata import uuid_from_base64
 from rsm.rekey import rekey_manifest
 from rsm.storage import ObjectStore
@@ -493,7 +493,31 @@ def test_version_1_manifests_sealed_in_place_read_with_authentication_required(t
         assert manifest.name in str(info.value)
 
 
-# -- caches --------------------------------------------------------------------------------------------
+# -- keys, nonces, caches --------------------------------------------------------------------------------
+
+
+def test_data_keys_are_unique_per_segment_and_copy_and_nonces_per_piece(tmp_path: Path) -> None:
+    """Every copy (a retry too, another segment too) draws its own data key, so a (key, nonce) pair is never
+    used twice: within one copy, each piece (chunk or index) has its own nonce."""
+    copied = copy_segment(tmp_path, encrypted=True)
+    other = copy_segment(tmp_path, encrypted=True, name="u")  # same store, same key-encryption key
+    keyring = Keyring(copied.configs["encryption.keyring.path"])
+
+    def data_key(c: Copied) -> bytes | None:
+        return unwrap_data_key(Manifest.from_bytes(c.objects[".manifest"].read_bytes(), "m"), keyring)
+
+    data_keys, stored_logs = [data_key(other)], []
+    for _ in range(3):  # the same segment copied again: Kafka retries
+        data_keys.append(data_key(copied))
+        stored_logs.append(copied.objects[".log"].read_bytes())
+        with RemoteStorageManager() as rsm:
+            rsm.configure(copied.configs)
+            rsm.copy_log_segment_data(copied.made.metadata, copied.made.data, copied.seg.log_config)
+    assert len(set(data_keys)) == 4 and len(set(stored_logs)) == 3
+    manifest = Manifest.from_bytes(copied.objects[".manifest"].read_bytes(), "m")
+    pieces = [(PieceKind.LOG, i) for i in range(manifest.log.count)]
+    pieces += [(PieceKind.INDEX, INDEX_NUMBERS[t]) for t in manifest.indexes]
+    assert len({SegmentCipher._nonce(kind, n) for kind, n in pieces}) == len(pieces) > 5
 
 
 def test_a_manifest_rewritten_with_another_copys_id_does_not_get_its_cached_chunks(tmp_path: Path) -> None:
