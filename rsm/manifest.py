@@ -353,7 +353,7 @@ class Manifest:
         enc = self.encryption
         return 1 if enc is None or enc.aad_version is None else enc.aad_version
 
-    @property
+    @functools.cached_property
     def cache_id(self) -> str:
         """What decoded chunks of this copy are cached under (see the module)."""
         return self.copy_id if self.seal is None else self.seal.value.hex()

@@ -101,9 +101,8 @@ class SegmentCipher:
         self._aead = AESGCM(data_key)
         self._segment = segment_id.bytes
         self._prefix = AAD_PREFIXES[version]
-        self._seal_key = HKDF(
-            algorithm=hashes.SHA256(), length=32, salt=None, info=SEAL_KEY_INFO + self._segment
-        ).derive(data_key)
+        self._data_key = data_key
+        self._seal_key: bytes | None = None  # derived when first needed: a fetch checks a seal once
 
     @staticmethod
     def _nonce(kind: PieceKind, number: int) -> bytes:
@@ -114,6 +113,10 @@ class SegmentCipher:
 
     def seal_manifest(self, body: bytes) -> bytes:
         """HMAC-SHA256 of a manifest's canonical bytes under the key derived from the data key."""
+        if self._seal_key is None:
+            self._seal_key = HKDF(
+                algorithm=hashes.SHA256(), length=32, salt=None, info=SEAL_KEY_INFO + self._segment
+            ).derive(self._data_key)
         return hmac.new(self._seal_key, body, hashlib.sha256).digest()
 
     def manifest_seal_matches(self, body: bytes, seal: bytes) -> bool:
