@@ -214,6 +214,13 @@ SETTINGS: tuple[Setting, ...] = (
         "chunks read ahead for sequential fetches",
     ),
     Setting("fetch.threads", "4", lambda k, v: _int(k, v, 1, 256), "threads downloading chunks ahead"),
+    Setting(
+        "manifest.require.authenticated",
+        "false",
+        _bool,
+        "refuse to fetch segments whose manifest no key authenticates (version 1 manifests, unencrypted "
+        "segments) and to copy unencrypted ones: for stores whose every topic is encrypted and re-keyed",
+    ),
     Setting("record.validation.policy.class.name", None, _str, "RecordValidationPolicy class (module:Class)"),
     Setting(
         "record.validation.on.violation",

@@ -27,7 +27,8 @@ from rsm.cache import ByteLRU
 from rsm.errors import RemoteStorageException
 from rsm.keyring import Keyring
 from rsm.layout import MANIFEST_SUFFIX
-from rsm.manifest import Manifest
+from rsm.manifest import INDEX_NUMBERS, Manifest
+from rsm.manifest import require_authenticated as require_authenticated_manifest
 from rsm.metadata import IndexType
 from rsm.storage import ObjectStore
 from rsm.transform import Codec, PieceKind, SegmentCipher, check_piece, decode_piece, decode_piece_into
@@ -43,8 +44,12 @@ ChunkAllocator = Callable[[int], "Buffer | None"]
 PREFETCH_AFTER_BYTES = 2 * 1024 * 1024
 
 
-def cipher_for(manifest: Manifest, keyring: Keyring | None) -> SegmentCipher | None:
-    """The segment's cipher: its data key unwrapped with the keyring key the manifest names."""
+def unwrap_data_key(manifest: Manifest, keyring: Keyring | None) -> bytes | None:
+    """An encrypted segment's data key, unwrapped with the keyring key its manifest names (else None).
+
+    RemoteStorageException naming the manifest when the keyring lacks the key or the wrapped key does not
+    authenticate. The manifest's seal is not checked here (`cipher_for` does).
+    """
     if manifest.encryption is None:
         return None
     if keyring is None:
@@ -52,10 +57,26 @@ def cipher_for(manifest: Manifest, keyring: Keyring | None) -> SegmentCipher | N
             f"segment {manifest.segment.segment_id} is encrypted under key id {manifest.encryption.key_id!r} "
             "but no keyring is configured (encryption.keyring.path)"
         )
-    uid = manifest.segment_uuid
-    return SegmentCipher(
-        keyring.unwrap(manifest.encryption.key_id, manifest.encryption.wrapped_key, uid.bytes), uid
-    )
+    try:
+        return keyring.unwrap(
+            manifest.encryption.key_id, manifest.encryption.wrapped_key, manifest.segment_uuid.bytes
+        )
+    except RemoteStorageException as exc:
+        raise RemoteStorageException(f"{manifest.source}: {exc}") from None
+
+
+def cipher_for(manifest: Manifest, keyring: Keyring | None) -> SegmentCipher | None:
+    """The segment's cipher: its data key unwrapped with the keyring key the manifest names.
+
+    A version 2 manifest's seal is checked with it before anything else of the manifest is trusted
+    (ManifestError naming the manifest): the data key is what authenticates an encrypted segment.
+    """
+    data_key = unwrap_data_key(manifest, keyring)
+    if data_key is None:
+        return None
+    cipher = SegmentCipher(data_key, manifest.segment_uuid, manifest.aad_version)
+    manifest.check_seal(cipher)
+    return cipher
 
 
 def list_manifests(store: ObjectStore, bucket: str, prefix: str = "") -> list[str]:
@@ -74,9 +95,15 @@ class SegmentReader:
         manifest_key: str,
         keyring: Keyring | None = None,
         chunk_cache: ByteLRU[bytes] | None = None,
+        require_authenticated: bool = False,
     ) -> SegmentReader:
-        """A reader from a manifest alone: no broker, no metadata topic (Spark reader, migration)."""
+        """A reader from a manifest alone: no broker, no metadata topic (Spark reader, migration).
+
+        ``require_authenticated``: refuse manifests no key authenticates (`manifest.require.authenticated`).
+        """
         manifest = Manifest.from_bytes(store.get(bucket, manifest_key), store.describe(bucket, manifest_key))
+        if require_authenticated:
+            require_authenticated_manifest(manifest)
         return cls(store, bucket, manifest, cipher_for(manifest, keyring), chunk_cache)
 
     def __init__(
@@ -100,7 +127,7 @@ class SegmentReader:
         return self.manifest.log.size
 
     def chunk(self, i: int) -> bytes:
-        key = (self.manifest.copy_id, i)
+        key = (self.manifest.cache_id, i)
         if self.cache is not None:
             hit = self.cache.get(key)
             if hit is not None:
@@ -109,32 +136,35 @@ class SegmentReader:
         lo, hi = index.stored_span(i)
         start, end = index.original_span(i)
         crc = None if index.crc32c is None else index.crc32c[i]
+        tag = None if crc is None else self.manifest.piece_tag(PieceKind.LOG, i)
         block = self.allocate(end - start) if self.allocate is not None else None
         if block is not None:
-            self._decode_into(i, lo, hi, block, crc)
+            self._decode_into(i, lo, hi, block, crc, tag)
             data = block
         else:
             stored = self.store.get_range(self.bucket, self.manifest.location["log"], lo, hi)
             data = decode_piece(
                 stored, kind=PieceKind.LOG, number=i, codec=index.codecs[i], size=end - start,
-                cipher=self.cipher, crc=crc,
+                cipher=self.cipher, crc=crc, tag=tag,
             )  # fmt: skip
         if self.cache is not None:
             self.cache.put(key, data)
         return data
 
-    def _decode_into(self, i: int, lo: int, hi: int, block: Buffer, crc: int | None) -> None:
+    def _decode_into(
+        self, i: int, lo: int, hi: int, block: Buffer, crc: int | None, tag: bytes | None
+    ) -> None:
         """Decode chunk ``i`` (stored bytes [lo, hi)) into ``block``; a plain chunk is read straight in."""
         out = memoryview(block)
         key = self.manifest.location["log"]
         codec = self.manifest.log.codecs[i]
         if codec is Codec.NONE and self.cipher is None:
             got = self.store.get_range_into(self.bucket, key, lo, out, checksum=crc is not None)
-            check_piece(out, kind=PieceKind.LOG, number=i, size=len(out), crc=crc, computed_crc=got)
+            check_piece(out, kind=PieceKind.LOG, number=i, size=len(out), crc=crc, computed_crc=got, tag=tag)
         else:
             stored = self.store.get_range(self.bucket, key, lo, hi)
             decode_piece_into(
-                stored, out, kind=PieceKind.LOG, number=i, codec=codec, cipher=self.cipher, crc=crc
+                stored, out, kind=PieceKind.LOG, number=i, codec=codec, cipher=self.cipher, crc=crc, tag=tag
             )
 
     def index(self, index_type: IndexType) -> bytes:
@@ -142,15 +172,17 @@ class SegmentReader:
         stored = self.store.get_range(
             self.bucket, self.manifest.location["indexes"], entry.offset, entry.offset + entry.stored_size
         )
+        number = INDEX_NUMBERS[index_type]
         return bytes(
             decode_piece(
                 stored,
                 kind=PieceKind.INDEX,
-                number=list(IndexType).index(index_type),
+                number=number,
                 codec=entry.codec,
                 size=entry.size,
                 cipher=self.cipher,
                 crc=entry.crc32c,
+                tag=self.manifest.piece_tag(PieceKind.INDEX, number) if entry.crc32c is not None else None,
             )
         )
 

@@ -58,7 +58,15 @@ from rsm.fetch import ChunkAllocator, SegmentReader, cipher_for
 from rsm.keyring import Keyring
 from rsm.layout import Location, SegmentKeys
 from rsm.log_config import LogConfig
-from rsm.manifest import ChunkIndex, Encryption, IndexEntry, Manifest, ManifestError, SegmentInfo
+from rsm.manifest import (
+    ChunkIndex,
+    Encryption,
+    IndexEntry,
+    Manifest,
+    ManifestError,
+    SegmentInfo,
+    require_authenticated,
+)
 from rsm.metadata import (
     CustomMetadata,
     IndexType,
@@ -69,7 +77,17 @@ from rsm.metadata import (
 )
 from rsm.overlay import OverlayCache, TopicOverlayStore
 from rsm.storage import ObjectNotFound, ObjectStore
-from rsm.transform import Codec, PieceKind, SegmentCipher, TransformError, crc32c, encode_piece, new_data_key
+from rsm.transform import (
+    Codec,
+    PieceKind,
+    SegmentCipher,
+    TransformError,
+    bind_crc32c,
+    crc32c,
+    encode_piece,
+    new_data_key,
+    piece_tag,
+)
 from rsm.validation import (
     IntegritySummary,
     RecordValidationPolicy,
@@ -259,6 +277,8 @@ class RemoteStorageManager:
         with self._errors("manifest read", metadata, keys.bucket, keys.manifest):
             raw = self.store.get(keys.bucket, keys.manifest)
             manifest = Manifest.from_bytes(raw, self.store.describe(keys.bucket, keys.manifest))
+            if self.config.get("manifest.require.authenticated"):
+                require_authenticated(manifest)
         if manifest.segment.segment_id != metadata.remote_log_segment_id.id_base64:
             raise RemoteStorageException(
                 f"manifest {self.store.describe(keys.bucket, keys.manifest)} belongs to segment "
@@ -279,8 +299,12 @@ class RemoteStorageManager:
             hit = self._readers.get(manifest)
             if hit is not None:
                 return hit, keys
-        with self._errors("decryption setup", metadata, keys.bucket, keys.manifest):
-            cipher = cipher_for(manifest, self._keyring)
+        try:
+            with self._errors("decryption setup", metadata, keys.bucket, keys.manifest):
+                cipher = cipher_for(manifest, self._keyring)  # checks the manifest's seal
+        except RemoteStorageException:
+            self._forget(keys)  # a manifest refused now may be rewritten by a retried copy: reread it
+            raise
         reader = SegmentReader(self.store, keys.bucket, manifest, cipher, self._chunks, self._allocate)
         if plain:
             self._readers.put(manifest, reader)
@@ -344,6 +368,11 @@ class RemoteStorageManager:
                 raise ConfigException(
                     f"topic {seg.topic_id_partition.topic}: encryption key id {key_id!r} is not in the keyring"
                 )
+        elif self.config.get("manifest.require.authenticated"):
+            raise ConfigException(
+                f"topic {seg.topic_id_partition.topic} is not encrypted, but manifest.require.authenticated=true "
+                "would refuse to fetch its segments"
+            )
         log_path = segment_data.log_segment
         started = time.monotonic()
 
@@ -406,7 +435,7 @@ class RemoteStorageManager:
                 validation=validation,
             )
             with self._errors("manifest write", metadata, keys.bucket, keys.manifest):
-                self.store.put(keys.bucket, keys.manifest, manifest.to_bytes())
+                self.store.put(keys.bucket, keys.manifest, manifest.to_bytes(cipher))
         except BaseException:
             # the manifest first: a manifest PUT that failed on our side may still have landed
             for key in [keys.manifest, *written]:
@@ -545,7 +574,12 @@ class RemoteStorageManager:
             chunk_size=cs,
             stored_sizes=tuple(stored_sizes),
             codecs=tuple(codecs),
-            crc32c=None if cipher is not None else tuple(chunk_crcs),
+            crc32c=None
+            if cipher is not None
+            else tuple(
+                bind_crc32c(crc, piece_tag(metadata.remote_log_segment_id.id, PieceKind.LOG, i))
+                for i, crc in enumerate(chunk_crcs)
+            ),
         )
 
     def _upload_indexes(
@@ -593,8 +627,15 @@ class RemoteStorageManager:
                         cipher=cipher,
                     )
                     writer.write(stored)
+                    tag = piece_tag(
+                        metadata.remote_log_segment_id.id, PieceKind.INDEX, INDEX_ORDER.index(index_type)
+                    )
                     entries[index_type] = IndexEntry(
-                        offset, len(stored), len(raw), codec, None if cipher is not None else crc32c(raw)
+                        offset,
+                        len(stored),
+                        len(raw),
+                        codec,
+                        None if cipher is not None else bind_crc32c(crc32c(raw), tag),
                     )
                     offset += len(stored)
             except BaseException:
@@ -691,8 +732,8 @@ class RemoteStorageManager:
         hit = self._manifests.get((keys.bucket, keys.manifest))
         self._manifests.pop((keys.bucket, keys.manifest))
         if hit is not None:
-            copy_id = hit[0].copy_id
-            self._chunks.discard_where(lambda k: isinstance(k, tuple) and k[0] == copy_id)
+            cache_id = hit[0].cache_id
+            self._chunks.discard_where(lambda k: isinstance(k, tuple) and k[0] == cache_id)
 
 
 class _StoreErrors:

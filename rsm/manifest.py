@@ -5,13 +5,13 @@ first and the manifest last (one atomic PUT / rename), retries delete the old ma
 data objects, and delete removes the manifest first. So a reader never sees half a copy.
 
 The manifest carries everything needed to read the segment without a broker or the metadata topic (the
-Spark reader and the migration tool rely on it):
+Spark reader and the migration tool rely on it). This module is the format's reference; other tools read it.
 
 ```json
 {
   "format": "kafka-tiered-rsm/segment-manifest",
-  "version": 1,
-  "copy_id": "<32 hex digits, new for every copy attempt; cache key of decoded chunks>",
+  "version": 2,
+  "copy_id": "<32 hex digits, new for every copy attempt>",
   "created_ms": 1700000000000,
   "segment": {"topic": "t", "topic_id": "<22-char base64>", "partition": 0, "segment_id": "<base64>",
               "start_offset": 0, "end_offset": 99, "max_timestamp_ms": 1, "broker_id": 0,
@@ -26,14 +26,62 @@ Spark reader and the migration tool rely on it):
   "integrity": {"batches": 10, "first_offset": 0, "last_offset": 99, "max_timestamp_ms": 1,
                 "compressed_batch_bytes": 0},
   "validation": null | {"policy": "...", "action": "tier", "violations": [{"offset": 5, "reason": "..."}],
-                        "violation_count": 1}
+                        "violation_count": 1},
+  "seal": {"algorithm": "HMAC-SHA256" | "SHA-256", "value": "<base64>"}
 }
 ```
 
 `log.stored_sizes[i]` is the stored length of chunk i; chunk i holds original bytes
 [i * chunk_size, min((i + 1) * chunk_size, size)) and starts in the `.log` object at the sum of the stored
-sizes before it. `codecs` and `crc32c` follow the same numbering (`crc32c` is null for encrypted segments,
-which GCM authenticates). Readers must refuse a `version` they do not know.
+sizes before it. `codecs` and `crc32c` follow the same numbering. Every piece must decode to exactly the
+length recorded (`rsm.transform`). Readers must refuse a `version` they do not know.
+
+Versions. Version 1 (written up to commit 9b17d63) has no `seal`, and its CRCs are plain CRC-32Cs of the
+original bytes. Version 2 is written since; readers read both, side by side, because stores hold years of
+segments. What version 2 adds:
+
+- Encrypted segments (`encryption` set): `seal` is `HMAC-SHA256` over the manifest's canonical bytes,
+  keyed by HKDF-SHA256(data key, info = "kafka-tiered-rsm/manifest-seal/v2|" + the 16 segment id bytes),
+  no salt, 32 bytes (`rsm.transform.SegmentCipher.seal_manifest`). The data key is wrapped under the
+  keyring key the manifest names and bound to the segment id, so checking the seal needs the keyring,
+  which decrypting needs anyway; without it nobody can make a seal. Any edit of the manifest is refused,
+  before any of it is used. `crc32c` entries are null (GCM authenticates every piece; a CRC of the
+  plaintext would leak). `encryption.aad_version` (new in version 2) names the associated data the pieces
+  were encrypted with: 2 for copies ("kafka-tiered-rsm/chunk/v2|" + segment id (16) + kind (1) + number
+  (8, big-endian)), so a manifest edited to claim version 1 (no seal; pieces "…/chunk/v1|") does not
+  decrypt them; 1 for a version 1 segment whose manifest was rewritten as version 2 (manifest only: its
+  pieces stay as they were written).
+- Unencrypted segments: `seal` is `SHA-256` of the canonical bytes, checked on parse; every chunk and index
+  must carry a CRC-32C (null is refused: a manifest cannot switch the integrity check off), and each CRC
+  is bound to its piece: CRC-32C(original bytes || segment id (16) || kind ("L" chunk, "I" index) ||
+  number (8, big-endian; an index's number is its position in `IndexType`)).
+- Canonical form: JSON as `json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True)`
+  writes it: keys sorted, no whitespace, non-ASCII characters as \\uXXXX escapes, integers in decimal (a
+  manifest holds no floating-point numbers), base64 with its padding and no unused bits set. The seal
+  covers the document without its `seal` member in canonical form; the stored object is the whole
+  document in canonical form, byte for byte (anything else is refused: so any edit of the stored bytes,
+  even one that leaves the meaning alone, is refused, and no two readers can parse it differently).
+
+What this does and does not protect. Encryption is the authentication: an encrypted segment's manifest and
+pieces cannot be changed, truncated, swapped or moved to another segment without being refused. A plain
+segment has no key, so nothing stops someone who can write the store from rewriting it entirely (data, CRCs,
+seal) into another valid segment; what its checks catch is everything short of that: damage, a manifest
+edited without recomputing its seal, chunks or index pieces swapped or moved with their CRCs (the binding),
+a CRC set to null. Version 1 manifests are authenticated by nothing: GCM still refuses edited or moved
+pieces of an encrypted one and every piece's length is checked, but edits of its other fields (segment
+metadata, `integrity`, `validation`) and, in a plain one, chunks swapped together with their CRCs go
+unnoticed; a plain one without CRCs is refused (no release wrote one). Batch continuity across chunks is not
+checked on read (a fetch starts at any chunk and would need the one before); the copy checks every batch
+before upload, and Kafka's consumers check each batch's CRC. The seal covers the content, not where the
+manifest is stored: the broker checks the segment id against Kafka's metadata; a tool reading manifests
+alone should check the object's key. An operator whose every topic is encrypted sets
+`manifest.require.authenticated=true` once version 1 manifests have been rewritten as version 2
+(`rsm.rekey`, which also re-keys): fetches then refuse version 1 manifests and unencrypted segments, and
+copies of unencrypted segments are refused.
+
+Decoded chunks are cached under `Manifest.cache_id`: the seal for version 2 (a digest of the whole
+manifest, so a rewritten manifest that copied another's `copy_id` does not share its cached chunks) and
+`copy_id` for version 1.
 
 `location.log` and `location.indexes` must be exactly the keys `rsm.layout` derives from `location.prefix`
 and the segment's own fields (topic, topic id, partition, start offset, segment id), and those fields and the
@@ -44,6 +92,9 @@ the store cannot make them read another segment's objects or a file outside the 
 from __future__ import annotations
 
 import base64
+import binascii
+import functools
+import hashlib
 import itertools
 import json
 import uuid
@@ -53,14 +104,57 @@ from typing import Any
 from rsm.layout import INDEXES_SUFFIX, LOG_SUFFIX, partition_dir
 from rsm.metadata import IndexType, RemoteLogSegmentMetadata, is_int, uuid_from_base64, uuid_to_base64
 from rsm.names import bucket_problem, prefix_problem, topic_problem
-from rsm.transform import Codec
+from rsm.transform import AAD_PREFIXES, CURRENT_VERSION, Codec, PieceKind, SegmentCipher, piece_tag
 
 FORMAT = "kafka-tiered-rsm/segment-manifest"
-VERSION = 1
+VERSION = CURRENT_VERSION  # written by copies
+READABLE_VERSIONS = (1, 2)
+SEAL_HMAC = "HMAC-SHA256"  # encrypted segments: keyed by the segment's data key (authentication)
+SEAL_DIGEST = "SHA-256"  # unencrypted segments: a checksum anyone can recompute
+SEAL_BYTES = 32
+INDEX_NUMBERS = {t: i for i, t in enumerate(IndexType)}  # piece numbers of indexes in the `.indexes` object
 
 
 class ManifestError(ValueError):
-    """A manifest that this code cannot read (unknown version, missing or inconsistent fields)."""
+    """A manifest that this code cannot read (unknown version, missing or inconsistent fields, a seal
+    that does not match)."""
+
+
+def _serialize(doc: dict[str, Any]) -> bytes:
+    """A document in canonical form (see the module): what is stored, and what a seal covers."""
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+
+
+def canonical_bytes(doc: dict[str, Any]) -> bytes:
+    """The bytes a seal covers: ``doc`` without ``seal``, in canonical form (see the module)."""
+    return _serialize({k: v for k, v in doc.items() if k != "seal"})
+
+
+@dataclass(frozen=True)
+class Seal:
+    """A version 2 manifest's seal: HMAC-SHA256 (encrypted segments) or SHA-256 (unencrypted ones)."""
+
+    algorithm: str
+    value: bytes
+
+    def to_json(self) -> dict[str, Any]:
+        return {"algorithm": self.algorithm, "value": base64.b64encode(self.value).decode("ascii")}
+
+    @classmethod
+    def from_json(cls, doc: Any, source: str) -> Seal:
+        if not isinstance(doc, dict):
+            raise ManifestError(f"{source} is a version 2 manifest without a seal")
+        try:
+            text = str(doc["value"])
+            value = base64.b64decode(text, validate=True)
+            algorithm = str(doc["algorithm"])
+        except (KeyError, binascii.Error, ValueError):
+            raise ManifestError(f"{source} has a malformed seal") from None
+        if base64.b64encode(value).decode("ascii") != text:  # base64 ignores unused low bits: edits too
+            raise ManifestError(f"{source} has a seal that is not canonical base64")
+        if algorithm not in (SEAL_HMAC, SEAL_DIGEST) or len(value) != SEAL_BYTES:
+            raise ManifestError(f"{source} has a seal of unknown algorithm {algorithm!r} or length")
+        return cls(algorithm, value)
 
 
 @dataclass(frozen=True)
@@ -75,6 +169,11 @@ class ChunkIndex:
     offsets: tuple[int, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if self.chunk_size <= 0 or self.size < 0 or any(n < 0 for n in self.stored_sizes):
+            raise ManifestError(
+                f"chunk index has a chunk size of {self.chunk_size}, a size of {self.size} or a negative "
+                "stored size"
+            )
         expected = -(-self.size // self.chunk_size) if self.size else 0
         if len(self.stored_sizes) != expected or len(self.codecs) != expected:
             raise ManifestError(
@@ -138,6 +237,10 @@ class IndexEntry:
     codec: Codec
     crc32c: int | None
 
+    def __post_init__(self) -> None:
+        if min(self.offset, self.stored_size, self.size) < 0:
+            raise ManifestError(f"index entry with a negative offset or size: {self}")
+
     def to_json(self) -> dict[str, Any]:
         return {
             "offset": self.offset,
@@ -156,22 +259,36 @@ class IndexEntry:
 
 @dataclass(frozen=True)
 class Encryption:
+    """How an encrypted segment's pieces are keyed.
+
+    ``aad_version``: the associated data its pieces were encrypted with (`rsm.transform.AAD_PREFIXES`):
+    recorded from manifest version 2 on (2 for copies, 1 for a version 1 segment whose manifest was
+    rewritten as version 2); None, absent from the JSON, in a version 1 manifest (1).
+    """
+
     key_id: str
     wrapped_key: bytes
     algorithm: str = "AES-256-GCM"
+    aad_version: int | None = CURRENT_VERSION
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "algorithm": self.algorithm,
             "key_id": self.key_id,
             "wrapped_key": base64.b64encode(self.wrapped_key).decode("ascii"),
         }
+        if self.aad_version is not None:
+            doc["aad_version"] = self.aad_version
+        return doc
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Encryption:
         if doc.get("algorithm", "AES-256-GCM") != "AES-256-GCM":
             raise ManifestError(f"unknown encryption algorithm {doc.get('algorithm')!r}")
-        return cls(str(doc["key_id"]), base64.b64decode(doc["wrapped_key"]))
+        aad = doc.get("aad_version")
+        if aad is not None and (type(aad) is not int or aad not in AAD_PREFIXES):
+            raise ManifestError(f"unknown encryption aad_version {aad!r}")
+        return cls(str(doc["key_id"]), base64.b64decode(doc["wrapped_key"]), aad_version=aad)
 
 
 @dataclass(frozen=True)
@@ -213,6 +330,12 @@ class SegmentInfo:
 
 @dataclass(frozen=True)
 class Manifest:
+    """One segment copy's manifest (see the module for the format and what its versions guarantee).
+
+    ``source`` names the object it was read from, for messages; ``signed`` holds the canonical bytes its
+    seal covers (version 2, as read; empty for a manifest built in memory).
+    """
+
     copy_id: str
     created_ms: int
     segment: SegmentInfo
@@ -223,14 +346,50 @@ class Manifest:
     integrity: dict[str, int]
     validation: dict[str, Any] | None = None
     version: int = VERSION
+    seal: Seal | None = None
+    source: str = field(default="manifest", compare=False, repr=False)
+    signed: bytes = field(default=b"", compare=False, repr=False)
 
-    @property
+    @functools.cached_property
     def segment_uuid(self) -> uuid.UUID:
-        from rsm.metadata import uuid_from_base64
-
         return uuid_from_base64(self.segment.segment_id)
 
+    @property
+    def aad_version(self) -> int:
+        """The associated-data version of the segment's pieces (see `Encryption`)."""
+        enc = self.encryption
+        return 1 if enc is None or enc.aad_version is None else enc.aad_version
+
+    @functools.cached_property
+    def cache_id(self) -> str:
+        """What decoded chunks of this copy are cached under (see the module)."""
+        return self.copy_id if self.seal is None else self.seal.value.hex()
+
+    def piece_tag(self, kind: PieceKind, number: int) -> bytes | None:
+        """What the recorded CRC of a piece is bound to (version 2), else None (plain CRC-32C)."""
+        return piece_tag(self.segment_uuid, kind, number) if self.version >= 2 else None
+
+    def check_seal(self, cipher: SegmentCipher) -> None:
+        """Refuse a version 2 encrypted manifest whose seal is not its segment's seal of its content.
+
+        Called once the data key is unwrapped (`rsm.fetch.cipher_for`); remembered on this object, since
+        the same parsed manifest under the key it names is checked once for all.
+        """
+        if self.version < 2 or self.encryption is None or self.__dict__.get("_sealed"):
+            return
+        if (
+            self.seal is None
+            or not self.signed
+            or not cipher.manifest_seal_matches(self.signed, self.seal.value)
+        ):
+            raise ManifestError(
+                f"{self.source} does not authenticate under its segment's data key "
+                "(edited, damaged, or sealed for another segment)"
+            )
+        self.__dict__["_sealed"] = True  # a frozen dataclass: a private memo, not a field
+
     def to_json(self) -> dict[str, Any]:
+        """The document without its seal (what the seal covers)."""
         return {
             "format": FORMAT,
             "version": self.version,
@@ -245,23 +404,53 @@ class Manifest:
             "validation": self.validation,
         }
 
-    def to_bytes(self) -> bytes:
-        return json.dumps(self.to_json(), separators=(",", ":"), sort_keys=True).encode("utf-8")
+    def to_bytes(self, cipher: SegmentCipher | None = None) -> bytes:
+        """The stored document, sealed (version 2): with the segment's ``cipher`` when it is encrypted."""
+        doc = self.to_json()
+        body = canonical_bytes(doc)
+        if self.version < 2:
+            return body
+        if self.encryption is not None:
+            if cipher is None:
+                raise ValueError("sealing an encrypted segment's manifest needs its cipher")
+            seal = Seal(SEAL_HMAC, cipher.seal_manifest(body))
+        else:
+            seal = Seal(SEAL_DIGEST, hashlib.sha256(body).digest())
+        return _serialize({**doc, "seal": seal.to_json()})
 
     @classmethod
     def from_bytes(cls, data: bytes, source: str = "manifest") -> Manifest:
+        """Parse a stored manifest; one of version 2 must be stored exactly in canonical form."""
         try:
             doc = json.loads(data)
         except ValueError as exc:
             raise ManifestError(f"{source} is not JSON: {exc}") from None
-        return cls.from_json(doc, source)
+        manifest = cls.from_json(doc, source)
+        if manifest.version >= 2 and bytes(data) != _serialize(doc):
+            raise ManifestError(f"{source} is not stored in canonical form (edited)")
+        return manifest
 
     @classmethod
     def from_json(cls, doc: Any, source: str = "manifest") -> Manifest:
+        """Parse and check a stored document; an unencrypted version 2 manifest's seal is checked here,
+        an encrypted one's needs the data key (`check_seal`)."""
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             raise ManifestError(f"{source} is not a {FORMAT} document")
-        if doc.get("version") != VERSION:
-            raise ManifestError(f"{source} has version {doc.get('version')!r}; this reader knows {VERSION}")
+        version = doc.get("version")
+        if type(version) is not int or version not in READABLE_VERSIONS:
+            raise ManifestError(
+                f"{source} has version {version!r}; this reader knows {list(READABLE_VERSIONS)}"
+            )
+        seal = None
+        signed = b""
+        if version >= 2:
+            seal = Seal.from_json(doc.get("seal"), source)
+            signed = canonical_bytes(doc)
+            # an unkeyed seal is checked first, so any edit is reported as what it is
+            if seal.algorithm == SEAL_DIGEST and hashlib.sha256(signed).digest() != seal.value:
+                raise ManifestError(f"{source} does not match its SHA-256 seal (edited or damaged)")
+        elif "seal" in doc:
+            raise ManifestError(f"{source} is a version 1 manifest with a seal (version 1 never had one)")
         try:
             seg = doc["segment"]
             manifest = cls(
@@ -274,13 +463,62 @@ class Manifest:
                 indexes={IndexType(k): IndexEntry.from_json(v) for k, v in doc["indexes"].items()},
                 integrity={str(k): int(v) for k, v in doc.get("integrity", {}).items()},
                 validation=doc.get("validation"),
+                version=version,
+                seal=seal,
+                source=source,
+                signed=signed,
             )
-        except ManifestError:
-            raise
+            manifest.segment_uuid  # noqa: B018 - a malformed segment id is refused here, not at first use
+        except ManifestError as exc:  # from the parts' parsers, which do not know the object
+            raise ManifestError(f"{source} is malformed: {exc}") from None
         except (KeyError, TypeError, ValueError) as exc:
             raise ManifestError(f"{source} is malformed: {type(exc).__name__}: {exc}") from None
+        manifest._check_consistency()
         _check_location(manifest.segment, manifest.location, source)
         return manifest
+
+    def _check_consistency(self) -> None:
+        """What every manifest of its kind must hold, before anything of it is used."""
+        crcs = [self.log.crc32c, *(e.crc32c for e in self.indexes.values())]
+        if self.encryption is None:
+            # a plain segment's only integrity check: no release wrote a plain manifest without CRCs
+            missing = ["log"] if self.log.crc32c is None else []
+            missing += [t.value for t, e in self.indexes.items() if e.crc32c is None]
+            if missing:
+                raise ManifestError(
+                    f"{self.source} records no CRC-32C for {', '.join(missing)} of an unencrypted segment"
+                )
+        elif self.version >= 2 and any(c is not None for c in crcs):
+            raise ManifestError(f"{self.source} records CRC-32Cs for an encrypted segment")
+        elif (self.encryption.aad_version is None) != (self.version < 2):
+            # version 1 pieces only: else a sealed manifest rewritten as version 1 would still decrypt
+            raise ManifestError(
+                f"{self.source}: a version {self.version} manifest "
+                f"{'without' if self.version >= 2 else 'with'} encryption.aad_version"
+            )
+        if self.version >= 2:
+            assert self.seal is not None
+            expected = SEAL_HMAC if self.encryption is not None else SEAL_DIGEST
+            if self.seal.algorithm != expected:
+                raise ManifestError(
+                    f"{self.source} is sealed with {self.seal.algorithm}; "
+                    f"{'an encrypted' if self.encryption is not None else 'an unencrypted'} segment's "
+                    f"manifest is sealed with {expected}"
+                )
+
+
+def require_authenticated(manifest: Manifest) -> None:
+    """Refuse a manifest no key authenticates (`manifest.require.authenticated=true`)."""
+    if manifest.version < 2:
+        raise ManifestError(
+            f"{manifest.source} is a version 1 manifest (not authenticated; re-key the segment) "
+            "and manifest.require.authenticated=true"
+        )
+    if manifest.encryption is None:
+        raise ManifestError(
+            f"{manifest.source} belongs to an unencrypted segment (its manifest cannot be authenticated) "
+            "and manifest.require.authenticated=true"
+        )
 
 
 def _check_location(seg: SegmentInfo, location: dict[str, str], source: str) -> None:

@@ -9,7 +9,9 @@ naming what it refused.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import hashlib
 import json
 import os
 import uuid
@@ -32,7 +34,7 @@ from rsm.config import RsmConfig
 from rsm.errors import ConfigException
 from rsm.fetch import SegmentReader
 from rsm.layout import Location, SegmentKeys
-from rsm.manifest import Manifest, ManifestError
+from rsm.manifest import Manifest, ManifestError, canonical_bytes
 from rsm.metadata import RemoteLogSegmentMetadata, uuid_to_base64
 from rsm.overlay import TopicOverlayStore
 from rsm.storage import ObjectStore
@@ -123,15 +125,21 @@ def _rewrite_manifest(root: Path, md: RemoteLogSegmentMetadata, change) -> Path:
     path = root / BUCKET / SegmentKeys.of(Location(BUCKET, ""), md).manifest
     doc = json.loads(path.read_bytes())
     change(doc)
-    path.write_text(json.dumps(doc))
+    if doc.get("seal", {}).get("algorithm") == "SHA-256":
+        # a plain segment's seal is a checksum anyone can recompute: the attacker does, so what refuses the
+        # manifest below is the location check, not the seal
+        digest = hashlib.sha256(canonical_bytes(doc)).digest()
+        doc["seal"]["value"] = base64.b64encode(digest).decode()
+        path.write_bytes(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())  # canonical form
+    else:
+        path.write_text(json.dumps(doc))
     return path
 
 
 def _describe_file_as_log(doc: dict, data: bytes) -> None:
-    """Make the manifest's chunk index describe `data` stored plain (one chunk, no codec, no CRC)."""
-    doc["log"].update(
-        size=len(data), stored_size=len(data), stored_sizes=[len(data)], codecs=[0], crc32c=None
-    )
+    """Make the manifest's chunk index describe `data` stored plain (one chunk, no codec, a CRC the
+    location check refuses before anyone could compare it)."""
+    doc["log"].update(size=len(data), stored_size=len(data), stored_sizes=[len(data)], codecs=[0], crc32c=[0])
 
 
 def test_a_manifest_pointing_outside_the_store_is_refused(rsm: RemoteStorageManager, tmp_path: Path) -> None:
@@ -182,7 +190,8 @@ def test_manifest_segment_fields_that_make_keys_are_checked(
     md = _copy(rsm, tmp_path)
     bad = {"topic": "../..", "partition": -1, "start_offset": "0/../..", "segment_id": "../../x"}[field]
     path = _rewrite_manifest(tmp_path / "store", md, lambda doc: doc["segment"].__setitem__(field, bad))
-    with pytest.raises(ManifestError, match=field):
+    # a malformed segment id is refused as soon as it is parsed, before the keys are derived from it
+    with pytest.raises(ManifestError, match=field if field != "segment_id" else "Kafka Uuid"):
         Manifest.from_bytes(path.read_bytes(), "m")
 
 
@@ -330,4 +339,5 @@ def test_legal_names_still_round_trip(rsm: RemoteStorageManager, tmp_path: Path)
     assert read_all(rsm.fetch_log_segment(md, 0))
     assert read_all(rsm.fetch_index(md, IndexType.OFFSET))
     rsm.delete_log_segment_data(md)
-    assert not [p for p in (tmp_path / "store").rglob("*") if p.is_file()]
+    left = [p for p in (tmp_path / "store").rglob("*") if p.is_file()]
+    assert [p.parent.parent.name for p in left] == ["topic-locations"]  # only the topic's location record

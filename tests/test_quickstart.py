@@ -14,7 +14,7 @@ from segment_format import LogSegment, TransactionIndex
 
 def test_quickstart_tiers_and_fetches_back(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = tmp_path / "qs"
-    assert main(["quickstart", "--dir", str(root), "--records", "300"]) == 0
+    assert main(["quickstart", "--dir", str(root), "--records", "300", "--no-spark"]) == 0
     out = capsys.readouterr().out
     assert "quickstart ok" in out
     store = root / "store"
@@ -43,7 +43,7 @@ def test_quickstart_refuses_to_report_ok_when_a_fetch_mismatches(tmp_path: Path,
         return io.BytesIO(bytes(data))
 
     monkeypatch.setattr(rsm.manager.RemoteStorageManager, "fetch_log_segment", corrupting)
-    assert main(["quickstart", "--dir", str(tmp_path / "qs"), "--records", "200"]) == 1
+    assert main(["quickstart", "--dir", str(tmp_path / "qs"), "--records", "200", "--no-spark"]) == 1
 
 
 def test_demo_partition_segments_verify(tmp_path: Path) -> None:
@@ -74,3 +74,30 @@ def test_demo_partition_matches_kafkas_own_recovery(tmp_path: Path, java_oracle)
             assert not kafka_txn.exists() or kafka_txn.stat().st_size == 0
         else:
             assert kafka_txn.read_bytes() == seg.transaction_index.read_bytes()
+
+
+@pytest.mark.spark
+def test_quickstart_ends_with_a_spark_sql_query(tmp_path: Path) -> None:
+    """README's first command as a user runs it: its own process, its own Spark session."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rsm.cli.main",
+            "quickstart",
+            "--dir",
+            str(tmp_path / "qs"),
+            "--records",
+            "200",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "Spark read every committed record of both topics: yes" in done.stdout
+    assert "FROM tiered GROUP BY topic" in done.stdout
+    assert "quickstart ok" in done.stdout

@@ -209,8 +209,11 @@ def _spark_query(console: Console, store_root: Path, keyring_path: Path, segment
 
     console.rule("[bold]4. Query the tiered topics with Spark SQL, straight from the store")
     try:
+        from pyspark.sql import SparkSession
+
+        ours = SparkSession.getActiveSession() is None  # never stop a session the caller already runs
         spark = local_session("rsm-quickstart")
-    except SparkUnavailable as exc:
+    except (SparkUnavailable, ImportError) as exc:
         console.print(f"skipped the Spark query: {exc}")
         return 0
     from segment_format.columnar import decode_batches
@@ -229,7 +232,8 @@ def _spark_query(console: Console, store_root: Path, keyring_path: Path, segment
         console.print(QUERY.strip(), style="dim", soft_wrap=True, markup=False, highlight=False)
         rows = spark.sql(QUERY).collect()
     finally:
-        spark.stop()
+        if ours:
+            spark.stop()
     table = Table(*(rows[0].__fields__ if rows else ["result"]))
     for row in rows:
         table.add_row(*(f"{v:,}" if isinstance(v, int) else str(v) for v in row))
