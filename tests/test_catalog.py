@@ -188,3 +188,31 @@ def test_a_manifest_under_the_wrong_key_is_refused(rsm: RemoteStorageManager, tm
 def test_history_of_nothing_is_empty() -> None:
     h = resolve_history(0, [])
     assert h.slices == () and h.first_offset is None and h.next_offset is None
+
+
+def test_an_end_offset_past_the_last_batch_does_not_hide_the_next_segment(tmp_path: Path) -> None:
+    """A manifest whose metadata end offset lies past its last batch (a compacted tail; or a copy made
+    before end offsets were checked) must not swallow the offsets of the segment after it."""
+    import json
+
+    rsm = RemoteStorageManager()
+    rsm.configure(_configs(tmp_path / "store"))
+    tip = TopicIdPartition(uuid.uuid4(), "holes", 0)
+    log = PartitionLog(rsm, tip, tmp_path / "w")
+    for _ in range(2):
+        log.append(10)
+        log.roll()
+    rsm.close()
+    from rsm.catalog.segments import StoredSegment
+    from rsm.manifest import Manifest
+
+    first = min((tmp_path / "store").rglob("*.manifest"))
+    doc = json.loads(first.read_bytes())
+    doc["segment"]["end_offset"] = 15  # claims 10..15, which the next segment holds
+    doc.pop("seal", None)
+    doc["version"] = 1
+    manifest = Manifest.from_json(doc)
+    a = StoredSegment(Location("main", ""), "a", manifest)
+    b = _catalog(tmp_path).segments("holes", tip.topic_id)[1]
+    h = resolve_history(0, [a, b])
+    assert _offsets(h) == [(0, 9), (10, 19)] and h.gaps == ()

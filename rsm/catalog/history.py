@@ -127,6 +127,9 @@ def resolve_history(partition: int, segments: Iterable[StoredSegment]) -> Partit
         slices.append(SegmentSlice(seg, first, hi))
         used.add(id(seg))
         next_needed = hi + 1
+    # offsets a used copy claims but holds no batch for (a compacted tail) are no loss
+    claimed = [(s.segment.start_offset, s.segment.end_offset) for s in slices]
+    gaps = [(a, b) for a, b in gaps if not any(lo <= a and b <= hi for lo, hi in claimed)]
     for seg in segs:
         if id(seg) not in used and not any(s is seg for s, _ in superseded):
             superseded.append((seg, "its offsets are all held by another copy"))

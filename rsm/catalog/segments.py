@@ -57,6 +57,13 @@ class StoredSegment:
         return self.manifest.segment.end_offset
 
     @property
+    def last_record_offset(self) -> int:
+        """The last offset a batch of this copy holds (the copy's own check recorded it); the metadata's
+        end offset can lie past it (a compacted tail, or a copy before end offsets were checked)."""
+        last = self.manifest.integrity.get("last_offset", -1)
+        return last if self.start_offset <= last <= self.end_offset else self.end_offset
+
+    @property
     def max_timestamp_ms(self) -> int:
         return self.manifest.segment.max_timestamp_ms
 
@@ -76,12 +83,12 @@ class StoredSegment:
         """(epoch, first offset, last offset) of each epoch in this segment, from its leader-epoch chain."""
         out = []
         for i, (epoch, start) in enumerate(self.epochs):
-            end = self.epochs[i + 1][1] - 1 if i + 1 < len(self.epochs) else self.end_offset
+            end = self.epochs[i + 1][1] - 1 if i + 1 < len(self.epochs) else self.last_record_offset
             lo = max(start, self.start_offset)
             if lo <= end:
                 out.append((epoch, lo, end))
         if not out and not self.epochs:
-            out.append((-1, self.start_offset, self.end_offset))
+            out.append((-1, self.start_offset, self.last_record_offset))
         return out
 
 
