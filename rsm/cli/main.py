@@ -12,7 +12,7 @@ import logging
 import sys
 
 # module name under rsm.cli -> each exposes register(subparsers) which sets `func` on its parser
-SUBCOMMAND_MODULES = ("quickstart", "dump_log", "bridge", "topic_config")
+SUBCOMMAND_MODULES = ("quickstart", "dump_log", "bridge", "topic_config", "store")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,220 @@
+"""`rsm store`: what the store holds, read from manifests alone (the planner the Spark reader uses).
+
+    rsm store --config server.properties du [--topic T] [--json]
+    rsm store --config server.properties ls --topic T [--partition P] [--topic-id ID] [--json]
+    rsm store --config server.properties locate [--topic T] [--record] [--json]
+
+`du` answers per topic, partition and location: segments, stored bytes, offsets, the newest timestamp,
+key ids and orphans (objects without a committed manifest). `ls` lists one topic's segments with the
+history the readers use (which copy serves which offsets, and why a copy is not read). `locate` shows
+every location a topic's segments are in; `--record` writes what a scan found into the location record
+(`rsm.catalog.locations`) so readers need not scan again: the only action here that writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from rsm.catalog import TopicCatalog
+from rsm.catalog.segments import CatalogError
+from rsm.catalog.usage import topic_usage
+from rsm.cli.console import err_console, out_console
+from rsm.config import RsmConfig
+from rsm.errors import ConfigException
+from rsm.metadata import to_uuid, uuid_to_base64
+
+ACTIONS = ("du", "ls", "locate")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser(
+        "store",
+        help="what the store holds: du, ls, locate",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _common(parser, None)
+    actions = parser.add_subparsers(dest="action", metavar="ACTION")
+    p = actions.add_parser("du", help="segments, bytes, offsets per topic, partition and location")
+    p.add_argument("--topic", help="one topic (default: every topic in the store)")
+    _common(p, argparse.SUPPRESS)
+    p = actions.add_parser("ls", help="the segments of a topic (or one partition) and their history")
+    p.add_argument("--topic", required=True)
+    p.add_argument("--partition", type=int)
+    p.add_argument("--topic-id", help="a topic id other than the live (newest) one")
+    _common(p, argparse.SUPPRESS)
+    p = actions.add_parser("locate", help="every location of a topic's segments")
+    p.add_argument("--topic", help="one topic (default: every topic in the store)")
+    p.add_argument("--record", action="store_true", help="write scanned locations into the location record")
+    _common(p, argparse.SUPPRESS)
+    parser.set_defaults(func=run, config=None, json=False, action=None)
+
+
+def _common(parser: argparse.ArgumentParser, default: Any) -> None:
+    parser.add_argument(
+        "--config", type=Path, default=default, help="broker server.properties (rsm.config.* keys)"
+    )
+    parser.add_argument("--json", action="store_true", default=default, help="JSON output for scripts")
+
+
+def _catalog(path: Path) -> TopicCatalog:
+    from rsm.bridge.server import load_properties, split_rsm_configs
+
+    props = load_properties(path)
+    configs, _ = split_rsm_configs(props)
+    if not configs:  # an rsm.properties of bare keys
+        configs = {k: v for k, v in props.items() if not k.startswith("bridge.")}
+    try:
+        return TopicCatalog(RsmConfig(configs))
+    except ConfigException as exc:
+        raise ValueError(f"{path}: {exc}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    out, err = out_console(), err_console()
+    if args.action is None:
+        err.print("rsm store: choose an action: " + ", ".join(ACTIONS))
+        return 2
+    if args.config is None:
+        err.print("rsm store: --config server.properties (or rsm.properties) is required")
+        return 2
+    try:
+        catalog = _catalog(args.config)
+        return {"du": _du, "ls": _ls, "locate": _locate}[args.action](catalog, args, out)
+    except (CatalogError, ConfigException, ValueError, OSError) as exc:
+        err.print(f"rsm store: {escape(str(exc))}")
+        return 1
+
+
+def _topics(catalog: TopicCatalog, topic: str | None) -> list[str]:
+    if topic is None:
+        return catalog.topic_names()
+    if not catalog.topic_ids(topic):
+        raise CatalogError(f"topic {topic!r} has no tiered data in {catalog.searched()}")
+    return [topic]
+
+
+def _when(ms: int | None) -> str:
+    if ms is None or ms < 0:
+        return "-"
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _du(catalog: TopicCatalog, args: argparse.Namespace, out: Console) -> int:
+    rows = [row for topic in _topics(catalog, args.topic) for row in topic_usage(catalog, topic)]
+    if args.json:
+        out.print_json(json.dumps([r.to_json() for r in rows]))
+        return 0
+    table = Table(
+        "topic",
+        "topic id",
+        "part",
+        "location",
+        "segments",
+        "bytes",
+        "offsets",
+        "newest record",
+        "keys",
+        "orphans",
+    )
+    for r in rows:
+        offsets = "-" if r.first_offset is None else f"{r.first_offset:,}..{r.last_offset:,}"
+        table.add_row(
+            escape(r.topic), uuid_to_base64(r.topic_id), str(r.partition), escape(str(r.location)),
+            f"{r.segments:,}", f"{r.bytes:,}", offsets, _when(r.last_timestamp),
+            ", ".join(sorted(r.key_ids)) or "-", str(len(r.orphans)) if r.orphans else "-",
+        )  # fmt: skip
+    out.print(table)
+    total = sum(r.bytes for r in rows)
+    out.print(
+        f"{len(rows)} partition location(s), {sum(r.segments for r in rows):,} segments, {total:,} bytes"
+    )
+    return 0
+
+
+def _ls(catalog: TopicCatalog, args: argparse.Namespace, out: Console) -> int:
+    topic_id = to_uuid(args.topic_id) if args.topic_id else catalog.live_topic_id(args.topic)
+    partitions = None if args.partition is None else [args.partition]
+    histories = catalog.histories(args.topic, topic_id, partitions)
+    items: list[dict[str, Any]] = []
+    for partition, history in histories.items():
+        serving = {id(s.segment): s for s in history.slices}
+        why = {id(seg): reason for seg, reason in history.superseded}
+        segs = [s.segment for s in history.slices] + [seg for seg, _ in history.superseded]
+        for seg in sorted(segs, key=lambda s: (s.start_offset, s.manifest.created_ms)):
+            s = serving.get(id(seg))
+            m = seg.manifest
+            items.append(
+                {
+                    "partition": partition,
+                    "start_offset": seg.start_offset,
+                    "end_offset": seg.end_offset,
+                    "segment_id": seg.segment_id,
+                    "leader_epochs": {str(e): o for e, o in seg.epochs},
+                    "size": m.log.size,
+                    "stored_bytes": m.log.stored_size,
+                    "chunks": m.log.count,
+                    "key_id": None if m.encryption is None else m.encryption.key_id,
+                    "created_ms": m.created_ms,
+                    "location": str(seg.location),
+                    "serves": None if s is None else [s.first_offset, s.last_offset],
+                    "not_read_because": why.get(id(seg)),
+                }
+            )
+    if args.json:
+        out.print_json(json.dumps(items))
+        return 0
+    table = Table("part", "offsets", "segment id", "epochs", "bytes", "stored", "key", "location", "read for")
+    for i in items:
+        serves = (
+            f"{i['serves'][0]:,}..{i['serves'][1]:,}"
+            if i["serves"]
+            else f"[dim]not read: {i['not_read_because']}"
+        )
+        epochs = " ".join(f"{e}@{o}" for e, o in i["leader_epochs"].items())
+        table.add_row(
+            str(i["partition"]), f"{i['start_offset']:,}..{i['end_offset']:,}", i["segment_id"], epochs,
+            f"{i['size']:,}", f"{i['stored_bytes']:,}", i["key_id"] or "-", escape(i["location"]), serves,
+        )  # fmt: skip
+    out.print(table)
+    for partition, history in histories.items():
+        for a, b in history.gaps:
+            out.print(f"[yellow]partition {partition}: offsets {a:,}..{b:,} are missing from the store")
+    return 0
+
+
+def _locate(catalog: TopicCatalog, args: argparse.Namespace, out: Console) -> int:
+    found = []
+    for topic in _topics(catalog, args.topic):
+        for topic_id in catalog.topic_ids(topic):
+            # where segments are, in the order first seen (the default location only if it holds some)
+            locations = list(dict.fromkeys(seg.location for seg in catalog.segments(topic, topic_id)))
+            if args.record:
+                for location in locations:
+                    catalog.registry.record(topic, topic_id, location)
+                catalog.registry.mark_complete(topic, topic_id, catalog.scan_buckets())
+            found.append(
+                {
+                    "topic": topic,
+                    "topic_id": uuid_to_base64(topic_id),
+                    "locations": [str(x) for x in locations],
+                }
+            )
+    if args.json:
+        out.print_json(json.dumps(found))
+        return 0
+    table = Table("topic", "topic id", "locations")
+    for f in found:
+        table.add_row(escape(f["topic"]), f["topic_id"], escape(", ".join(f["locations"])))
+    out.print(table)
+    if args.record:
+        out.print(f"recorded in {catalog.registry.describe()}: readers need not scan for these topics again")
+    return 0
