@@ -164,10 +164,12 @@ def test_topic_overlay_routes_each_topic_to_its_own_bucket(
     assert len(plain_manifests) >= 2 and len(secure_manifests) >= 2
     assert all(k.startswith("main/" + stems["plain"]) for k in plain_manifests)
     assert all(k.startswith("secure-tier/" + stems["secure"]) for k in secure_manifests)
-    # nothing of the secure topic in the default bucket but its overlay; nothing of plain in the other one
-    assert [k for k in in_default if "secure" in k] == [
-        f"main/_rsm/topic-configs/{stems['secure'][:-3]}.json"
-    ]
+    # nothing of the secure topic in the default bucket but its overlay and its location record (which
+    # names the other bucket); nothing of plain in the other one
+    secure_in_default = [k for k in in_default if "secure" in k]
+    assert secure_in_default[0] == f"main/_rsm/topic-configs/{stems['secure'][:-3]}.json"
+    assert [k.rsplit("/", 2)[1] for k in secure_in_default[1:]] == [stems["secure"][:-3]]
+    assert all(k.startswith("main/_rsm/topic-locations/") for k in secure_in_default[1:])
     assert all(k.startswith("secure-tier/") for k in in_other)
     for key in secure_manifests:
         doc = json.loads(s3.get_object(Bucket=other_bucket, Key=key)["Body"].read())

@@ -188,15 +188,16 @@ def _copy(rsm: RemoteStorageManager, tmp_path: Path) -> Callable[[], object]:
 def test_the_overall_deadline_ends_a_stalled_operation(
     server: StallingServer, tmp_path: Path, operation: Callable[..., Callable[[], object]]
 ) -> None:
-    """Reads could wait 10 s each, but the whole request, retries included, has 1.5 s."""
+    """Reads could wait 10 s each, but the whole request, retries included, has 3 s (enough for a loaded
+    machine to connect and send the request; the assertions below hold whatever the load)."""
     rsm = RemoteStorageManager()
-    rsm.configure(_configs(server.endpoint_url, read_timeout_ms="10000", request_timeout_ms="1500"))
+    rsm.configure(_configs(server.endpoint_url, read_timeout_ms="10000", request_timeout_ms="3000"))
     try:
         exc, elapsed = _fails_within(GENEROUS, operation(rsm, tmp_path))
     finally:
         rsm.close()
     assert isinstance(exc, RemoteStorageException), repr(exc)
-    assert "storage.s3.request.timeout.ms" in str(exc) and "1.5 s" in str(exc), exc
+    assert "storage.s3.request.timeout.ms" in str(exc) and "within 3 s" in str(exc), exc
     assert f"s3://{BUCKET}/" in str(exc) and "testing" not in str(exc)
     assert elapsed < 10, elapsed  # well before one read timeout: the deadline ended it
     assert server.requests, "the store never reached the endpoint"
@@ -249,7 +250,7 @@ def test_a_chunk_read_that_stalls_mid_fetch_fails_in_time(s3_server: Any, tmp_pa
     reader = RemoteStorageManager()
     reader.configure(
         {**s3_server.rsm_configs(), "storage.s3.endpoint.url": server.endpoint_url,
-         "storage.s3.request.timeout.ms": "1500"}
+         "storage.s3.request.timeout.ms": "4000"}
     )  # fmt: skip
     try:
         stream = reader.fetch_log_segment(md, 0)  # the manifest is served: the stream opens
