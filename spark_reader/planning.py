@@ -93,8 +93,8 @@ class Planner:
     def indexes(self, segment: StoredSegment) -> SegmentIndexes:
         found = self._indexes.get(id(segment))
         if found is None:
-            _ = self.catalog
-            found = SegmentIndexes(self.catalog.store, segment, self._keyring)
+            store = self.catalog.store  # also loads the keyring
+            found = SegmentIndexes(store, segment, self._keyring)
             self._indexes[id(segment)] = found
         return found
 

@@ -17,7 +17,6 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
-from spark_reader.errors import ReaderError
 from spark_reader.filters import PushedFilters
 from spark_reader.offsets import Kind, Position, from_stream_offset, starting_spec, to_stream_offset
 from spark_reader.options import SourceOptions
@@ -113,10 +112,7 @@ class TieredStreamReader(DataSourceStreamReader):
             pr = planner.partition_range(sp, Position(Kind.OFFSET, first), Position(Kind.OFFSET, stop))
             if pr is not None:
                 ranges.append(pr)
-        try:
-            return planner.plan(ranges, PushedFilters())
-        except ReaderError:
-            raise
+        return planner.plan(ranges, PushedFilters())
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(partition)

@@ -59,7 +59,6 @@ def _micros(ms: int) -> dt.datetime:
 
 
 def _rows(df) -> list[tuple[Any, ...]]:  # noqa: ANN001
-    cols = ["partition", "offset", "key", "value", "timestamp"]
     has_headers = "headers" in df.columns
     out = []
     for r in df.collect():
@@ -69,7 +68,6 @@ def _rows(df) -> list[tuple[Any, ...]]:  # noqa: ANN001
         if has_headers:
             row += (tuple((h["key"], h["value"]) for h in r["headers"]),)
         out.append(row)
-    assert cols
     return sorted(out)
 
 

@@ -18,12 +18,11 @@ whole chunks and decodes from a batch boundary.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rsm.catalog.history import SegmentSlice
 from rsm.catalog.segments import StoredSegment
-from rsm.fetch import SegmentReader
+from rsm.fetch import SegmentReader, cipher_for
 from rsm.keyring import Keyring
 from rsm.manifest import Manifest
 from rsm.metadata import IndexType
@@ -67,8 +66,6 @@ class SegmentIndexes:
         if index_type not in self.segment.manifest.indexes:
             return None
         if self._reader is None:
-            from rsm.fetch import cipher_for
-
             manifest = self.segment.manifest
             self._reader = SegmentReader(
                 self._store, self.segment.bucket, manifest, cipher_for(manifest, self._keyring)
@@ -178,6 +175,3 @@ def split_slice(
         for a, b in zip(cuts, cuts[1:], strict=False)
         if b > a
     ]
-
-
-IndexesFor = Callable[[StoredSegment], SegmentIndexes]
