@@ -54,6 +54,7 @@ from segment_format.errors import CorruptRecordError
 
 __all__ = [
     "FULL",
+    "ChunkDecoder",
     "Projection",
     "RECORD_SCHEMA",
     "decode_batches",
@@ -445,6 +446,92 @@ def iter_stream_record_batches(
             partial_ok=False,
             **settings,
         )
+
+
+class ChunkDecoder:
+    """Push-style streaming decode: :meth:`feed` the bytes of a segment in order, in chunks that need not
+    end on batch boundaries; each call returns the RecordBatches of the batches it completed.
+
+    For a caller that reads a file into one reused buffer and hands the same chunk to other consumers (the
+    RSM's copy checks integrity and validates records over the same reads): every call is done with the
+    chunk when it returns. Batches wholly inside a chunk are decoded in place; only a batch cut by the end
+    of a chunk is kept (copied) and completed from the start of the next one, so memory is one batch plus
+    the decoded columns of a chunk, and no chunk is copied whole. :meth:`finish` refuses a batch still
+    incomplete at the end (CorruptRecordError).
+    """
+
+    def __init__(
+        self,
+        *,
+        file: str | None = None,
+        base_position: int = 0,
+        verify_crc: bool = True,
+        projection: Projection = FULL,
+        max_column_bytes: int = MAX_COLUMN_BYTES,
+    ) -> None:
+        self.file = file
+        self.position = base_position  # file position of the next byte not yet decoded
+        self.verify_crc = verify_crc
+        self.projection = projection
+        self.max_column_bytes = max_column_bytes
+        self._pending = bytearray()  # the start of a batch cut by the end of the last chunk
+
+    def _decode(self, view: memoryview, partial_ok: bool, out: list[pa.RecordBatch]) -> int:
+        gen = _decode_range(
+            view,
+            file=self.file,
+            base_position=self.position,
+            verify_crc=self.verify_crc,
+            budget=_Budget(None),
+            rows_per_batch=None,
+            max_column_bytes=self.max_column_bytes,
+            partial_ok=partial_ok,
+            projection=self.projection,
+        )
+        while True:
+            try:
+                out.append(next(gen))
+            except StopIteration as stop:
+                consumed: int = stop.value
+                self.position += consumed
+                return consumed
+
+    def feed(self, chunk: bytes | bytearray | memoryview) -> list[pa.RecordBatch]:
+        """Decode what the next bytes complete; returns its RecordBatches (possibly none)."""
+        view = _as_view(chunk)
+        out: list[pa.RecordBatch] = []
+        i = 0
+        pending = self._pending
+        if pending:
+            # complete the batch cut by the last chunk: its length is in its first 12 bytes
+            if len(pending) < 12:
+                i = min(12 - len(pending), len(view))
+                pending += view[:i]
+                if len(pending) < 12:
+                    return out
+            need = 12 + max(0, int.from_bytes(pending[8:12], "big", signed=True))
+            take = min(need - len(pending), len(view) - i)
+            pending += view[i : i + take]
+            i += take
+            if len(pending) < need:
+                return out
+            consumed = self._decode(memoryview(bytes(pending)), True, out)
+            if consumed != len(pending):  # cannot happen for one whole entry; keep what is left
+                del pending[:consumed]
+                pending += view[i:]
+                return out
+            pending.clear()
+        consumed = self._decode(view[i:], True, out)
+        pending += view[i + consumed :]
+        return out
+
+    def finish(self) -> list[pa.RecordBatch]:
+        """The end of the stream: decode (and so refuse, with its position) anything left over."""
+        out: list[pa.RecordBatch] = []
+        if self._pending:
+            self._decode(memoryview(bytes(self._pending)), False, out)
+            self._pending.clear()
+        return out
 
 
 def _slices(batch: pa.RecordBatch, rows_per_batch: int | None) -> Iterator[pa.RecordBatch]:

@@ -21,6 +21,7 @@ from segment_format.columnar import (
     BATCH_FIELDS,
     FULL,
     RECORD_SCHEMA,
+    ChunkDecoder,
     Projection,
     decode_batches,
     decode_reference,
@@ -162,3 +163,36 @@ def test_no_projection_is_unchanged() -> None:
     data = _sample()
     assert decode_batches(data).equals(decode_batches(data, projection=FULL))
     assert decode_batches(data).schema == RECORD_SCHEMA
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(written_segments(), projections, st.lists(st.integers(1, 300), min_size=1, max_size=20))
+def test_chunk_decoder_over_a_reused_buffer(segment, projection: Projection, cuts: list[int]) -> None:  # type: ignore[no-untyped-def]
+    """Chunks cut anywhere, handed in one buffer that is overwritten after each call (as the RSM's copy
+    reads a file): the same table as decoding the whole, nothing kept that points into the buffer."""
+    raw, _ = segment
+    whole = decode_batches(raw, projection=projection)
+    decoder = ChunkDecoder(projection=projection, file="s.log", base_position=7)
+    buffer = bytearray(max(cuts))
+    parts: list[pa.RecordBatch] = []
+    position, i = 0, 0
+    while position < len(raw):
+        size = cuts[i % len(cuts)]
+        piece = raw[position : position + size]
+        buffer[: len(piece)] = piece
+        parts += decoder.feed(memoryview(buffer)[: len(piece)])
+        buffer[:] = b"\xee" * len(buffer)
+        position += len(piece)
+        i += 1
+    parts += decoder.finish()
+    assert decoder.position == 7 + len(raw)
+    assert pa.Table.from_batches(parts, schema=projection.schema).equals(pa.Table.from_batches([whole]))
+
+
+def test_chunk_decoder_refuses_a_truncated_end() -> None:
+    raw = _sample()
+    decoder = ChunkDecoder(file="s.log", base_position=100)
+    assert decoder.feed(raw[:-5])
+    with pytest.raises(CorruptRecordError) as info:
+        decoder.finish()
+    assert info.value.file == "s.log" and info.value.position == 100 + 2 * len(raw) // 3
