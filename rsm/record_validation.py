@@ -26,10 +26,10 @@ violations, seconds spent in decoding and policy), which the RemoteStorageManage
 
 from __future__ import annotations
 
-import bisect
+import struct
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import repeat
 from typing import Any
@@ -168,8 +168,9 @@ class ValidationResult:
 class RecordValidator:
     """Validates the records of one segment from the chunks the copy reads (see the module docstring).
 
-    Wire it to the integrity check's `on_batch` hook and feed it every chunk right after the check has
-    seen it; `finish()` gives the result. Malformed records (which the integrity check of headers and CRCs
+    Give its `on_batch` (None unless the policy reads nothing of a record) to the integrity check, feed it
+    every chunk right after the check has seen it; `finish()` gives the result (the batch positions of
+    the violations listed are found then, by a walk of the batch headers: nothing is kept per batch). Malformed records (which the integrity check of headers and CRCs
     cannot see) raise `SegmentIntegrityError`, as a corrupt batch does.
     """
 
@@ -199,19 +200,19 @@ class RecordValidator:
             else ChunkDecoder(file=file, verify_crc=False, projection=self.projection)
         )
         self.result = ValidationResult(topic.validation_policy)
-        # the batches the integrity check completed in the current chunk: (base offset, last offset, position)
-        self._bases: list[int] = []
-        self._batches: list[tuple[int, int, int]] = []
+        # the integrity check's hook: needed only by a policy that reads nothing of a record, whose rows
+        # are the batches themselves (others find a violation's batch position at the end, if any)
+        self.on_batch: Callable[[AnyRecordBatch], None] | None = self._on_batch if self.batch_level else None
         self._rows: list[tuple[int, int, int, int]] = []  # batch-level rows: base, max ts, last, count
+        self._row_positions: dict[int, int] = {}  # base offset -> position, of the batches in _rows
 
-    def on_batch(self, batch: AnyRecordBatch) -> None:
-        """The integrity check's hook: every batch, once checked."""
-        self._bases.append(batch.base_offset)
-        self._batches.append((batch.base_offset, batch.last_offset, batch.position))
-        if self.batch_level and not (batch.magic == 2 and batch.is_control_batch):
-            count = batch.record_count if batch.magic == 2 else len(batch.records())
-            if count:
-                self._rows.append((batch.base_offset, batch.max_timestamp, batch.last_offset, count))
+    def _on_batch(self, batch: AnyRecordBatch) -> None:
+        if batch.magic == 2 and batch.is_control_batch:
+            return
+        count = batch.record_count if batch.magic == 2 else len(batch.records())
+        if count:
+            self._rows.append((batch.base_offset, batch.max_timestamp, batch.last_offset, count))
+            self._row_positions[batch.base_offset] = batch.position
 
     def feed(self, chunk: bytes | bytearray | memoryview) -> None:
         """The chunk the integrity check has just seen (same bytes, same order)."""
@@ -231,8 +232,7 @@ class RecordValidator:
                 for records in decoded:
                     self._run(records)
         finally:
-            self._bases.clear()
-            self._batches.clear()
+            self._row_positions.clear()
             self.result.seconds += time.perf_counter() - started
 
     def finish(self) -> ValidationResult:
@@ -243,15 +243,15 @@ class RecordValidator:
                     self._run(records)
             except CorruptRecordError as exc:
                 raise _corrupt(exc, self.file) from None
+        unplaced = [v.offset for v in self.result.violations if v.position < 0]
+        if unplaced:
+            where = batch_positions(self.file, unplaced)
+            self.result.violations = [
+                v if v.position >= 0 else Violation(v.offset, where.get(v.offset, -1), v.reason)
+                for v in self.result.violations
+            ]
         self.result.seconds += time.perf_counter() - started
         return self.result
-
-    def _position(self, offset: int) -> int:
-        """File position of the batch holding `offset` (-1 if unknown)."""
-        i = bisect.bisect_right(self._bases, offset) - 1
-        if i >= 0 and self._batches[i][0] <= offset <= self._batches[i][1]:
-            return self._batches[i][2]
-        return -1
 
     def _run(self, records: pa.RecordBatch) -> None:
         n = records.num_rows
@@ -285,7 +285,39 @@ class RecordValidator:
         for j, row in enumerate(rows[:room]):
             offset = offsets[row].as_py()
             reason = failures.reason(j)[:REASON_CHARS]
-            self.result.violations.append(Violation(offset, self._position(offset), reason))
+            position = self._row_positions.get(offset, -1)  # batch-level rows; the rest found at the end
+            self.result.violations.append(Violation(offset, position, reason))
+
+
+def batch_positions(file: str, offsets: Iterable[int]) -> dict[int, int]:
+    """{offset: file position of the batch holding it} for the given offsets, walking the batch headers
+    of a (verified) segment file; run only when violations were found, for their report."""
+    wanted = sorted(set(offsets))
+    out: dict[int, int] = {}
+    if not wanted:
+        return out
+    i, position, previous_last = 0, 0, -1
+    try:
+        with open(file, "rb") as f:
+            while i < len(wanted):
+                f.seek(position)
+                head = f.read(27)
+                if len(head) < 17:
+                    break
+                offset, length = struct.unpack_from(">qi", head)
+                if head[16] == 2 and len(head) == 27:
+                    base, last = offset, offset + struct.unpack_from(">i", head, 23)[0]
+                else:  # a legacy entry carries its last offset
+                    base, last = previous_last + 1, offset
+                while i < len(wanted) and wanted[i] <= last:
+                    if wanted[i] >= base:
+                        out[wanted[i]] = position
+                    i += 1
+                previous_last = last
+                position += 12 + length
+    except OSError:
+        pass
+    return out
 
 
 def _corrupt(exc: CorruptRecordError, file: str) -> SegmentIntegrityError:
