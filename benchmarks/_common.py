@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rsm import LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
+from segment_format.indexes import build_indexes
 
 __all__ = [
     "Target",
@@ -145,7 +146,8 @@ def finish(targets: Sequence[Target], results: object, json_path: Path | None) -
 def make_segment(
     directory: Path, size: int, batch: Callable[[random.Random], bytes], seed: int = 7
 ) -> tuple[Path, int, int]:
-    """A Kafka segment of about ``size`` bytes in ``directory`` (plus index files of plausible sizes).
+    """A Kafka segment of about ``size`` bytes in ``directory``, with the offset and time indexes Kafka would
+    write for it (the copy checks them) and a snapshot of plausible size.
 
     ``batch(rng)`` builds one magic-2 batch of 64 records at base offset 0; each is written at the next
     offset (the base offset is outside the batch CRC). Returns (path, last offset, size in bytes).
@@ -161,8 +163,10 @@ def make_segment(
             f.write(b)
             written += len(b)
             offset += 64
-    for name, n in (("index", 8 * 1000), ("timeindex", 12 * 1000), ("snapshot", 10)):
-        (directory / f"00000000000000000000.{name}").write_bytes(os.urandom(n))
+    offset_index, time_index = build_indexes(path, 0)
+    (directory / "00000000000000000000.index").write_bytes(offset_index)
+    (directory / "00000000000000000000.timeindex").write_bytes(time_index)
+    (directory / "00000000000000000000.snapshot").write_bytes(os.urandom(10))
     return path, offset - 1, written
 
 

@@ -76,6 +76,8 @@ from rsm.metadata import (
     is_int,
 )
 from rsm.overlay import OverlayCache, TopicOverlayStore
+from rsm.policies import BuiltinPolicies
+from rsm.record_validation import RecordValidator, ValidationResult, ValidationStats
 from rsm.storage import ObjectNotFound, ObjectStore
 from rsm.transform import (
     Codec,
@@ -94,7 +96,7 @@ from rsm.validation import (
     SegmentIntegrityVerifier,
     TopicMetadata,
     load_policy,
-    run_policy,
+    read_index,
 )
 
 log = logging.getLogger(__name__)
@@ -117,6 +119,7 @@ class RemoteStorageManager:
         self._config: RsmConfig | None = None
         self._keyring: Keyring | None = None
         self._policy: RecordValidationPolicy | None = None
+        self._validation_stats = ValidationStats()
         self._overlays: OverlayCache | None = None
         self._registry: LocationRegistry | None = None
         self._registry_warned = False
@@ -147,7 +150,9 @@ class RemoteStorageManager:
         store = self._store_override or ObjectStore.from_config(config)
         policy_class = config.get("record.validation.policy.class.name")
         policy = (
-            load_policy(str(policy_class), {k: str(v) for k, v in configs.items()}) if policy_class else None
+            load_policy(str(policy_class), {k: str(v) for k, v in configs.items()})
+            if policy_class
+            else BuiltinPolicies()  # topics name a built-in policy (rsm.policies)
         )
         overlays = OverlayCache(
             TopicOverlayStore(store, str(config.get("bucket")), str(config.get("prefix"))),
@@ -376,9 +381,8 @@ class RemoteStorageManager:
         log_path = segment_data.log_segment
         started = time.monotonic()
 
-        # 1. check the whole segment before anything is uploaded
-        summary, chunk_crcs = self._verify(metadata, log_path, settings.chunk_size)
-        validation = self._validate_records(metadata, log_path, settings)
+        # 1. check the whole segment (batches, indexes, the topic's record policy) before anything is uploaded
+        summary, chunk_crcs, validation = self._verify(metadata, segment_data, settings)
 
         # 2. transform and upload, manifest last
         cipher = None
@@ -458,15 +462,30 @@ class RemoteStorageManager:
         return custom
 
     def _verify(
-        self, metadata: RemoteLogSegmentMetadata, path: Path, chunk_size: int
-    ) -> tuple[IntegritySummary, list[int]]:
-        verifier = SegmentIntegrityVerifier(
-            str(path), metadata.start_offset, metadata.end_offset, metadata.segment_size_in_bytes, chunk_size
-        )
+        self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData, settings: TopicSettings
+    ) -> tuple[IntegritySummary, list[int], dict[str, object] | None]:
+        """Read the segment once, chunk by chunk: integrity (every batch, the offset and time indexes), a
+        CRC-32C per chunk, and the topic's record validation policy over the same bytes (compressed batches
+        are decompressed once, by the validation's decoder: `rsm.record_validation`). Returns the summary,
+        the chunk CRCs and the validation report for the manifest (None when the topic has no policy)."""
+        path = data.log_segment
+        validator = self._record_validator(metadata, settings, path)
         crcs: list[int] = []
-        buf = bytearray(chunk_size)
+        buf = bytearray(settings.chunk_size)
         view = memoryview(buf)
         try:
+            verifier = SegmentIntegrityVerifier(
+                str(path),
+                metadata.start_offset,
+                metadata.end_offset,
+                metadata.segment_size_in_bytes,
+                settings.chunk_size,
+                offset_index=read_index(data.offset_index),
+                time_index=read_index(data.time_index),
+                offset_index_file=_name(data.offset_index, "offset index"),
+                time_index_file=_name(data.time_index, "time index"),
+                on_batch=None if validator is None else validator.on_batch,
+            )
             with path.open("rb", buffering=0) as f:
                 while True:
                     n = f.readinto(buf)
@@ -474,8 +493,11 @@ class RemoteStorageManager:
                         break
                     n = _fill(f, view, n)
                     verifier.feed(view[:n])
+                    if validator is not None:
+                        validator.feed(view[:n])
                     crcs.append(crc32c(view[:n]))
             summary = verifier.finish()
+            result = None if validator is None else validator.finish()
         except SegmentIntegrityError as exc:
             seg = metadata.remote_log_segment_id
             raise SegmentIntegrityError(
@@ -485,37 +507,65 @@ class RemoteStorageManager:
             raise RemoteStorageException(
                 f"cannot read segment file {path} of {metadata.remote_log_segment_id}: {exc.strerror or exc}"
             ) from None
-        return summary, crcs
+        report = None if result is None else self._validation_report(metadata, path, settings, result)
+        return summary, crcs, report
 
-    def _validate_records(
-        self, metadata: RemoteLogSegmentMetadata, path: Path, settings: TopicSettings
-    ) -> dict[str, object] | None:
+    def _record_validator(
+        self, metadata: RemoteLogSegmentMetadata, settings: TopicSettings, path: Path
+    ) -> RecordValidator | None:
         if settings.validation_policy is None or self._policy is None:
             return None
+        topic = TopicMetadata(metadata.topic_id_partition, settings.validation_policy)
+        return RecordValidator(self._policy.for_topic(topic), topic, str(path))
+
+    def _validation_report(
+        self,
+        metadata: RemoteLogSegmentMetadata,
+        path: Path,
+        settings: TopicSettings,
+        result: ValidationResult,
+    ) -> dict[str, object]:
         tip = metadata.topic_id_partition
-        count, violations = run_policy(self._policy, TopicMetadata(tip, settings.validation_policy), path)
-        report: dict[str, object] = {
-            "policy": settings.validation_policy,
-            "action": settings.on_violation.value,
-            "violation_count": count,
-            "violations": [
-                {"offset": v.offset, "position": v.position, "reason": v.reason} for v in violations
-            ],
-        }
-        if count and settings.on_violation is ViolationAction.FAIL:
+        count, violations = result.violation_count, result.violations
+        refuse = bool(count) and settings.on_violation is ViolationAction.FAIL
+        totals = self._validation_stats.add(tip.topic, result, refuse)
+        log.info(
+            "validated segment %s of %s with policy %r: %d records, %d violation(s), %.3fs%s "
+            "(topic totals: %d segments, %d records, %d violations, %.3fs)",
+            metadata.remote_log_segment_id.id_base64,
+            tip,
+            result.policy,
+            result.records,
+            count,
+            result.seconds,
+            "; copy refused" if refuse else ("; tiered with a report" if count else ""),
+            totals.segments,
+            totals.records,
+            totals.violations,
+            totals.seconds,
+        )
+        if refuse:
             first = violations[0]
             raise RecordValidationError(
                 f"segment {metadata.remote_log_segment_id} of {tip}: {count} record(s) violate policy "
                 f"{settings.validation_policy!r}; first at offset {first.offset} (batch at byte {first.position} "
                 f"of {path}): {first.reason}"
             )
-        if count:
-            log.warning(
-                "segment %s tiered with %d record validation violation(s)",
-                metadata.remote_log_segment_id,
-                count,
-            )
-        return report
+        return {
+            "policy": settings.validation_policy,
+            "action": settings.on_violation.value,
+            "records": result.records,
+            "violation_count": count,
+            "violations": [
+                {"offset": v.offset, "position": v.position, "reason": v.reason} for v in violations
+            ],
+        }
+
+    def validation_stats(self) -> dict[str, dict[str, int | float]]:
+        """Record validation counters per topic since start: {topic: {segments, records, violations,
+        refused, seconds}} (segments validated, records checked, records violating the policy, copies
+        refused for violations, seconds spent decoding and in the policy)."""
+        return self._validation_stats.snapshot()
 
     def _upload_log(
         self,
@@ -775,6 +825,10 @@ def _not_a_position(name: str, value: object, metadata: RemoteLogSegmentMetadata
     return InvalidArgumentException(
         f"{name} must be an int, got {type(value).__name__} (fetch of segment {metadata.remote_log_segment_id})"
     )
+
+
+def _name(source: object, what: str) -> str:
+    return str(source) if isinstance(source, Path) else what
 
 
 def _fill(f: object, view: memoryview, n: int) -> int:

@@ -10,13 +10,28 @@ position of the batch and the fault. It also counts, per chunk, the bytes of bat
 compressed, so the copy can skip compressing those chunks again. The copy runs it over the whole file
 before uploading anything, so a corrupt segment never reaches the store.
 
-Record validation (seed 002). A broker-level `RecordValidationPolicy` (`record.validation.policy.class.name`)
-is applied to the segments of topics whose `record.validation.policy` (or
-`unchecked.record.validation.policy`) is set; the topic value is handed to the policy, which decides what it
-means (for example, a header every record must carry). `hints()` says which parts of a record the policy
-reads, so keys, values or headers it does not need are not materialised. On a violation the topic's
-`unchecked.rsm.record.validation.on.violation` decides: `fail` refuses the copy (Kafka retries later),
-`tier` copies it and lists the violations in the manifest for readers.
+Index integrity joins it: the segment's offset and time index (the files Kafka hands the copy) are checked
+against the batches as they pass (`segment_format.index_check`): every position a batch start inside the
+file, every offset inside the batch it points at, every time entry the largest timestamp so far. A bad
+index would send Kafka's remote reads to the wrong bytes, so it refuses the copy like a corrupt batch.
+
+Record validation (seed 002). A broker-level `RecordValidationPolicy` (`record.validation.policy.class.name`;
+the built-in policies of `rsm.policies` when none is named) is applied to the segments of topics whose
+`record.validation.policy` (or `unchecked.record.validation.policy`) is set; the topic value is handed to the
+policy, which decides what it means (for example, a header every record must carry). Two ways to write one:
+
+* the seed's, per record: `validate(topic, record)` raises `InvalidRecordException`. The copy drives it
+  from the columnar decoder's Arrow batches through an adapter (`rsm.record_validation.PerRecordAdapter`)
+  that builds a `RecordProxy` per record holding only what the policy's hints ask for;
+* vectorised: a `VectorizedRecordValidationPolicy` sees a batch of records as Arrow arrays
+  (`validate_records(topic, records) -> Failures | None`) and answers which rows fail and why, with no
+  Python work per record.
+
+`hints()` decides the work (`rsm.record_validation`): the decoder materialises only the headers, key bytes
+and value bytes the hints name (5 value bytes means 5 bytes per record are copied); a policy that needs no
+record content decodes nothing (it is asked once per record batch, see `RecordIntrospectionHints`). On a
+violation the topic's `unchecked.rsm.record.validation.on.violation` decides: `fail` refuses the copy (Kafka
+retries later), `tier` copies it and lists the violations in the manifest for readers.
 """
 
 from __future__ import annotations
@@ -24,15 +39,21 @@ from __future__ import annotations
 import abc
 import importlib
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rsm.errors import ConfigException, InvalidRecordException, SegmentIntegrityError
 from rsm.metadata import TopicIdPartition
 from segment_format.errors import CorruptRecordError
+from segment_format.index_check import SegmentIndexChecker
+from segment_format.records import AnyRecordBatch
 from segment_format.segment import SegmentVerifier
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
@@ -75,14 +96,39 @@ class SegmentIntegrityVerifier:
     """
 
     def __init__(
-        self, file: str, start_offset: int, end_offset: int, expected_size: int, chunk_size: int
+        self,
+        file: str,
+        start_offset: int,
+        end_offset: int,
+        expected_size: int,
+        chunk_size: int,
+        *,
+        offset_index: bytes | None = None,
+        time_index: bytes | None = None,
+        offset_index_file: str | None = None,
+        time_index_file: str | None = None,
+        on_batch: Callable[[AnyRecordBatch], None] | None = None,
     ) -> None:
+        """`offset_index` / `time_index`: the bytes of the segment's index files, checked against its
+        batches (None: not checked); `on_batch` sees every batch once checked (see SegmentVerifier)."""
         self.file = file
         self.start_offset = start_offset
         self.end_offset = end_offset
         self.expected_size = expected_size
         self.chunk_size = chunk_size
         self.position = 0  # bytes consumed so far
+        indexes = None
+        if offset_index is not None or time_index is not None:
+            try:
+                indexes = SegmentIndexChecker(
+                    start_offset,
+                    offset_index=offset_index,
+                    time_index=time_index,
+                    offset_index_file=offset_index_file,
+                    time_index_file=time_index_file,
+                )
+            except CorruptRecordError as exc:  # an index that does not even parse
+                raise _integrity_error(exc, file) from None
         self._verifier = SegmentVerifier(
             file=file,
             expected_start_offset=start_offset,
@@ -90,6 +136,8 @@ class SegmentIntegrityVerifier:
             exact_end_offset=True,
             total_size=expected_size,
             region_size=chunk_size,
+            indexes=indexes,
+            on_batch=on_batch,
         )
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
@@ -127,11 +175,23 @@ def _integrity_error(exc: CorruptRecordError, file: str) -> SegmentIntegrityErro
 
 @dataclass(frozen=True)
 class RecordIntrospectionHints:
-    """Which parts of a record a policy reads. Byte counts: 0 = not needed, -1 = all of it."""
+    """Which parts of a record a policy reads. Byte counts: 0 = not needed, -1 = all of it (so do any
+    negative count and Java's Long.MAX_VALUE), n = the first n bytes.
+
+    A policy that reads none of them (no headers, 0 key bytes, 0 value bytes) cannot tell the records of a
+    batch apart, so nothing is decoded for it: it is asked once per record batch, with a row (or
+    RecordProxy) standing for the batch (`offset` its first offset, `timestamp` its largest, and in the
+    vectorised form `last_offset` and `record_count`); a failure counts every record of the batch and is
+    reported at the batch's first offset.
+    """
 
     access_headers: bool = True
     access_key_bytes: int = -1
     access_value_bytes: int = -1
+
+    @property
+    def needs_records(self) -> bool:
+        return self.access_headers or self.access_key_bytes != 0 or self.access_value_bytes != 0
 
 
 @dataclass(frozen=True)
@@ -148,7 +208,7 @@ class Header:
 
 @dataclass(frozen=True)
 class RecordProxy:
-    """Read-only view of one record; parts the policy's hints exclude are empty."""
+    """Read-only view of one record; parts the policy's hints exclude are empty (None / no headers)."""
 
     offset: int
     timestamp: int
@@ -170,19 +230,105 @@ class RecordValidationPolicy(abc.ABC):
     def hints(self) -> RecordIntrospectionHints:
         return RecordIntrospectionHints()
 
+    def for_topic(self, topic: TopicMetadata) -> RecordValidationPolicy:
+        """The policy that checks this topic's segments (default: this one).
+
+        A broker-level policy whose meaning depends on the topic's `record.validation.policy` value (the
+        built-in selector, `rsm.policies.BuiltinPolicies`) answers a policy per value, with its own hints;
+        a bad value raises `ConfigException`.
+        """
+        return self
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources at shutdown."""
 
 
-class RequireHeaderValidationPolicy(RecordValidationPolicy):
-    """The seed's sample policy: every record must carry a header named by the topic's policy value."""
+@dataclass(frozen=True)
+class Failures:
+    """What a vectorised policy answers for a batch of records: the rows that fail and why.
+
+    `rows`: row indexes into the batch it was given, ascending (a sequence of ints, a numpy integer array
+    or an Arrow integer array). `reasons`: one reason for all of them, or one per row in the same order.
+    """
+
+    rows: Sequence[int] | np.ndarray | pa.Array
+    reasons: str | Sequence[str]
+
+    @classmethod
+    def where(cls, mask: pa.Array | np.ndarray, reasons: str | Sequence[str]) -> Failures | None:
+        """The rows where `mask` is true (None when there are none); per-row `reasons` are aligned with
+        the batch's rows and picked for the failing ones."""
+        import numpy as np
+        import pyarrow as pa
+
+        if isinstance(mask, pa.ChunkedArray | pa.Array):
+            mask = mask.to_numpy(zero_copy_only=False)
+        rows = np.flatnonzero(mask)
+        if not len(rows):
+            return None
+        if not isinstance(reasons, str):
+            reasons = [reasons[i] for i in rows]
+        return cls(rows, reasons)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def reason(self, i: int) -> str:
+        """The reason of the i-th failing row."""
+        return self.reasons if isinstance(self.reasons, str) else str(self.reasons[i])
+
+
+class VectorizedRecordValidationPolicy(RecordValidationPolicy):
+    """A policy that sees a batch of records at once, as Arrow arrays.
+
+    `validate_records(topic, records)` gets a `pyarrow.RecordBatch` of data records (control records are
+    never shown) with `offset` and `timestamp` (int64) and, as `hints()` ask, `key` and `value` (binary,
+    cut to the hinted bytes) and `headers` (list of struct key: string, value: binary), and answers the
+    rows that fail (`Failures`) or None. For a policy that reads nothing of a record, rows stand for record
+    batches (`RecordIntrospectionHints`) and carry `last_offset` and `record_count` too.
+
+    It is also a seed policy: `validate(topic, record)` runs `validate_records` on a one-row batch.
+    """
+
+    @abc.abstractmethod
+    def validate_records(self, topic: TopicMetadata, records: pa.RecordBatch) -> Failures | None:
+        """The rows of `records` that fail this policy, or None when all pass."""
 
     def validate(self, topic: TopicMetadata, record: RecordProxy) -> None:
-        if not any(h.key == topic.validation_policy for h in record.headers):
-            raise InvalidRecordException(
-                f"Topic {topic.topic_id_partition.topic} requires records to contain a header with key: "
-                f"{topic.validation_policy}"
-            )
+        from rsm.record_validation import proxies_to_batch
+
+        failures = self.validate_records(topic, proxies_to_batch([record], self.hints()))
+        if failures is not None and len(failures):
+            raise InvalidRecordException(failures.reason(0))
+
+
+class RequireHeaderValidationPolicy(VectorizedRecordValidationPolicy):
+    """The seed's sample policy: every record must carry a header named by the topic's policy value.
+
+    Vectorised: the header keys of a whole batch are compared with the name at once, and a row fails when
+    none of its headers matched. Reads headers only (no key or value bytes are decoded).
+    """
+
+    def __init__(self, key: str | None = None) -> None:
+        self.key = key  # None: the topic's record.validation.policy value names it (the seed's way)
+
+    def validate_records(self, topic: TopicMetadata, records: pa.RecordBatch) -> Failures | None:
+        import numpy as np
+        import pyarrow.compute as pc
+
+        key = self.key if self.key is not None else topic.validation_policy
+        headers = records.column("headers")
+        n = len(headers)
+        has = np.zeros(n, dtype=bool)
+        if n:
+            keys = headers.flatten().field("key")
+            if len(keys):
+                matched = pc.filter(pc.list_parent_indices(headers), pc.equal(keys, key))
+                has[matched.to_numpy(zero_copy_only=False)] = True
+        return Failures.where(
+            ~has,
+            f"Topic {topic.topic_id_partition.topic} requires records to contain a header with key: {key}",
+        )
 
     def hints(self) -> RecordIntrospectionHints:
         return RecordIntrospectionHints(access_headers=True, access_key_bytes=0, access_value_bytes=0)
@@ -215,53 +361,12 @@ class Violation:
     reason: str
 
 
-def iter_records(path: Path, hints: RecordIntrospectionHints) -> Iterator[tuple[int, RecordProxy]]:
-    """(batch position, record) for every data record of a segment file; control batches are skipped."""
-    from segment_format.records import iter_batches
-
-    with path.open("rb") as f:
-        for position, batch in iter_batches(f, file=str(path)):
-            if batch.is_control_batch:
-                continue
-            for rec in batch.records():
-                yield position, _proxy(rec, hints)
-
-
-def _cut(value: bytes | None, n: int) -> bytes | None:
-    if value is None or n < 0:
-        return value
-    return bytes(value[:n])
-
-
-def _proxy(rec: Any, hints: RecordIntrospectionHints) -> RecordProxy:
-    headers: tuple[Header, ...] = ()
-    if hints.access_headers:
-        raw = rec.headers or ()
-        headers = tuple(
-            Header(h.key if hasattr(h, "key") else h[0], h.value if hasattr(h, "value") else h[1])
-            for h in raw
-        )
-    return RecordProxy(
-        offset=rec.offset,
-        timestamp=rec.timestamp,
-        key=_cut(rec.key, hints.access_key_bytes) if hints.access_key_bytes else None,
-        value=_cut(rec.value, hints.access_value_bytes) if hints.access_value_bytes else None,
-        headers=headers,
-    )
-
-
-def run_policy(
-    policy: RecordValidationPolicy, topic: TopicMetadata, path: Path, max_reported: int = 100
-) -> tuple[int, list[Violation]]:
-    """Apply a policy to every record; returns (violation count, the first `max_reported` violations)."""
-    hints = policy.hints()
-    count = 0
-    reported: list[Violation] = []
-    for position, record in iter_records(path, hints):
-        try:
-            policy.validate(topic, record)
-        except InvalidRecordException as exc:
-            count += 1
-            if len(reported) < max_reported:
-                reported.append(Violation(record.offset, position, str(exc)[:300]))
-    return count, reported
+def read_index(source: Path | bytes | None) -> bytes | None:
+    """The bytes of an index handed to the copy (a path or bytes); None when absent (not checked here:
+    the upload refuses a missing offset or time index)."""
+    if source is None or isinstance(source, bytes | bytearray):
+        return None if source is None else bytes(source)
+    try:
+        return Path(source).read_bytes()
+    except FileNotFoundError:
+        return None

@@ -9,6 +9,7 @@ companion files, and the writer (:mod:`.writer`). Every parse error of corrupt i
 from .codecs import CompressionType, compress, decompress
 from .crc import crc32, crc32c
 from .errors import CorruptRecordError, SegmentFormatError, UnsupportedFormatError
+from .index_check import SegmentIndexChecker
 from .indexes import DEFAULT_INDEX_INTERVAL_BYTES, IndexBuilder, build_indexes
 from .leader_epoch import EpochEntry, LeaderEpochCheckpoint
 from .legacy import LegacyRecordBatch, build_legacy_message_set
@@ -55,6 +56,7 @@ __all__ = [
     "RecordBatch",
     "SegmentFormatError",
     "SegmentSummary",
+    "SegmentIndexChecker",
     "SegmentVerifier",
     "SegmentWriter",
     "TimeIndex",

@@ -1,14 +1,17 @@
 /*
  * Compiled columnar kernel for segment_format.
  *
- * decode_v2(data, start, verify_crc, max_rows, skip_records, decompress, data_limit, partial_ok)
+ * decode_v2(data, start, verify_crc, max_rows, skip_records, decompress, data_limit, partial_ok,
+ *           key_bytes, value_bytes, flags)
  *   walks magic-2 record batches in `data` from byte `start`, checks each header and CRC-32C, hands
  *   compressed record sections to the Python callable `decompress[codec](memoryview) -> bytes-like`,
  *   and parses every record into column buffers (see `Columns`).  It returns a dict of buffers that
  *   segment_format/columnar.py wraps zero-copy into pyarrow arrays.  It stops at the end of `data`, at a
  *   legacy (magic 0/1) entry, after `max_rows` rows, before a column's data would exceed
  *   `data_limit` bytes (Arrow `binary` uses 32-bit offsets), or (with partial_ok) at a batch cut short
- *   by the end of `data` (streaming).
+ *   by the end of `data` (streaming).  The projection (key_bytes, value_bytes, flags; see `Opts`) says what
+ *   of each record is materialised: a validation policy that reads headers only gets no key or value
+ *   columns, one that reads 5 value bytes gets 5 bytes per value; records are walked whole regardless.
  *
  * Every varint, length and count is bounds-checked against the bytes actually present; nothing is
  * allocated from a claimed size before it is checked.  Malformed input raises DecodeError(position,
@@ -637,6 +640,17 @@ typedef struct {
 
 enum { PARSE_OK = 0, PARSE_ERR = -1, PARSE_STOP = 1 };
 
+/* What of each record is materialised (the projection).  key_bytes / value_bytes: < 0 all of it, 0 none (the
+   column is not built), n > 0 at most the first n bytes.  headers: build the header columns.  meta: build the
+   batch-level per-row columns (timestamp type, leader epoch, producer fields, flags, batch base offset).
+   control: emit the records of control batches.  Records are always walked and bounds-checked whole, whatever
+   is materialised, so a malformed record is refused the same way under any projection. */
+enum { OPT_HEADERS = 1, OPT_META = 2, OPT_CONTROL = 4, OPT_ALL = 7 };
+typedef struct {
+    Py_ssize_t key_bytes, value_bytes;
+    int headers, meta, control;
+} Opts;
+
 /* The batch-level booleans of rows [from, c->rows): set once per batch, not per record. */
 static void set_bit_range(Bits *b, size_t from, size_t to) {
     while (from < to && (from & 7)) {
@@ -653,7 +667,8 @@ static void set_bit_range(Bits *b, size_t from, size_t to) {
     }
 }
 
-static void fill_flags(Columns *c, const BatchInfo *bi, Py_ssize_t from) {
+static void fill_flags(Columns *c, const BatchInfo *bi, Py_ssize_t from, const Opts *o) {
+    if (!o->meta) return;
     size_t to = (size_t)c->rows;
     if (bi->transactional) set_bit_range(&c->is_txn, (size_t)from, to);
     if (bi->control) set_bit_range(&c->is_control, (size_t)from, to);
@@ -666,20 +681,31 @@ static void fill_flags(Columns *c, const BatchInfo *bi, Py_ssize_t from) {
    inside the decompressed bytes are only described in the message. */
 static int parse_records(Columns *c, const BatchInfo *bi, const uint8_t *start, const uint8_t *end,
                          int32_t count, int32_t skip, Py_ssize_t max_rows, size_t data_limit,
-                         Py_ssize_t data_pos, int compressed, Py_ssize_t batch_pos, int32_t *done) {
+                         Py_ssize_t data_pos, int compressed, Py_ssize_t batch_pos, int32_t *done,
+                         const Opts *o) {
     const uint8_t *p = start;
     size_t region = (size_t)(end - start);
     size_t n = (size_t)count;
 
     /* Reserve per-row storage once per batch: count is already bounded by region / 7. */
-    if (buf_reserve(&c->offset, 8 * n) || buf_reserve(&c->timestamp, 8 * n) || buf_reserve(&c->ts_type, n) ||
-        buf_reserve(&c->key_off, 4 * n) || buf_reserve(&c->val_off, 4 * n) || buf_reserve(&c->hdr_off, 4 * n) ||
-        buf_reserve(&c->leader_epoch, 4 * n) || buf_reserve(&c->producer_id, 8 * n) ||
-        buf_reserve(&c->producer_epoch, 2 * n) || buf_reserve(&c->base_sequence, 4 * n) ||
-        buf_reserve(&c->batch_base_offset, 8 * n) || buf_reserve(&c->key_data, region) ||
-        buf_reserve(&c->val_data, region) || bits_reserve(&c->key_valid, n) || bits_reserve(&c->val_valid, n) ||
-        bits_reserve(&c->is_txn, n) || bits_reserve(&c->is_control, n))
+    const int want_key = o->key_bytes != 0, want_val = o->value_bytes != 0, want_hdr = o->headers,
+              want_meta = o->meta;
+    if (buf_reserve(&c->offset, 8 * n) || buf_reserve(&c->timestamp, 8 * n))
         return PARSE_ERR;
+    if (want_key && (buf_reserve(&c->key_off, 4 * n) || buf_reserve(&c->key_data, region) ||
+                     bits_reserve(&c->key_valid, n)))
+        return PARSE_ERR;
+    if (want_val && (buf_reserve(&c->val_off, 4 * n) || buf_reserve(&c->val_data, region) ||
+                     bits_reserve(&c->val_valid, n)))
+        return PARSE_ERR;
+    if (want_hdr && buf_reserve(&c->hdr_off, 4 * n)) return PARSE_ERR;
+    if (want_meta && (buf_reserve(&c->ts_type, n) || buf_reserve(&c->leader_epoch, 4 * n) ||
+                      buf_reserve(&c->producer_id, 8 * n) || buf_reserve(&c->producer_epoch, 2 * n) ||
+                      buf_reserve(&c->base_sequence, 4 * n) || buf_reserve(&c->batch_base_offset, 8 * n) ||
+                      bits_reserve(&c->is_txn, n) || bits_reserve(&c->is_control, n)))
+        return PARSE_ERR;
+    const size_t key_cut = o->key_bytes < 0 ? SIZE_MAX : (size_t)o->key_bytes;
+    const size_t val_cut = o->value_bytes < 0 ? SIZE_MAX : (size_t)o->value_bytes;
 
     const int8_t tstype = bi->log_append_time ? 1 : 0;
     const Py_ssize_t row_start = c->rows;
@@ -750,11 +776,13 @@ static int parse_records(Columns *c, const BatchInfo *bi, const uint8_t *start, 
             goto fail;
         }
         int emit = i >= skip;
+        size_t kl = 0, vl = 0; /* bytes of the key and value that are materialised */
+        if (want_key && klen > 0) kl = (size_t)klen < key_cut ? (size_t)klen : key_cut;
+        if (want_val && vlen > 0) vl = (size_t)vlen < val_cut ? (size_t)vlen : val_cut;
         if (emit) {
-            size_t kl = klen > 0 ? (size_t)klen : 0, vl = vlen > 0 ? (size_t)vlen : 0;
             if ((max_rows >= 0 && c->rows >= max_rows) || c->key_data.len + kl > data_limit ||
                 c->val_data.len + vl > data_limit) {
-                fill_flags(c, bi, row_start);
+                fill_flags(c, bi, row_start, o);
                 *done = i;
                 return PARSE_STOP;
             }
@@ -764,8 +792,9 @@ static int parse_records(Columns *c, const BatchInfo *bi, const uint8_t *start, 
                hvo_mark = c->hv_off.len, hvb_mark = c->hv_valid.bits;
         Py_ssize_t hn_mark = c->headers, hvn_mark = c->hv_nulls, bad_mark = c->hk_bad_utf8;
         if (hcount > 0) {
-            if (emit && (buf_reserve(&c->hk_off, 4 * (size_t)hcount) || buf_reserve(&c->hv_off, 4 * (size_t)hcount) ||
-                         bits_reserve(&c->hv_valid, (size_t)hcount)))
+            if (emit && want_hdr &&
+                (buf_reserve(&c->hk_off, 4 * (size_t)hcount) || buf_reserve(&c->hv_off, 4 * (size_t)hcount) ||
+                 bits_reserve(&c->hv_valid, (size_t)hcount)))
                 return PARSE_ERR;
             for (int32_t h = 0; h < hcount; h++) {
                 int32_t hkl, hvl;
@@ -790,7 +819,7 @@ static int parse_records(Columns *c, const BatchInfo *bi, const uint8_t *start, 
                 }
                 const uint8_t *hvp = p;
                 if (hvl > 0) p += hvl;
-                if (!emit) continue;
+                if (!emit || !want_hdr) continue;
                 size_t hvs = hvl > 0 ? (size_t)hvl : 0;
                 if (c->hk_data.len + (size_t)hkl > data_limit || c->hv_data.len + hvs > data_limit) {
                     /* roll back this record's headers and stop before it */
@@ -803,7 +832,7 @@ static int parse_records(Columns *c, const BatchInfo *bi, const uint8_t *start, 
                     c->headers = hn_mark;
                     c->hv_nulls = hvn_mark;
                     c->hk_bad_utf8 = bad_mark;
-                    fill_flags(c, bi, row_start);
+                    fill_flags(c, bi, row_start, o);
                     *done = i;
                     return PARSE_STOP;
                 }
@@ -841,52 +870,60 @@ static int parse_records(Columns *c, const BatchInfo *bi, const uint8_t *start, 
                                          : (int64_t)((uint64_t)bi->base_timestamp + (uint64_t)ts_delta);
         ((int64_t *)c->offset.p)[row] = off;
         ((int64_t *)c->timestamp.p)[row] = ts;
-        ((int8_t *)c->ts_type.p)[row] = tstype;
-        if (klen > 0) {
-            memcpy(c->key_data.p + c->key_data.len, kp, (size_t)klen);
-            c->key_data.len += (size_t)klen;
-        }
-        if (klen < 0) c->key_nulls++;
-        bits_push(&c->key_valid, klen >= 0);
-        ((int32_t *)c->key_off.p)[row + 1] = (int32_t)c->key_data.len;
-        if (vlen > 0) {
-            memcpy(c->val_data.p + c->val_data.len, vp, (size_t)vlen);
-            c->val_data.len += (size_t)vlen;
-        }
-        if (vlen < 0) c->val_nulls++;
-        bits_push(&c->val_valid, vlen >= 0);
-        ((int32_t *)c->val_off.p)[row + 1] = (int32_t)c->val_data.len;
-        ((int32_t *)c->hdr_off.p)[row + 1] = (int32_t)c->headers;
-        ((int32_t *)c->leader_epoch.p)[row] = bi->leader_epoch;
-        ((int64_t *)c->producer_id.p)[row] = bi->producer_id;
-        ((int16_t *)c->producer_epoch.p)[row] = bi->producer_epoch;
-        ((int32_t *)c->base_sequence.p)[row] = bi->base_sequence;
-        ((int64_t *)c->batch_base_offset.p)[row] = bi->base_offset;
-        c->rows++;
         c->offset.len += 8;
         c->timestamp.len += 8;
-        c->ts_type.len += 1;
-        c->key_off.len += 4;
-        c->val_off.len += 4;
-        c->hdr_off.len += 4;
-        c->leader_epoch.len += 4;
-        c->producer_id.len += 8;
-        c->producer_epoch.len += 2;
-        c->base_sequence.len += 4;
-        c->batch_base_offset.len += 8;
+        if (want_key) {
+            if (kl) {
+                memcpy(c->key_data.p + c->key_data.len, kp, kl);
+                c->key_data.len += kl;
+            }
+            if (klen < 0) c->key_nulls++;
+            bits_push(&c->key_valid, klen >= 0);
+            ((int32_t *)c->key_off.p)[row + 1] = (int32_t)c->key_data.len;
+            c->key_off.len += 4;
+        }
+        if (want_val) {
+            if (vl) {
+                memcpy(c->val_data.p + c->val_data.len, vp, vl);
+                c->val_data.len += vl;
+            }
+            if (vlen < 0) c->val_nulls++;
+            bits_push(&c->val_valid, vlen >= 0);
+            ((int32_t *)c->val_off.p)[row + 1] = (int32_t)c->val_data.len;
+            c->val_off.len += 4;
+        }
+        if (want_hdr) {
+            ((int32_t *)c->hdr_off.p)[row + 1] = (int32_t)c->headers;
+            c->hdr_off.len += 4;
+        }
+        if (want_meta) {
+            ((int8_t *)c->ts_type.p)[row] = tstype;
+            ((int32_t *)c->leader_epoch.p)[row] = bi->leader_epoch;
+            ((int64_t *)c->producer_id.p)[row] = bi->producer_id;
+            ((int16_t *)c->producer_epoch.p)[row] = bi->producer_epoch;
+            ((int32_t *)c->base_sequence.p)[row] = bi->base_sequence;
+            ((int64_t *)c->batch_base_offset.p)[row] = bi->base_offset;
+            c->ts_type.len += 1;
+            c->leader_epoch.len += 4;
+            c->producer_id.len += 8;
+            c->producer_epoch.len += 2;
+            c->base_sequence.len += 4;
+            c->batch_base_offset.len += 8;
+        }
+        c->rows++;
     }
     if (p != end) {
-        fill_flags(c, bi, row_start);
+        fill_flags(c, bi, row_start, o);
         raise_decode(compressed ? batch_pos : data_pos + (p - start),
                      "%zd bytes remain after the batch's %d records%s", (Py_ssize_t)(end - p), count,
                      compressed ? " (in the decompressed records)" : "");
         return PARSE_ERR;
     }
-    fill_flags(c, bi, row_start);
+    fill_flags(c, bi, row_start, o);
     *done = count;
     return PARSE_OK;
 fail:
-    fill_flags(c, bi, row_start);
+    fill_flags(c, bi, row_start, o);
     if (compressed)
         raise_decode(batch_pos, "record %d at byte %zd of the decompressed records: %s", i,
                      (Py_ssize_t)(rec_start - start), what);
@@ -965,23 +1002,28 @@ static int put_int(PyObject *d, const char *name, Py_ssize_t v) {
 enum { STOP_END = 0, STOP_LEGACY = 1, STOP_MAX_ROWS = 2, STOP_LIMIT = 3, STOP_PARTIAL = 4 };
 
 PyDoc_STRVAR(decode_v2_doc,
-             "decode_v2(data, start, verify_crc, max_rows, skip_records, decompress, data_limit, partial_ok=False)\n"
-             "-> dict\n\n"
+             "decode_v2(data, start, verify_crc, max_rows, skip_records, decompress, data_limit, partial_ok=False,\n"
+             "          key_bytes=-1, value_bytes=-1, flags=7) -> dict\n\n"
              "Decode magic-2 batches from data[start:] into column buffers. max_rows < 0 means no limit;\n"
              "decompress is a tuple of 5 callables indexed by codec id; partial_ok stops (instead of failing)\n"
              "at a batch cut short by the end of data. The result holds 'stop' (0 end, 1 legacy entry,\n"
              "2 max_rows, 3 data limit, 4 partial batch), 'position' (where\n"
              "decoding stopped: the end, or the batch to resume at), 'skip' (records of that batch already\n"
-             "returned), 'rows', 'headers', null counts and the NativeBuffer columns.");
+             "returned), 'rows', 'headers', null counts and the NativeBuffer columns.\n"
+             "The projection: key_bytes / value_bytes < 0 all, 0 none (the column's buffers stay empty), n the first\n"
+             "n bytes; flags bit 1 header columns, 2 batch-level per-row columns, 4 records of control batches.");
 
 static PyObject *decode_v2(PyObject *self, PyObject *args) {
     Py_buffer view;
     Py_ssize_t start, max_rows, data_limit_arg;
-    int verify_crc, skip_records, partial_ok = 0;
+    int verify_crc, skip_records, partial_ok = 0, flags = OPT_ALL;
+    Py_ssize_t key_bytes = -1, value_bytes = -1;
     PyObject *decompress;
-    if (!PyArg_ParseTuple(args, "y*npniOn|p", &view, &start, &verify_crc, &max_rows, &skip_records, &decompress,
-                          &data_limit_arg, &partial_ok))
+    if (!PyArg_ParseTuple(args, "y*npniOn|pnni", &view, &start, &verify_crc, &max_rows, &skip_records, &decompress,
+                          &data_limit_arg, &partial_ok, &key_bytes, &value_bytes, &flags))
         return NULL;
+    Opts o = {key_bytes < 0 ? -1 : key_bytes, value_bytes < 0 ? -1 : value_bytes, (flags & OPT_HEADERS) != 0,
+              (flags & OPT_META) != 0, (flags & OPT_CONTROL) != 0};
     if (!PyTuple_Check(decompress) || PyTuple_GET_SIZE(decompress) != 5) {
         PyBuffer_Release(&view);
         PyErr_SetString(PyExc_TypeError, "decompress must be a tuple of 5 callables indexed by codec id");
@@ -1010,6 +1052,7 @@ static PyObject *decode_v2(PyObject *self, PyObject *args) {
             int32_t bl = be32(data + q + 8);
             if (data[q + 16] != 2 || bl < 49 || (Py_ssize_t)bl > n - q - 12) break;
             int32_t cnt = be32(data + q + 57);
+            if (!o.control && (be16(data + q + 21) & 0x20)) cnt = 0;
             if (cnt > 0) rows_hint += (size_t)cnt;
             if (be16(data + q + 21) & 7)
                 packed += (size_t)bl - 49;
@@ -1022,15 +1065,23 @@ static PyObject *decode_v2(PyObject *self, PyObject *args) {
         if (max_rows >= 0 && rows_hint > (size_t)max_rows) rows_hint = (size_t)max_rows;
         size_t data_hint = plain + 3 * packed;
         if (data_hint > data_limit) data_hint = data_limit;
+        if (o.value_bytes >= 0 && data_hint / (size_t)(o.value_bytes ? o.value_bytes : 1) > rows_hint)
+            data_hint = rows_hint * (size_t)o.value_bytes; /* cut values: at most value_bytes per row */
         if (rows_hint) {
             size_t r = rows_hint;
-            if (buf_reserve(&c.offset, 8 * r) || buf_reserve(&c.timestamp, 8 * r) || buf_reserve(&c.ts_type, r) ||
-                buf_reserve(&c.key_off, 4 * r + 4) || buf_reserve(&c.val_off, 4 * r + 4) ||
-                buf_reserve(&c.hdr_off, 4 * r + 4) || buf_reserve(&c.leader_epoch, 4 * r) ||
-                buf_reserve(&c.producer_id, 8 * r) || buf_reserve(&c.producer_epoch, 2 * r) ||
-                buf_reserve(&c.base_sequence, 4 * r) || buf_reserve(&c.batch_base_offset, 8 * r) ||
-                buf_reserve(&c.val_data, data_hint) || bits_reserve(&c.key_valid, r) ||
-                bits_reserve(&c.val_valid, r) || bits_reserve(&c.is_txn, r) || bits_reserve(&c.is_control, r))
+            if (buf_reserve(&c.offset, 8 * r) || buf_reserve(&c.timestamp, 8 * r))
+                goto done;
+            if (o.key_bytes != 0 && (buf_reserve(&c.key_off, 4 * r + 4) || bits_reserve(&c.key_valid, r)))
+                goto done;
+            if (o.value_bytes != 0 &&
+                (buf_reserve(&c.val_off, 4 * r + 4) || buf_reserve(&c.val_data, data_hint) ||
+                 bits_reserve(&c.val_valid, r)))
+                goto done;
+            if (o.headers && buf_reserve(&c.hdr_off, 4 * r + 4)) goto done;
+            if (o.meta && (buf_reserve(&c.ts_type, r) || buf_reserve(&c.leader_epoch, 4 * r) ||
+                           buf_reserve(&c.producer_id, 8 * r) || buf_reserve(&c.producer_epoch, 2 * r) ||
+                           buf_reserve(&c.base_sequence, 4 * r) || buf_reserve(&c.batch_base_offset, 8 * r) ||
+                           bits_reserve(&c.is_txn, r) || bits_reserve(&c.is_control, r)))
                 goto done;
         }
     }
@@ -1108,7 +1159,7 @@ static PyObject *decode_v2(PyObject *self, PyObject *args) {
         const uint8_t *rs = b + 61, *re = data + bend;
         int32_t done_recs = 0;
         int pr;
-        if (count == 0) {
+        if (count == 0 || (bi.control && !o.control)) {
             pr = PARSE_OK; /* Kafka never reads the records section of an empty batch. */
         } else if (codec == 0) {
             if ((size_t)count > (size_t)(re - rs) / 7) {
@@ -1116,7 +1167,7 @@ static PyObject *decode_v2(PyObject *self, PyObject *args) {
                              (Py_ssize_t)(re - rs));
                 goto done;
             }
-            pr = parse_records(&c, &bi, rs, re, count, skip, max_rows, data_limit, pos + 61, 0, pos, &done_recs);
+            pr = parse_records(&c, &bi, rs, re, count, skip, max_rows, data_limit, pos + 61, 0, pos, &done_recs, &o);
         } else {
             PyObject *mv = PyMemoryView_FromMemory((char *)rs, re - rs, PyBUF_READ);
             if (!mv) goto done;
@@ -1164,7 +1215,7 @@ static PyObject *decode_v2(PyObject *self, PyObject *args) {
                              ob.len);
                 pr = PARSE_ERR;
             } else {
-                pr = parse_records(&c, &bi, ds, de, count, skip, max_rows, data_limit, pos, 1, pos, &done_recs);
+                pr = parse_records(&c, &bi, ds, de, count, skip, max_rows, data_limit, pos, 1, pos, &done_recs, &o);
             }
             PyBuffer_Release(&ob);
             Py_DECREF(out);

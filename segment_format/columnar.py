@@ -23,6 +23,14 @@ decoding chunk after chunk does not pay the kernel to zero fresh pages each time
 use transparent huge pages (faster steady state, possibly a slower first decode on a fragmented host);
 ``SEGMENT_FORMAT_HUGEPAGES=0`` in the environment turns that off.
 
+Projection: every decoder takes ``projection=`` (:class:`Projection`) saying what of each record to
+materialise: keys and values whole, cut to their first N bytes or not at all, headers or not, the
+batch-level per-row columns or not, control batches' records or not. The output schema is
+:data:`RECORD_SCHEMA` less the columns left out (:meth:`Projection.schema`). The kernel still walks and
+bounds-checks every record whole, so what is refused as malformed does not depend on the projection; it
+only skips the copies (a record validation policy that reads headers only pays for no key or value bytes).
+Without a projection the output is exactly as before (the Spark reader's).
+
 Errors: any malformed input raises :class:`segment_format.errors.CorruptRecordError` naming the file and
 the absolute byte position (``base_position`` + index in ``data``); for a compressed batch the position
 is the batch's and the reason locates the record inside the decompressed bytes.
@@ -45,6 +53,9 @@ from segment_format.codecs import CompressionType, decompress
 from segment_format.errors import CorruptRecordError
 
 __all__ = [
+    "FULL",
+    "ChunkDecoder",
+    "Projection",
     "RECORD_SCHEMA",
     "decode_batches",
     "decode_reference",
@@ -60,6 +71,88 @@ MAX_COLUMN_BYTES = 2**31 - 1
 _STOP_END, _STOP_LEGACY, _STOP_MAX_ROWS, _STOP_LIMIT, _STOP_PARTIAL = 0, 1, 2, 3, 4
 _LEGACY_HEADER = struct.Struct(">qi")
 _MAGIC_POSITION = 16
+
+
+#: The columns that repeat a batch's own fields on every row of it.
+BATCH_FIELDS = (
+    "timestamp_type",
+    "partition_leader_epoch",
+    "producer_id",
+    "producer_epoch",
+    "base_sequence",
+    "is_transactional",
+    "is_control",
+    "batch_base_offset",
+)
+_OPT_HEADERS, _OPT_META, _OPT_CONTROL = 1, 2, 4
+
+
+@dataclass(frozen=True)
+class Projection:
+    """What of each record a decode materialises (the default: everything, :data:`RECORD_SCHEMA`).
+
+    ``key_bytes`` / ``value_bytes``: -1 (any negative) the whole key / value, 0 none (the column is left
+    out), n > 0 at most the first n bytes (nulls stay null). ``headers``: the ``headers`` column.
+    ``batch_fields``: the per-row copies of batch fields (:data:`BATCH_FIELDS`). ``control``: rows for the
+    records of control batches (transaction markers); without it those batches are skipped unread.
+    ``offset`` and ``timestamp`` are always there.
+    """
+
+    key_bytes: int = -1
+    value_bytes: int = -1
+    headers: bool = True
+    batch_fields: bool = True
+    control: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("key_bytes", "value_bytes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+            if value < 0:
+                object.__setattr__(self, name, -1)
+
+    @property
+    def flags(self) -> int:
+        return (
+            (_OPT_HEADERS if self.headers else 0)
+            | (_OPT_META if self.batch_fields else 0)
+            | (_OPT_CONTROL if self.control else 0)
+        )
+
+    @property
+    def schema(self) -> pa.Schema:
+        return _projected_schema(self)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.schema.names)
+
+
+@functools.lru_cache(maxsize=64)
+def _projected_schema(projection: Projection) -> pa.Schema:
+    drop = set()
+    if projection.key_bytes == 0:
+        drop.add("key")
+    if projection.value_bytes == 0:
+        drop.add("value")
+    if not projection.headers:
+        drop.add("headers")
+    if not projection.batch_fields:
+        drop.update(BATCH_FIELDS)
+    return pa.schema([f for f in RECORD_SCHEMA if f.name not in drop])
+
+
+#: Everything: the decoders' default.
+FULL = Projection()
+
+
+def _empty(projection: Projection) -> pa.RecordBatch:
+    return (
+        empty_record_batch()
+        if projection == FULL
+        else pa.RecordBatch.from_pylist([], schema=projection.schema)
+    )
 
 
 def _decompressor(codec: CompressionType) -> Callable[[memoryview], bytes]:
@@ -95,41 +188,44 @@ def _header_key(key: str) -> str:
     return _lenient_utf8(key.encode("utf-8", "surrogateescape"))
 
 
-def _record_batch(cols: dict[str, Any]) -> pa.RecordBatch:
-    """Wrap the kernel's column buffers (no copy) into a RecordBatch with RECORD_SCHEMA."""
+def _record_batch(cols: dict[str, Any], projection: Projection = FULL) -> pa.RecordBatch:
+    """Wrap the kernel's column buffers (no copy) into a RecordBatch with the projection's schema."""
     n = cols["rows"]
-    nh = cols["headers"]
+    schema = projection.schema
 
     def fixed(type_: pa.DataType, name: str) -> pa.Array:
         return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(cols[name])], 0)
 
-    header_keys = _binary(pa.string(), nh, None, cols["header_key_offsets"], cols["header_key_data"], 0)
-    if cols["header_key_bad_utf8"]:
-        # Kafka decodes header keys with Java's new String(bytes, UTF_8), which replaces malformed
-        # input with U+FFFD; an Arrow string must be valid UTF-8. Rare, so done in Python.
-        header_keys = pa.array(
-            [_lenient_utf8(k) for k in header_keys.view(pa.binary()).to_pylist()], pa.string()
+    def headers() -> pa.Array:
+        nh = cols["headers"]
+        header_keys = _binary(pa.string(), nh, None, cols["header_key_offsets"], cols["header_key_data"], 0)
+        if cols["header_key_bad_utf8"]:
+            # Kafka decodes header keys with Java's new String(bytes, UTF_8), which replaces malformed
+            # input with U+FFFD; an Arrow string must be valid UTF-8. Rare, so done in Python.
+            header_keys = pa.array(
+                [_lenient_utf8(k) for k in header_keys.view(pa.binary()).to_pylist()], pa.string()
+            )
+        header_values = _binary(
+            pa.binary(),
+            nh,
+            cols["header_value_validity"],
+            cols["header_value_offsets"],
+            cols["header_value_data"],
+            cols["header_value_nulls"],
         )
-    header_values = _binary(
-        pa.binary(),
-        nh,
-        cols["header_value_validity"],
-        cols["header_value_offsets"],
-        cols["header_value_data"],
-        cols["header_value_nulls"],
-    )
-    header_structs = pa.StructArray.from_arrays([header_keys, header_values], fields=list(HEADER_TYPE))
-    headers = pa.Array.from_buffers(
-        HEADERS_TYPE, n, [None, pa.py_buffer(cols["header_offsets"])], 0, children=[header_structs]
-    )
-    arrays = [
-        fixed(pa.int64(), "offset"),
-        fixed(pa.int64(), "timestamp"),
-        fixed(pa.int8(), "timestamp_type"),
-        _binary(
+        header_structs = pa.StructArray.from_arrays([header_keys, header_values], fields=list(HEADER_TYPE))
+        return pa.Array.from_buffers(
+            HEADERS_TYPE, n, [None, pa.py_buffer(cols["header_offsets"])], 0, children=[header_structs]
+        )
+
+    builders: dict[str, Callable[[], pa.Array]] = {
+        "offset": lambda: fixed(pa.int64(), "offset"),
+        "timestamp": lambda: fixed(pa.int64(), "timestamp"),
+        "timestamp_type": lambda: fixed(pa.int8(), "timestamp_type"),
+        "key": lambda: _binary(
             pa.binary(), n, cols["key_validity"], cols["key_offsets"], cols["key_data"], cols["key_nulls"]
         ),
-        _binary(
+        "value": lambda: _binary(
             pa.binary(),
             n,
             cols["value_validity"],
@@ -137,16 +233,16 @@ def _record_batch(cols: dict[str, Any]) -> pa.RecordBatch:
             cols["value_data"],
             cols["value_nulls"],
         ),
-        headers,
-        fixed(pa.int32(), "partition_leader_epoch"),
-        fixed(pa.int64(), "producer_id"),
-        fixed(pa.int16(), "producer_epoch"),
-        fixed(pa.int32(), "base_sequence"),
-        fixed(pa.bool_(), "is_transactional"),
-        fixed(pa.bool_(), "is_control"),
-        fixed(pa.int64(), "batch_base_offset"),
-    ]
-    return pa.RecordBatch.from_arrays(arrays, schema=RECORD_SCHEMA)
+        "headers": headers,
+        "partition_leader_epoch": lambda: fixed(pa.int32(), "partition_leader_epoch"),
+        "producer_id": lambda: fixed(pa.int64(), "producer_id"),
+        "producer_epoch": lambda: fixed(pa.int16(), "producer_epoch"),
+        "base_sequence": lambda: fixed(pa.int32(), "base_sequence"),
+        "is_transactional": lambda: fixed(pa.bool_(), "is_transactional"),
+        "is_control": lambda: fixed(pa.bool_(), "is_control"),
+        "batch_base_offset": lambda: fixed(pa.int64(), "batch_base_offset"),
+    }
+    return pa.RecordBatch.from_arrays([builders[name]() for name in schema.names], schema=schema)
 
 
 def _legacy_run_end(view: memoryview, position: int, partial_ok: bool) -> int:
@@ -206,6 +302,7 @@ def _decode_range(
     rows_per_batch: int | None,
     max_column_bytes: int,
     partial_ok: bool,
+    projection: Projection = FULL,
 ) -> Generator[pa.RecordBatch, None, int]:
     """Yield the records of ``view``; return how many bytes were consumed (all, unless partial_ok)."""
     position, skip = 0, 0
@@ -220,13 +317,16 @@ def _decode_range(
                 _DECOMPRESSORS,
                 max_column_bytes,
                 partial_ok,
+                projection.key_bytes,
+                projection.value_bytes,
+                projection.flags,
             )
         except _native.DecodeError as exc:
             where, reason = exc.args
             raise CorruptRecordError(reason, file=file, position=base_position + where) from exc
         if cols["rows"]:
             budget.take(cols["rows"])
-            yield from _slices(_record_batch(cols), rows_per_batch)
+            yield from _slices(_record_batch(cols, projection), rows_per_batch)
         position, skip = cols["position"], cols["skip"]
         if cols["stop"] == _STOP_PARTIAL:
             return position
@@ -241,6 +341,7 @@ def _decode_range(
                 base_position=base_position + position,
                 verify_crc=verify_crc,
                 max_rows=budget.remaining,
+                projection=projection,
             )
             budget.take(legacy.num_rows)
             if legacy.num_rows:
@@ -258,8 +359,10 @@ def iter_record_batches(
     max_rows: int | None = None,
     rows_per_batch: int | None = None,
     max_column_bytes: int = MAX_COLUMN_BYTES,
+    projection: Projection = FULL,
 ) -> Iterator[pa.RecordBatch]:
-    """Decode the whole batches in ``data`` into RecordBatches with :data:`RECORD_SCHEMA`.
+    """Decode the whole batches in ``data`` into RecordBatches with :data:`RECORD_SCHEMA` (or the
+    ``projection``'s schema).
 
     ``data`` is a segment or a slice of one that starts and ends on batch boundaries; ``base_position``
     is the file position of ``data[0]`` (used in error positions only). ``max_rows`` stops after that
@@ -277,6 +380,7 @@ def iter_record_batches(
         rows_per_batch=rows_per_batch,
         max_column_bytes=max_column_bytes,
         partial_ok=False,
+        projection=projection,
     )
 
 
@@ -289,6 +393,7 @@ def iter_stream_record_batches(
     max_rows: int | None = None,
     rows_per_batch: int | None = None,
     read_size: int = 8 << 20,
+    projection: Projection = FULL,
 ) -> Iterator[pa.RecordBatch]:
     """Decode batches from a binary stream (or an iterable of byte chunks) without loading it whole.
 
@@ -312,7 +417,13 @@ def iter_stream_record_batches(
     else:
         chunks = source
     budget = _Budget(max_rows)
-    settings = {"file": file, "verify_crc": verify_crc, "budget": budget, "rows_per_batch": rows_per_batch}
+    settings = {
+        "file": file,
+        "verify_crc": verify_crc,
+        "budget": budget,
+        "rows_per_batch": rows_per_batch,
+        "projection": projection,
+    }
     pending = b""
     position = base_position
     for chunk in chunks:
@@ -337,6 +448,92 @@ def iter_stream_record_batches(
         )
 
 
+class ChunkDecoder:
+    """Push-style streaming decode: :meth:`feed` the bytes of a segment in order, in chunks that need not
+    end on batch boundaries; each call returns the RecordBatches of the batches it completed.
+
+    For a caller that reads a file into one reused buffer and hands the same chunk to other consumers (the
+    RSM's copy checks integrity and validates records over the same reads): every call is done with the
+    chunk when it returns. Batches wholly inside a chunk are decoded in place; only a batch cut by the end
+    of a chunk is kept (copied) and completed from the start of the next one, so memory is one batch plus
+    the decoded columns of a chunk, and no chunk is copied whole. :meth:`finish` refuses a batch still
+    incomplete at the end (CorruptRecordError).
+    """
+
+    def __init__(
+        self,
+        *,
+        file: str | None = None,
+        base_position: int = 0,
+        verify_crc: bool = True,
+        projection: Projection = FULL,
+        max_column_bytes: int = MAX_COLUMN_BYTES,
+    ) -> None:
+        self.file = file
+        self.position = base_position  # file position of the next byte not yet decoded
+        self.verify_crc = verify_crc
+        self.projection = projection
+        self.max_column_bytes = max_column_bytes
+        self._pending = bytearray()  # the start of a batch cut by the end of the last chunk
+
+    def _decode(self, view: memoryview, partial_ok: bool, out: list[pa.RecordBatch]) -> int:
+        gen = _decode_range(
+            view,
+            file=self.file,
+            base_position=self.position,
+            verify_crc=self.verify_crc,
+            budget=_Budget(None),
+            rows_per_batch=None,
+            max_column_bytes=self.max_column_bytes,
+            partial_ok=partial_ok,
+            projection=self.projection,
+        )
+        while True:
+            try:
+                out.append(next(gen))
+            except StopIteration as stop:
+                consumed: int = stop.value
+                self.position += consumed
+                return consumed
+
+    def feed(self, chunk: bytes | bytearray | memoryview) -> list[pa.RecordBatch]:
+        """Decode what the next bytes complete; returns its RecordBatches (possibly none)."""
+        view = _as_view(chunk)
+        out: list[pa.RecordBatch] = []
+        i = 0
+        pending = self._pending
+        if pending:
+            # complete the batch cut by the last chunk: its length is in its first 12 bytes
+            if len(pending) < 12:
+                i = min(12 - len(pending), len(view))
+                pending += view[:i]
+                if len(pending) < 12:
+                    return out
+            need = 12 + max(0, int.from_bytes(pending[8:12], "big", signed=True))
+            take = min(need - len(pending), len(view) - i)
+            pending += view[i : i + take]
+            i += take
+            if len(pending) < need:
+                return out
+            consumed = self._decode(memoryview(bytes(pending)), True, out)
+            if consumed != len(pending):  # cannot happen for one whole entry; keep what is left
+                del pending[:consumed]
+                pending += view[i:]
+                return out
+            pending.clear()
+        consumed = self._decode(view[i:], True, out)
+        pending += view[i + consumed :]
+        return out
+
+    def finish(self) -> list[pa.RecordBatch]:
+        """The end of the stream: decode (and so refuse, with its position) anything left over."""
+        out: list[pa.RecordBatch] = []
+        if self._pending:
+            self._decode(memoryview(bytes(self._pending)), False, out)
+            self._pending.clear()
+        return out
+
+
 def _slices(batch: pa.RecordBatch, rows_per_batch: int | None) -> Iterator[pa.RecordBatch]:
     if rows_per_batch is None or batch.num_rows <= rows_per_batch:
         yield batch
@@ -352,6 +549,7 @@ def decode_batches(
     base_position: int = 0,
     verify_crc: bool = True,
     max_rows: int | None = None,
+    projection: Projection = FULL,
 ) -> pa.RecordBatch:
     """Decode the whole batches in ``data`` into one RecordBatch (the fast path).
 
@@ -360,17 +558,22 @@ def decode_batches(
     """
     parts = list(
         iter_record_batches(
-            data, file=file, base_position=base_position, verify_crc=verify_crc, max_rows=max_rows
+            data,
+            file=file,
+            base_position=base_position,
+            verify_crc=verify_crc,
+            max_rows=max_rows,
+            projection=projection,
         )
     )
     if not parts:
-        return empty_record_batch()
+        return _empty(projection)
     if len(parts) == 1:
         return parts[0]
     try:
         if hasattr(pa, "concat_batches"):  # pyarrow >= 19
             return pa.concat_batches(parts)
-        combined = pa.Table.from_batches(parts, schema=RECORD_SCHEMA).combine_chunks().to_batches()
+        combined = pa.Table.from_batches(parts, schema=parts[0].schema).combine_chunks().to_batches()
         if len(combined) != 1:
             raise pa.ArrowInvalid("columns did not combine into one chunk")
         return combined[0]
@@ -385,12 +588,14 @@ def decode_reference(
     base_position: int = 0,
     verify_crc: bool = True,
     max_rows: int | None = None,
+    projection: Projection = FULL,
 ) -> pa.RecordBatch:
     """The pure-Python reference: same arguments and output as :func:`decode_batches`.
 
     One Python loop iteration per record over ``segment_format.records`` objects, on purpose: it is
     the plainly readable definition of every column that the C kernel is tested against.
     """
+    schema = projection.schema
     columns: dict[str, list[Any]] = {name: [] for name in RECORD_SCHEMA.names}
     offsets, timestamps, timestamp_types = columns["offset"], columns["timestamp"], columns["timestamp_type"]
     keys, values, headers = columns["key"], columns["value"], columns["headers"]
@@ -401,6 +606,11 @@ def decode_reference(
         columns["is_control"],
         columns["batch_base_offset"],
     )
+    key_bytes, value_bytes = projection.key_bytes, projection.value_bytes
+
+    def cut(data: bytes | None, n: int) -> bytes | None:
+        return data if data is None or n < 0 else data[:n]
+
     rows = 0
     try:
         for _, batch in records.iter_batches(_as_view(data), file=file):
@@ -418,9 +628,11 @@ def decode_reference(
                 batch.is_control_batch,
                 batch.base_offset,
             )
-            if batch.magic == 2 and batch.record_count == 0:
+            if batch.magic == 2 and (
+                batch.record_count == 0 or (batch.is_control_batch and not projection.control)
+            ):
                 # As Kafka's DefaultRecordBatch.iterator(), an empty batch's payload is never read; an
-                # unknown codec id is still corruption.
+                # unknown codec id is still corruption. A control batch left out is not read either.
                 _ = batch.compression_type
                 continue
             for record in batch.records():
@@ -428,8 +640,8 @@ def decode_reference(
                     break
                 offsets.append(record.offset)
                 timestamps.append(record.timestamp)
-                keys.append(record.key)
-                values.append(record.value)
+                keys.append(cut(record.key, key_bytes))
+                values.append(cut(record.value, value_bytes))
                 headers.append([{"key": _header_key(h.key), "value": h.value} for h in record.headers])
                 (ts_type, epoch, producer_id, producer_epoch, sequence, txn, ctrl, base) = batch_fields
                 timestamp_types.append(ts_type)
@@ -445,4 +657,4 @@ def decode_reference(
         if not base_position:
             raise
         raise exc.with_location(file=file, position_offset=base_position) from exc
-    return pa.RecordBatch.from_pydict(columns, schema=RECORD_SCHEMA)
+    return pa.RecordBatch.from_pydict({name: columns[name] for name in schema.names}, schema=schema)

@@ -9,13 +9,14 @@ checked while it streams, reading the data once.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .codecs import CompressionType
 from .entry_file import parse_segment_name
 from .errors import CorruptRecordError
+from .index_check import SegmentIndexChecker
 from .offset_index import OffsetIndex
 from .records import (
     HEADER_PREFIX,
@@ -89,6 +90,10 @@ class SegmentVerifier:
     Batches wholly inside a fed chunk are checked in place (no copy); only a batch straddling two chunks
     is gathered in a side buffer, so memory stays at one batch plus the caller's chunk and the cost is
     one pass over the bytes however the feed is cut.
+
+    ``indexes`` (a :class:`~segment_format.index_check.SegmentIndexChecker`) checks the segment's offset and
+    time indexes against the batches as they pass; ``on_batch`` is called with every batch once it has
+    been checked (its bytes may be a view of the fed chunk: do not keep it).
     """
 
     def __init__(
@@ -102,8 +107,12 @@ class SegmentVerifier:
         total_size: int | None = None,
         exact_end_offset: bool = True,
         region_size: int | None = None,
+        indexes: SegmentIndexChecker | None = None,
+        on_batch: Callable[[AnyRecordBatch], None] | None = None,
     ) -> None:
         self.file = file
+        self.indexes = indexes
+        self.on_batch = on_batch
         self.total_size = total_size
         self.base_offset = base_offset
         self.lower = expected_start_offset if expected_start_offset is not None else base_offset
@@ -268,6 +277,10 @@ class SegmentVerifier:
             self._control = True
         if self.region_size is not None and codec is not CompressionType.NONE:
             self._count_compressed(pos, pos + batch.size_in_bytes)
+        if self.indexes is not None:
+            self.indexes.batch(pos, base, last, max_ts)
+        if self.on_batch is not None:
+            self.on_batch(batch)
 
     def _count_compressed(self, start: int, end: int) -> None:
         size, counts = self.region_size, self.compressed_bytes_per_region
@@ -311,6 +324,8 @@ class SegmentVerifier:
                 file=self.file,
                 position=self._buf_pos,
             )
+        if self.indexes is not None:
+            self.indexes.finish(self._buf_pos)
         return SegmentSummary(
             base_offset=base,
             last_offset=last,
@@ -382,8 +397,24 @@ class LogSegment:
         expected_end_offset: int | None = None,
         *,
         deep: bool = False,
+        check_indexes: bool = False,
     ) -> SegmentSummary:
-        """Verify the whole file (see :class:`SegmentVerifier`); CorruptRecordError names file and byte."""
+        """Verify the whole file (see :class:`SegmentVerifier`); CorruptRecordError names file and byte.
+
+        ``check_indexes`` also checks the sibling ``.index`` and ``.timeindex`` (those present) against the
+        batches (:class:`~segment_format.index_check.SegmentIndexChecker`).
+        """
+        indexes = None
+        if check_indexes:
+            paths = {"offset": self.offset_index_path, "time": self.time_index_path}
+            present = {k: p for k, p in paths.items() if p.exists()}
+            indexes = SegmentIndexChecker(
+                self.base_offset,
+                offset_index=present["offset"].read_bytes() if "offset" in present else None,
+                time_index=present["time"].read_bytes() if "time" in present else None,
+                offset_index_file=str(paths["offset"]),
+                time_index_file=str(paths["time"]),
+            )
         verifier = SegmentVerifier(
             file=str(self.path),
             base_offset=self.base_offset,
@@ -391,6 +422,7 @@ class LogSegment:
             expected_end_offset=expected_end_offset,
             deep=deep,
             total_size=self.size_in_bytes,
+            indexes=indexes,
         )
         with open(self.path, "rb") as fh:
             while chunk := fh.read(READ_CHUNK):

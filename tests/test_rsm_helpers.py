@@ -1,8 +1,9 @@
 """Helpers for the rsm tests: real Kafka segments written by an independent writer (kafka-python).
 
 kafka-python's `DefaultRecordBatchBuilder` writes magic-2 batches exactly as the Java client does (CRC-32C,
-varints, gzip), so segments made here are genuine input for the RSM. Index files are arbitrary bytes: the
-RSM stores and returns them without parsing.
+varints, gzip), so segments made here are genuine input for the RSM. The offset and time indexes are the ones Kafka
+would write for them (`segment_format.indexes`: the copy checks them against the batches); the other
+companion files are arbitrary bytes, stored and returned without parsing.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from rsm import (
     TopicIdPartition,
 )
 from rsm.keyring import generate_key
+from segment_format.indexes import build_indexes
 
 GZIP = 1
 
@@ -98,8 +100,9 @@ def make_segment(
     stem = f"{base_offset:020d}"
     log = directory / f"{stem}.log"
     last, size = build_segment(log, base_offset=base_offset, **kwargs)  # type: ignore[arg-type]
-    (directory / f"{stem}.index").write_bytes(os.urandom(8 * 13))
-    (directory / f"{stem}.timeindex").write_bytes(os.urandom(12 * 7))
+    offset_index, time_index = build_indexes(log, base_offset, index_interval_bytes=1024)
+    (directory / f"{stem}.index").write_bytes(offset_index)
+    (directory / f"{stem}.timeindex").write_bytes(time_index)
     (directory / f"{stem}.snapshot").write_bytes(os.urandom(10 + 46 * 2))
     txn = None
     if with_txn:

@@ -33,6 +33,7 @@ from rsm.manifest import Manifest, ManifestError
 from rsm.metadata import uuid_from_base64, uuid_to_base64
 from rsm.transform import PieceKind, SegmentCipher, TransformError, decode_piece, encode_piece
 from rsm.validation import SegmentIntegrityVerifier
+from segment_format.indexes import build_indexes
 
 FIXTURES = fixture_path("public", "segments") if SEGMENTS.exists() or os.environ.get("CI") else SEGMENTS
 
@@ -291,6 +292,9 @@ def test_real_snappy_and_gzip_segments_round_trip(tmp_path: Path) -> None:
             tip = TopicIdPartition(uuid.uuid4(), f"real{n}", 0)
             seg = make_segment(tmp_path / f"s{n}", tip, batches=1)
             seg.data.log_segment.write_bytes(raw)
+            offset_index, time_index = build_indexes(raw, base)  # the indexes of this log, not the helper's
+            seg.data.offset_index.write_bytes(offset_index)
+            seg.data.time_index.write_bytes(time_index)
             md = RemoteLogSegmentMetadata(
                 RemoteLogSegmentId(tip, uuid.uuid4()), base, _last_offset(raw), 0, 0, 0, len(raw), {0: base}
             )

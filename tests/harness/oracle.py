@@ -12,6 +12,7 @@ validation. One JVM serves all calls (a JVM per call costs about half a second).
 from __future__ import annotations
 
 import atexit
+import base64
 import contextlib
 import enum
 import json
@@ -50,6 +51,18 @@ class OracleError(RuntimeError):
 def segment_name(base_offset: int, suffix: str) -> str:
     """Kafka's file name for a segment file: 20-digit zero-padded base offset + suffix."""
     return f"{base_offset:020d}{suffix}"
+
+
+def _b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode()
+
+
+def _content(record: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "key": _b64(record.get("key")),
+        "value": _b64(record.get("value")),
+        "headers": [{"key": k, "value": _b64(v)} for k, v in record.get("headers", ())],
+    }
 
 
 class JavaOracle:
@@ -192,6 +205,7 @@ class JavaOracle:
         magic: int = 2,
         base_offset: int = 0,
         open_transaction: bool = False,
+        contents: list[dict[str, Any]] | None = None,
     ) -> Path:
         """Write a closed segment with Kafka's code into ``out_dir``; return the ``.log`` path.
 
@@ -201,6 +215,10 @@ class JavaOracle:
         data records; with ``transactional`` COMMIT/ABORT control records come on top, and with
         ``open_transaction`` too, the last transaction (2 more records) is left without its marker
         (records marked ``ongoing`` in expected.json; the snapshot keeps its first offset).
+
+        ``contents`` gives the data records to write, in order, instead of generated ones (magic 2):
+        ``[{"key": bytes | None, "value": bytes | None, "headers": [(key, bytes | None), ...]}]``;
+        ``records`` is then their number. Batching, producers, transactions and timestamps are as usual.
         """
         try:
             codec = Codec(codec)
@@ -208,6 +226,16 @@ class JavaOracle:
             raise ValueError(f"unknown codec {codec!r}: one of {[c.value for c in Codec]}") from exc
         if magic not in (0, 1, 2):
             raise ValueError(f"magic must be 0, 1 or 2, not {magic}")
+        extra: tuple[str, ...] = ()
+        if contents is not None:
+            if magic != 2:
+                raise ValueError("contents need magic 2")
+            out_dir = Path(out_dir)
+            out_dir.mkdir(parents=True, exist_ok=True)
+            spec = out_dir / "contents.json"
+            spec.write_text(json.dumps([_content(c) for c in contents]))
+            extra = ("--contents", str(spec.resolve()))
+            records = len(contents)
         result = self._run(
             "write-segment",
             "--out", str(Path(out_dir).resolve()),
@@ -220,6 +248,7 @@ class JavaOracle:
             "--magic", str(magic),
             "--base-offset", str(base_offset),
             "--open-transaction", "true" if open_transaction else "false",
+            *extra,
         )  # fmt: skip
         return Path(result["log"])
 

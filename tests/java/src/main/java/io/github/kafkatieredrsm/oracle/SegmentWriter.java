@@ -67,7 +67,10 @@ final class SegmentWriter {
         final byte magic;
         final long baseOffset;
         final boolean openTransaction;
+        /** Records to write instead of generated ones (--contents FILE): [{key, value, headers}], base64. */
+        final List<Map<String, Object>> contents;
 
+        @SuppressWarnings("unchecked")
         Params(Map<String, String> o) throws OracleException {
             if (!o.containsKey("out")) {
                 throw new OracleException("write-segment needs --out DIR");
@@ -78,7 +81,17 @@ final class SegmentWriter {
             } catch (IllegalArgumentException e) {
                 throw new OracleException("unknown codec " + o.get("codec") + ": " + e.getMessage());
             }
-            records = Integer.parseInt(o.getOrDefault("records", "500"));
+            if (o.containsKey("contents")) {
+                try {
+                    contents = Oracle.MAPPER.readValue(Path.of(o.get("contents")).toFile(), List.class);
+                } catch (IOException e) {
+                    throw new OracleException("cannot read --contents " + o.get("contents") + ": " + e.getMessage());
+                }
+                records = contents.size();
+            } else {
+                contents = null;
+                records = Integer.parseInt(o.getOrDefault("records", "500"));
+            }
             valueSize = Integer.parseInt(o.getOrDefault("value-size", "100"));
             transactional = Boolean.parseBoolean(o.getOrDefault("transactional", "false"));
             indexIntervalBytes = Integer.parseInt(o.getOrDefault("index-interval-bytes", "4096"));
@@ -469,8 +482,28 @@ final class SegmentWriter {
         return clock;
     }
 
+    private int nextContent;
+
+    private static byte[] unb64(Object value) {
+        return value == null ? null : Base64.getDecoder().decode((String) value);
+    }
+
+    @SuppressWarnings("unchecked")
     private List<PlannedRecord> planRecords(int n, boolean withHeaders) {
         List<PlannedRecord> out = new ArrayList<>();
+        if (p.contents != null) {
+            // the caller's records in order (headers whatever withHeaders says); timestamps still tick
+            for (int i = 0; i < n && nextContent < p.contents.size(); i++) {
+                Map<String, Object> c = p.contents.get(nextContent++);
+                List<Map<String, Object>> hs = (List<Map<String, Object>>) c.getOrDefault("headers", List.of());
+                Header[] headers = new Header[hs.size()];
+                for (int h = 0; h < hs.size(); h++) {
+                    headers[h] = new RecordHeader((String) hs.get(h).get("key"), unb64(hs.get(h).get("value")));
+                }
+                out.add(new PlannedRecord(tick(), unb64(c.get("key")), unb64(c.get("value")), headers));
+            }
+            return out;
+        }
         for (int i = 0; i < n; i++) {
             long timestamp = p.magic == 0 ? RecordBatch.NO_TIMESTAMP : tick();
             byte[] key = rnd.nextInt(5) == 0 ? null : ("key-" + rnd.nextInt(1000)).getBytes(StandardCharsets.UTF_8);
