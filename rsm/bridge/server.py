@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import fcntl
 import importlib
 import logging
 import os
@@ -18,17 +17,23 @@ import select
 import signal
 import socket
 import stat
-import sys
-import termios
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from rsm.bridge import protocol, shm
+from rsm.bridge.listener import check_socket_path
+from rsm.bridge.memory import (
+    DEFAULT_ARENA_BLOCK_BYTES,
+    DEFAULT_MMAP_THRESHOLD_BYTES,
+    default_arena_blocks,
+    tune_allocator,
+)
 from rsm.bridge.permits import WorkPermits, default_permits
+from rsm.bridge.properties import load_properties, mask_configs, split_rsm_configs
 from rsm.bridge.protocol import (
     DEFAULT_DATA_FRAME_BYTES,
     MAX_DATA_FRAME_BYTES,
@@ -40,157 +45,33 @@ from rsm.bridge.protocol import (
     Op,
     ProtocolError,
 )
+from rsm.bridge.sinks import PieceReader, ShmSink, Sink, SocketSink, parse_stop_after
 from rsm.errors import RemoteStorageException
 from rsm.storage import ObjectStore
-from segment_format.buffers import copy_into
 
 log = logging.getLogger(__name__)
 
-RSM_CONFIG_PREFIX = "rsm.config."
-BRIDGE_KEY_PREFIX = "bridge."  # keys for the plugin/bridge themselves, not passed to the RSM
+# re-exported: the CLI, benchmarks and tests import these from here
+__all__ = [
+    "DEFAULT_MMAP_THRESHOLD_BYTES",
+    "BridgeServer",
+    "RequestContext",
+    "check_socket_path",
+    "default_arena_blocks",
+    "load_properties",
+    "mask_configs",
+    "serve",
+    "split_rsm_configs",
+    "tune_allocator",
+]
+
 SERVER_NAME = "rsm-bridge-python/0.1.0"
-_SENSITIVE_MARKERS = ("password", "secret", "token", "credential", "access.key", "session", "private")
-_UNIX_PATH_MAX = 107
 SMALL_FRAMES_UNTIL = 1024 * 1024
 DEFAULT_INITIAL_FRAME_BYTES = 256 * 1024
-DRAIN_POLL_S = 0.0002
-DRAIN_POLL_MAX_S = 0.004
 CANCEL_GRACE_S = 0.001
-# glibc mmap threshold for the bridge process (see tune_allocator); glibc caps it at 32 MiB on 64-bit
-DEFAULT_MMAP_THRESHOLD_BYTES = 32 * 1024 * 1024
-DEFAULT_ARENA_BLOCK_BYTES = 4 * 1024 * 1024
-KAFKA_READER_THREADS = 10  # remote.log.reader.threads' default: remote fetches open at once
-# the default arena's cap (its pages are reserved up front); a bigger chunk cache keeps the rest on the heap
-ARENA_MAX_BYTES = 256 * 1024 * 1024
 DEFAULT_SEND_BUFFER_BYTES = 1024 * 1024  # the first MiB of a fetch goes out without waiting for the reader
 
 Handler = Callable[["RequestContext"], "dict[str, Any] | None"]
-
-
-# ------------------------------------------------------------------------------------ configuration
-
-
-def load_properties(path: Path) -> dict[str, str]:
-    """Parse a Java properties file (the broker's server.properties) into a dict.
-
-    Handles comments (# and !), `key=value`, `key: value` and `key value`, trailing-backslash line
-    continuations and the common escapes; enough for broker configs, which are simple.
-    """
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ValueError(f"cannot read properties file {path}: {exc.strerror}") from None
-    props: dict[str, str] = {}
-    logical: list[str] = []
-    pending = ""
-    for raw in text.splitlines():
-        line = raw.lstrip() if not pending else raw.lstrip()
-        if not pending and (not line or line[0] in "#!"):
-            continue
-        backslashes = len(line) - len(line.rstrip("\\"))
-        if backslashes % 2 == 1:
-            pending += line[:-1]
-            continue
-        logical.append(pending + line)
-        pending = ""
-    if pending:
-        logical.append(pending)
-    for line in logical:
-        key, value = _split_property(line)
-        props[_unescape(key)] = _unescape(value)
-    return props
-
-
-def _split_property(line: str) -> tuple[str, str]:
-    i = 0
-    while i < len(line):
-        ch = line[i]
-        if ch == "\\":
-            i += 2
-            continue
-        if ch in "=: \t":
-            break
-        i += 1
-    key = line[:i]
-    rest = line[i:].lstrip(" \t")
-    if rest[:1] in ("=", ":") and (i >= len(line) or line[i] in " \t=:"):
-        rest = rest[1:].lstrip(" \t")
-    return key, rest
-
-
-def _unescape(text: str) -> str:
-    if "\\" not in text:
-        return text
-    out: list[str] = []
-    i = 0
-    mapping = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
-    while i < len(text):
-        ch = text[i]
-        if ch == "\\" and i + 1 < len(text):
-            nxt = text[i + 1]
-            if nxt == "u" and i + 5 < len(text) + 0:
-                with contextlib.suppress(ValueError):
-                    out.append(chr(int(text[i + 2 : i + 6], 16)))
-                    i += 6
-                    continue
-            out.append(mapping.get(nxt, nxt))
-            i += 2
-            continue
-        out.append(ch)
-        i += 1
-    return "".join(out)
-
-
-def split_rsm_configs(props: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
-    """Broker properties -> (configs for RemoteStorageManager.configure, bridge.* settings).
-
-    Kafka strips `rsm.config.` before calling configure(); the bridge does the same, and keeps the
-    `bridge.*` keys (socket path, command, pool size, ...) for itself.
-    """
-    rsm_configs: dict[str, str] = {}
-    bridge_settings: dict[str, str] = {}
-    for key, value in props.items():
-        if not key.startswith(RSM_CONFIG_PREFIX):
-            continue
-        stripped = key[len(RSM_CONFIG_PREFIX) :]
-        if stripped.startswith(BRIDGE_KEY_PREFIX):
-            bridge_settings[stripped] = value
-        else:
-            rsm_configs[stripped] = value
-    return rsm_configs, bridge_settings
-
-
-def mask_configs(configs: Mapping[str, str]) -> dict[str, str]:
-    """Configs with sensitive values replaced, safe for logs and the configure_info answer."""
-    return {
-        k: ("[hidden]" if any(m in k.lower() for m in _SENSITIVE_MARKERS) else v) for k, v in configs.items()
-    }
-
-
-def check_socket_path(path: Path) -> None:
-    """Refuse a socket path whose directory others could tamper with, or that cannot be bound.
-
-    The socket is the bridge's only access control: anyone who can connect can read every tiered
-    segment.  So its directory must belong to us (or root) and must not be writable by others unless
-    it has the sticky bit (like /tmp), or another user could swap the socket for their own.
-    """
-    path = Path(path)
-    if len(os.fsencode(str(path))) > _UNIX_PATH_MAX:
-        raise ValueError(f"socket path {path} is longer than {_UNIX_PATH_MAX} bytes (Unix socket limit)")
-    parent = path.parent if path.parent != Path("") else Path(".")
-    try:
-        st = parent.stat()
-    except OSError as exc:
-        raise ValueError(f"socket directory {parent} is not usable: {exc.strerror}") from None
-    if not stat.S_ISDIR(st.st_mode):
-        raise ValueError(f"socket directory {parent} is not a directory")
-    if st.st_uid not in (os.getuid(), 0):
-        raise ValueError(f"socket directory {parent} belongs to uid {st.st_uid}, not to us ({os.getuid()})")
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
-        raise ValueError(
-            f"socket directory {parent} is writable by group/others without the sticky bit "
-            f"(mode {stat.S_IMODE(st.st_mode):o}); use a private directory"
-        )
 
 
 # ------------------------------------------------------------------------------------------- server
@@ -649,7 +530,7 @@ class BridgeServer:
     def _stream(self, conn: _Connection, frame: protocol.Frame) -> None:
         """Answer a fetch with pieces of the stream then END; an error ends it with ERROR instead.
 
-        One driver for both transports (``_SocketSink``: DATA frames; ``_ShmSink``: ring slots announced
+        One driver for both transports (``SocketSink``: DATA frames; ``ShmSink``: ring slots announced
         by SHM_DATA). The first piece is read before anything is sent, so a missing segment is an ERROR
         frame the client sees at call time. Kafka reads its fetch size (1 MiB by default) from a random
         position and closes, so a reader that is done should cost no storage read or copy beyond what it
@@ -668,18 +549,18 @@ class BridgeServer:
         op = frame.header.get("op")
         ring = conn.ring if frame.header.get("transport") == protocol.CAP_SHM else None
         arena = self.arena if ring is not None and frame.header.get("arena") is True else None
-        sink: _Sink = (
-            _ShmSink(self, conn, rid, ring, arena) if ring is not None else _SocketSink(self, conn, rid)
+        sink: Sink = (
+            ShmSink(self, conn, rid, ring, arena) if ring is not None else SocketSink(self, conn, rid)
         )
         sent = 0
         stopped = False
         stream = None
         try:
             try:
-                stop_after = _stop_after(frame.header)
+                stop_after = parse_stop_after(frame.header)
                 mark = stop_after or SMALL_FRAMES_UNTIL
                 stream = self._open_stream(frame.header)
-                pieces = _PieceReader(stream, conn)
+                pieces = PieceReader(stream, conn)
                 data = pieces.read(sink.piece_bytes(0, mark))
             except Exception as exc:  # noqa: BLE001 - mapped to an ERROR frame
                 self._report_failure(conn, rid, op, exc)
@@ -766,275 +647,6 @@ class BridgeServer:
             conn.pieces.popleft()
 
 
-class _Sink:
-    """Where a stream's pieces go: the transport half of ``BridgeServer._stream``."""
-
-    def __init__(self, server: BridgeServer, conn: _Connection, rid: int) -> None:
-        self.server = server
-        self.conn = conn
-        self.rid = rid
-
-    def piece_bytes(self, sent: int, mark: int) -> int:
-        """Size of the next piece after ``sent`` bytes: pieces end exactly at ``mark`` (the fetch size)."""
-        first, full = self.first_piece_bytes(), self.full_piece_bytes()
-        return min(first, mark - sent) if sent < mark else full
-
-    def first_piece_bytes(self) -> int:
-        raise NotImplementedError
-
-    def full_piece_bytes(self) -> int:
-        raise NotImplementedError
-
-    def parts(self, data: list[memoryview]) -> list[_Part]:
-        """The piece as the transport carries it: itself, or split into parts that fit its units."""
-        return [_Part(data, None)]
-
-    def await_room(self, part: _Part) -> bool:
-        """Block until ``part`` may be delivered; False when the server is stopping."""
-        raise NotImplementedError
-
-    def deliver(self, part: _Part, trailer: bytes = b"") -> int:
-        """Hand one piece to the client, then the ``trailer`` frame in the same write; returns its size."""
-        raise NotImplementedError
-
-    def await_taken(self, grace_s: float) -> None:
-        """Wait until the client has taken everything delivered, then ``grace_s`` for its CANCEL."""
-        raise NotImplementedError
-
-
-class _SocketSink(_Sink):
-    """DATA frames: a blocking ``sendmsg`` is the flow control (read-ahead = the socket buffer)."""
-
-    def __init__(self, server: BridgeServer, conn: _Connection, rid: int) -> None:
-        super().__init__(server, conn, rid)
-        self._prefix = bytearray(protocol.PREFIX_SIZE)
-
-    def first_piece_bytes(self) -> int:
-        return self.server.initial_frame_bytes
-
-    def full_piece_bytes(self) -> int:
-        return self.server.frame_bytes
-
-    def await_room(self, part: _Part) -> bool:
-        return True
-
-    def deliver(self, part: _Part, trailer: bytes = b"") -> int:
-        data = part.views
-        n = sum(len(v) for v in data)
-        protocol.PREFIX.pack_into(self._prefix, 0, protocol.data_frame_length(n), FrameType.DATA, self.rid, 0)
-        # a client whose socket buffer is full holds the send up: its permit goes to other streams meanwhile
-        protocol.send_views(
-            self.conn.sock, [self._prefix, *data, trailer], on_block=self.server.permits.waiting
-        )
-        return n
-
-    def await_taken(self, grace_s: float) -> None:
-        """``SIOCOUTQ`` = 0: no event says "the peer read", so poll, backing off (a slow reader costs few
-        wake-ups); a client that drained gets ``grace_s`` to send its CANCEL."""
-        server, conn = self.server, self.conn
-        fd = conn.sock.fileno()
-        out = bytearray(4)
-        poll = DRAIN_POLL_S
-        while not server._stopping.is_set():
-            fcntl.ioctl(fd, termios.TIOCOUTQ, out)  # bytes sent that the client has not read yet
-            drained = not int.from_bytes(out, sys.byteorder)
-            if drained and not grace_s:
-                return
-            if server._next_frame_within(conn, grace_s if drained else poll):
-                server._check_cancel(conn, self.rid)
-            elif drained:
-                return
-            poll = min(poll * 2, DRAIN_POLL_MAX_S)
-
-
-class _ShmSink(_Sink):
-    """Ring slots: each piece is copied once into the next free slot and announced by SHM_DATA.
-
-    The first MiB goes as one piece when a slot holds it (one copy, one announcement, one release per
-    Kafka fetch); read-ahead is bounded by the ring, since a slot is written only once released.
-    """
-
-    def __init__(
-        self,
-        server: BridgeServer,
-        conn: _Connection,
-        rid: int,
-        ring: shm.ShmRing,
-        arena: shm.ChunkArena | None,
-    ) -> None:
-        super().__init__(server, conn, rid)
-        self.ring = ring
-        self.arena = arena
-        self._announce = bytearray(protocol.PREFIX_SIZE + protocol.SHM_DATA_PAYLOAD.size)
-        protocol.PREFIX.pack_into(
-            self._announce,
-            0,
-            protocol.data_frame_length(protocol.SHM_DATA_PAYLOAD.size),
-            FrameType.SHM_DATA,
-            rid,
-            0,
-        )
-
-    def first_piece_bytes(self) -> int:
-        return self.ring.slot_bytes
-
-    def full_piece_bytes(self) -> int:
-        # a piece in the arena is announced where it lies, whatever its size: past the first, a streaming
-        # reader gets a chunk per frame (one announcement, one release per chunk instead of per MiB)
-        return self.arena.block_bytes if self.arena is not None else self.ring.slot_bytes
-
-    def parts(self, data: list[memoryview]) -> list[_Part]:
-        arena = self.arena
-        if arena is not None and len(data) <= self.ring.slots:
-            offsets = [arena.locate(v) for v in data]
-            if None not in offsets:
-                return [_Part(data, offsets)]  # type: ignore[arg-type]
-        # copied into ring slots: one slot per part
-        return [_Part(p, None) for p in _split_views(data, self.ring.slot_bytes)]
-
-    def _units(self, n: int) -> int:
-        """Ring slots' worth of read-ahead an announced piece of ``n`` bytes counts for (at most the ring)."""
-        return min(self.ring.slots, max(1, -(-n // self.ring.slot_bytes)))
-
-    def _room(self) -> int:
-        """Slots' worth of read-ahead still allowed: the ring's size bounds what is announced and unreleased,
-        in bytes as well as in pieces, so chunk-sized arena pieces pin no more blocks than 1 MiB ones."""
-        return self.ring.slots - sum(units for units, _ in self.conn.pieces)
-
-    def _await_free(self, free: int) -> None:
-        """Block until at least ``free`` slots are released (or the server stops), reading RELEASE/CANCEL."""
-        server, conn = self.server, self.conn
-        while self._room() < free and not server._stopping.is_set():
-            if server._next_frame_within(conn, 0.2):
-                server._check_cancel(conn, self.rid)
-
-    def await_room(self, part: _Part) -> bool:
-        # an arena piece counts for its size in slots (one announcement per view: it may span two chunks)
-        views = part.views
-        need = 1 if part.offsets is None else min(sum(self._units(len(v)) for v in views), self.ring.slots)
-        if self._room() < need:
-            self._await_free(need)
-        return self._room() >= need
-
-    def deliver(self, part: _Part, trailer: bytes = b"") -> int:
-        data = part.views
-        if part.offsets is not None:
-            return self._announce_in_arena(data, part.offsets, trailer)
-        ring = self.ring
-        slot = ring.next_slot
-        n = copy_into(ring.slot_view(slot), data)  # GIL released: other streams run meanwhile
-        ring.next_slot = (slot + 1) % ring.slots
-        protocol.SHM_DATA_PAYLOAD.pack_into(self._announce, protocol.PREFIX_SIZE, slot, n)
-        self.conn.pieces.append((1, None))
-        self.conn.sock.sendall(self._announce + trailer if trailer else self._announce)
-        with self.server._counters_lock:  # per piece: health shows a stream in progress too
-            self.server._shm_bytes_streamed += n
-        return n
-
-    def _announce_in_arena(self, data: list[memoryview], offsets: list[int], trailer: bytes) -> int:
-        """No copy: one ARENA_DATA per view (offset, length); the views pin their blocks until released."""
-        frames = bytearray()
-        for v, offset in zip(data, offsets, strict=True):
-            frames += protocol.PREFIX.pack(
-                protocol.data_frame_length(protocol.ARENA_DATA_PAYLOAD.size),
-                FrameType.ARENA_DATA,
-                self.rid,
-                0,
-            )
-            frames += protocol.ARENA_DATA_PAYLOAD.pack(offset, len(v))
-            self.conn.pieces.append((self._units(len(v)), [v]))
-        self.conn.sock.sendall(frames + trailer)
-        n = sum(len(v) for v in data)
-        with self.server._counters_lock:
-            self.server._shm_bytes_streamed += n
-            self.server._arena_bytes_streamed += n
-        return n
-
-    def await_taken(self, grace_s: float) -> None:
-        server, conn = self.server, self.conn
-        self._await_free(self.ring.slots)
-        # the client releases its last slot and cancels in one write: usually both are buffered already
-        if grace_s and not server._stopping.is_set() and server._next_frame_within(conn, grace_s):
-            server._poll_cancel(conn, self.rid)
-
-
-class _Part(NamedTuple):
-    """What one announcement (or one socket frame) carries: views, and their arena offsets when the
-    piece lies in the chunk arena (None: it is copied into a ring slot, or sent on the socket)."""
-
-    views: list[memoryview]
-    offsets: list[int] | None
-
-
-def _split_views(data: list[memoryview], limit: int) -> list[list[memoryview]]:
-    """``data`` cut into consecutive parts of at most ``limit`` bytes each (views, no copy)."""
-    parts: list[list[memoryview]] = []
-    part: list[memoryview] = []
-    room = limit
-    for view in data:
-        while len(view):
-            take = view[:room]
-            part.append(take)
-            view = view[len(take) :]
-            room -= len(take)
-            if not room:
-                parts.append(part)
-                part, room = [], limit
-    if part:
-        parts.append(part)
-    return parts
-
-
-def _stop_after(header: Mapping[str, Any]) -> int | None:
-    """The request's ``stop_after`` (answer at most that many bytes, then END "more"), or None."""
-    value = header.get("stop_after")
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"stop_after: expected a positive integer, got {value!r}")
-    return value
-
-
-class _PieceReader:
-    """The next frame's payload from an RSM stream, as a list of buffers ready for ``sendmsg``.
-
-    A stream with ``read_view`` (the RSM's segment streams) lends views of its decoded chunks: no copy.
-    Any other stream is read with ``readinto`` into one reusable buffer per connection (safe: sendmsg
-    has copied it into the kernel before the next read).
-    """
-
-    def __init__(self, stream: Any, conn: _Connection) -> None:
-        self._view = getattr(stream, "read_view", None)
-        self._stream = stream
-        self._conn = conn
-
-    def read(self, size: int) -> list[memoryview]:
-        """Up to ``size`` bytes (empty only at the end)."""
-        if self._view is not None:
-            views: list[memoryview] = []
-            got = 0
-            while got < size:
-                v = self._view(size - got)
-                if not v:
-                    break
-                views.append(v)
-                got += len(v)
-            return views
-        buf = self._conn.buffer
-        if buf is None or len(buf) < size:
-            buf = self._conn.buffer = bytearray(size)
-        view = memoryview(buf)[:size]
-        got = 0
-        while got < size:
-            n = self._stream.readinto(view[got:])
-            if n is None:  # a non-blocking raw stream with nothing yet: try again
-                continue
-            if not n:
-                break
-            got += n
-        return [view[:got]] if got else []
-
-
 def _store_bytes_read(rsm: Any) -> int | None:
     """Bytes the RSM has read from its object store (None if it does not count): the benchmark compares
     storage reads per byte delivered through the bridge and in process."""
@@ -1043,42 +655,6 @@ def _store_bytes_read(rsm: Any) -> int | None:
         return int(stats.snapshot()["bytes_read"]) if stats is not None else None
     except Exception:  # noqa: BLE001 - a diagnostic only
         return None
-
-
-def default_arena_blocks(cache_bytes: int, block_bytes: int, prefetch: int, read_ahead_bytes: int) -> int:
-    """How many chunk blocks the default arena has: the chunk cache's, plus what Kafka's remote readers
-    may hold at once - each its stream's current chunk, its prefetches, and the chunks its read-ahead
-    (a ring's worth of announced, unreleased pieces) spans - at most ``ARENA_MAX_BYTES``.
-
-    Why that many: when every block is taken a chunk is decoded on the heap and copied into a ring slot
-    instead (measured: with 16 spare blocks, ten streaming readers sent 41% of their bytes that way).
-    """
-    per_reader = 1 + prefetch + -(-read_ahead_bytes // block_bytes) + 1  # + 1: read-ahead straddling two
-    wanted = cache_bytes // block_bytes + KAFKA_READER_THREADS * per_reader
-    return max(1, min(wanted, ARENA_MAX_BYTES // block_bytes))
-
-
-def tune_allocator(mmap_threshold: int = DEFAULT_MMAP_THRESHOLD_BYTES) -> bool:
-    """Keep large buffers (decoded chunks, several MiB each) in glibc's heap instead of fresh mmaps.
-
-    Why: every chunk a fetch decodes allocates a few buffers of the chunk size; above glibc's mmap
-    threshold each is a new mapping, page-faulted in and unmapped again, and those faults cost more CPU
-    than the decryption and decompression themselves (measured: a cold compressed+encrypted 1 MiB
-    fetch took about 4x the CPU). With a higher threshold (and trim threshold) freed chunks are reused.
-    Returns False where it does not apply (not glibc, or ``mmap_threshold`` <= 0).
-    """
-    if mmap_threshold <= 0 or not sys.platform.startswith("linux"):
-        return False
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None)
-        m_trim_threshold, m_mmap_threshold = -1, -3  # glibc's mallopt parameter numbers
-        return bool(libc.mallopt(m_mmap_threshold, mmap_threshold)) and bool(
-            libc.mallopt(m_trim_threshold, 4 * mmap_threshold)
-        )
-    except (OSError, AttributeError):
-        return False
 
 
 def _load_class(spec: str) -> type:
