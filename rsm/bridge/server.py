@@ -16,7 +16,6 @@ import os
 import select
 import signal
 import socket
-import stat
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -24,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rsm.bridge import protocol, shm
+from rsm.bridge import listener, protocol, shm
 from rsm.bridge.listener import check_socket_path
 from rsm.bridge.memory import (
     DEFAULT_ARENA_BLOCK_BYTES,
@@ -166,6 +165,7 @@ class BridgeServer:
         }
         self._handlers.update(handlers or {})
         self._listener: socket.socket | None = None
+        self._socket_inode: int | None = None  # of the socket file this bridge published
         # streams working at once (see permits.py): None = one more than the cores, 0 = no limit
         self.permits = WorkPermits(default_permits() if fetch_permits is None else fetch_permits)
         store = None
@@ -197,17 +197,10 @@ class BridgeServer:
         return sorted({*self._handlers, Op.FETCH_LOG_SEGMENT, Op.FETCH_INDEX})
 
     def bind(self) -> None:
-        """Create the listening socket, owner-only from the first instant (umask), stale file removed."""
+        """Set up shared memory, then listen: the socket's name appears only once the bridge listens
+        (see listener.py), owner-only from the first instant, a stale socket replaced."""
         check_socket_path(self.socket_path)
-        if self.socket_path.exists() or self.socket_path.is_symlink():
-            self._remove_stale_socket()
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old_umask = os.umask(0o177)
-        try:
-            listener.bind(str(self.socket_path))
-        finally:
-            os.umask(old_umask)
-        os.chmod(self.socket_path, 0o600)
+        listener.refuse_live_socket(self.socket_path)  # a second bridge fails before any work
         if self.shm_enabled:
             try:
                 shm.ensure_private_dir(self.shm_dir)
@@ -217,9 +210,14 @@ class BridgeServer:
                 self.shm_enabled = False
             else:
                 self._create_arena()
-        listener.listen(128)
-        listener.settimeout(0.2)
-        self._listener = listener
+        try:
+            sock, self._socket_inode = listener.open_listener(self.socket_path, backlog=128)
+        except BaseException:
+            if self.arena is not None:
+                self.arena.unlink()
+            raise
+        sock.settimeout(0.2)
+        self._listener = sock
         log.info("bridge listening on %s (pid %d)", self.socket_path, os.getpid())
 
     def _create_arena(self) -> None:
@@ -242,25 +240,6 @@ class BridgeServer:
             return
         set_allocator(self.arena.allocate)
         log.info("chunk arena: %d blocks of %d bytes", blocks, block_bytes)
-
-    def _remove_stale_socket(self) -> None:
-        path = self.socket_path
-        st = path.lstat()
-        if not stat.S_ISSOCK(st.st_mode):
-            raise ValueError(f"{path} exists and is not a socket; refusing to replace it")
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            probe.settimeout(1.0)
-            probe.connect(str(path))
-        except (ConnectionRefusedError, FileNotFoundError):
-            log.info("removing stale socket %s", path)
-            path.unlink(missing_ok=True)
-            return
-        except OSError as exc:
-            raise ValueError(f"cannot probe existing socket {path}: {exc}") from None
-        finally:
-            probe.close()
-        raise ValueError(f"another bridge is already listening on {path}")
 
     def serve_forever(self, parent_pid: int | None = None) -> None:
         """Accept connections until stop() (or the parent process disappears), then shut down."""
@@ -308,8 +287,8 @@ class BridgeServer:
         if self._listener is not None:
             self._listener.close()
             self._listener = None
-        with contextlib.suppress(FileNotFoundError):
-            self.socket_path.unlink()
+        if self._socket_inode is not None:
+            listener.remove_own_socket(self.socket_path, self._socket_inode)
         deadline = time.monotonic() + self.shutdown_grace_s
         while True:
             with self._conns_lock:
