@@ -191,6 +191,183 @@ def wait_closed(closures: Closures, timeout: float, sample: Callable[[], None] =
     return left
 
 
+def test_frame_lengths_claimed_before_the_handshake_allocate_nothing(start_bridge) -> None:
+    """50 connections each send 14 bytes claiming a 20 MiB first frame: the bridge refuses each at once
+    (a HELLO is at most 64 KiB) instead of allocating what the length field claims."""
+    bridge = start_bridge()
+    base = bridge.rss()
+    claim = protocol.PREFIX.pack(protocol.MAX_FRAME_BYTES, FrameType.HELLO, 0, 0) + b"{"
+    assert len(claim) == 14
+    socks = [connect(bridge.socket) for _ in range(50)]
+    for s in socks:
+        s.sendall(claim)
+    peak = [base]
+    closures = Closures(socks)
+    left = wait_closed(closures, 15, lambda: peak.append(bridge.rss()))
+    grown = (max(peak) - base) / MIB
+    assert not left, f"{left} of 50 still open; bridge RSS {base / MIB:.0f} -> {max(peak) / MIB:.0f} MiB"
+    assert grown < 16, f"bridge RSS grew by {grown:.0f} MiB for 50 x 14 bytes"
+    frames = closures.first_frames()
+    assert frames and all(f.type == FrameType.ERROR for f in frames)
+    assert "before the handshake" in frames[0].header["message"], frames[0].header
+    assert bridge.rss() - base < 16 * MIB
+    with contextlib.closing(bridge.client()) as client:
+        assert client.health()["status"] == "ok"
+    for s in socks:
+        s.close()
+
+
+def test_frames_after_the_handshake_are_read_as_they_arrive_and_memory_returns(start_bridge) -> None:
+    """Handshaken connections claiming 20 MiB frames and sending one byte cost what they sent, not what
+    they claim (and are cut off by the read timeout); after a load of real 16 MiB frames the bridge's
+    memory goes back to where it was."""
+    bridge = start_bridge(read_timeout_ms=2000, max_connections=64)
+    base = bridge.rss()
+    socks = [handshake(bridge.socket)[0] for _ in range(50)]
+    claim = protocol.PREFIX.pack(protocol.MAX_FRAME_BYTES, FrameType.REQUEST, 1, 0) + b"{"
+    for s in socks:
+        s.sendall(claim)
+    peak = [base]
+    left = wait_closed(Closures(socks), 20, lambda: peak.append(bridge.rss()))
+    grown = (max(peak) - base) / MIB
+    assert not left, f"{left} of 50 never cut off; bridge RSS {base / MIB:.0f} -> {max(peak) / MIB:.0f} MiB"
+    assert grown < 16, f"bridge RSS grew by {grown:.0f} MiB for 50 one-byte frame starts"
+    assert "bridge.read.timeout.ms" in bridge.log_text()
+    for s in socks:
+        s.close()
+
+    # a load of real large frames (a request with a 16 MiB payload each), then quiet
+    payload = b"x" * (16 * MIB)
+    busy = [handshake(bridge.socket)[0] for _ in range(16)]
+    for s in busy:
+        protocol.send_frame(s, FrameType.REQUEST, 7, {"op": "no_such_op"}, payload)
+    for s in busy:
+        answer = protocol.recv_frame(s)
+        assert answer.header["code"] == "UNSUPPORTED_OPERATION"
+    loaded = bridge.rss()
+    for s in busy:
+        s.close()
+    deadline = time.monotonic() + 20
+    while (returned := bridge.rss()) >= base + 32 * MIB and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert returned < base + 32 * MIB, (
+        f"bridge RSS {base / MIB:.0f} MiB, {loaded / MIB:.0f} MiB under the load, still"
+        f" {returned / MIB:.0f} MiB 20 s after it"
+    )
+    print(f"\nRSS base {base / MIB:.0f} MiB, loaded {loaded / MIB:.0f} MiB, after {returned / MIB:.0f} MiB")
+
+
+def test_connections_are_capped_and_idle_ones_time_out(start_bridge) -> None:
+    """600 idle connections: the bridge serves at most bridge.max.connections of them (one thread each)
+    and refuses the rest with a BUSY error and one warning; those that never say HELLO are closed after
+    bridge.handshake.timeout.ms, handshaken ones after bridge.idle.timeout.ms without a frame."""
+    bridge = start_bridge(max_connections=32, handshake_timeout_ms=1500, idle_timeout_ms=3000)
+    base_threads = bridge.threads()
+    socks = [connect(bridge.socket) for _ in range(600)]
+    closures = Closures(socks)
+    peak = [base_threads]
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        closures.poll(0.05)
+        peak.append(bridge.threads())
+        if sum(1 for raw in closures.received.values() if raw) >= 600 - 32:
+            break
+    refused = [f for f in closures.first_frames() if f.type == FrameType.ERROR]
+    assert len(refused) >= 600 - 32, f"{len(refused)} refused; bridge threads {base_threads} -> {max(peak)}"
+    assert {f.header["code"] for f in refused} == {"BUSY"}
+    assert max(peak) <= base_threads + 32 + 2, f"bridge threads {base_threads} -> {max(peak)}"
+    assert wait_closed(closures, 20) == 0  # the refused at once, the others at the handshake deadline
+    wait_until("the connection threads to end", lambda: bridge.threads() <= base_threads, 10, interval=0.1)
+    warnings = [line for line in bridge.log_text().splitlines() if "bridge.max.connections" in line]
+    assert 1 <= len(warnings) <= 3, warnings  # rate-limited: not one line per refusal
+    for s in socks:
+        s.close()
+
+    # handshaken connections: an idle one is closed after the idle timeout, a busy one is not
+    idle = [handshake(bridge.socket)[0] for _ in range(5)]
+    talker, _ = handshake(bridge.socket)
+    idle_closures = Closures(idle)
+    talked_until = time.monotonic() + 5
+    rid = 1
+    while time.monotonic() < talked_until:
+        protocol.send_frame(talker, FrameType.REQUEST, rid, {"op": "health"})
+        assert protocol.recv_frame(talker).type == FrameType.RESPONSE
+        rid += 1
+        idle_closures.poll(0.5)
+    assert idle_closures.poll() == 0  # 5 s > the 3 s idle timeout
+    assert rid > 5
+    with contextlib.closing(bridge.client()) as client:
+        health = client.health()
+    assert health["connections_refused"] >= 600 - 32
+    talker.close()
+    for s in idle:
+        s.close()
+
+
+def test_a_pooled_client_retires_idle_connections_before_the_bridge_closes_them() -> None:
+    """The HELLO answer carries bridge.idle.timeout.ms; a pooling client drops a connection idle for half of
+    it instead of reusing it, so the bridge never closes a connection just as a call picks it up."""
+    from test_bridge_server import MemoryRSM
+
+    from rsm.bridge.admission import Limits
+    from rsm.bridge.server import BridgeServer
+
+    d = Path(tempfile_dir()) / f"rsmh-{uuid.uuid4().hex[:8]}"
+    d.mkdir(mode=0o700)
+    server = BridgeServer(MemoryRSM(), d / "b.sock", shm_enabled=False, limits=Limits(idle_timeout_s=60))
+    server.bind()
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    client = BridgeClient(d / "b.sock")
+    try:
+        client.health()
+        first = client._idle.queue[0]
+        assert first.server_hello["idle_timeout_ms"] == 60_000 and first.retire_after_s == 30
+        client.health()
+        assert client._idle.queue[0] is first  # reused while young
+        first.idle_since -= 31  # idle for more than half the bridge's idle timeout
+        client.health()
+        assert first.broken and client._idle.queue[0] is not first
+    finally:
+        client.close()
+        server.stop()
+        t.join(15)
+        d.rmdir()
+
+
+def test_a_slow_sender_is_cut_off(start_bridge) -> None:
+    """A HELLO or a request trickled a byte at a time (each byte well within any per-read timeout) is cut
+    off once the frame takes longer than its deadline, and its thread ends."""
+    bridge = start_bridge(handshake_timeout_ms=1000, read_timeout_ms=1000)
+    base_threads = bridge.threads()
+
+    def trickle(s: socket.socket, frame: bytes) -> int:
+        """Send ``frame`` a byte per 50 ms until the bridge closes; returns the bytes it took."""
+        for i in range(len(frame)):
+            try:
+                s.send(frame[i : i + 1])
+            except OSError:
+                return i
+            readable, _, _ = select.select([s], [], [], 0.05)
+            if readable:
+                with contextlib.suppress(OSError):
+                    while s.recv(65536):
+                        pass
+                return i
+        return len(frame)
+
+    hello = protocol.encode_frame(FrameType.HELLO, 0, {**protocol.client_hello("slow"), "padding": "x" * 300})
+    taken = trickle(connect(bridge.socket), hello)
+    assert taken < len(hello), "a HELLO trickled over 15 s was accepted"
+    s, _ = handshake(bridge.socket)
+    request = protocol.encode_frame(FrameType.REQUEST, 1, {"op": "health", "padding": "x" * 300})
+    taken = trickle(s, request)
+    assert taken < len(request), "a request trickled over 15 s was accepted"
+    wait_until("the slow senders' threads to end", lambda: bridge.threads() <= base_threads, 10, 0.1)
+    log = bridge.log_text()
+    assert "bridge.handshake.timeout.ms" in log and "bridge.read.timeout.ms" in log, log
+
+
 def test_the_socket_file_appears_only_once_the_bridge_listens(tmp_path, monkeypatch) -> None:
     """Nobody may find the socket's name before the bridge listens on it: a connect there is refused, so
     the JVM plugin fails its call, and a second bridge starting at the same time takes the socket for a

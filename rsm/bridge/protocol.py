@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import base64
 import enum
+import mmap
 import socket
 import struct
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, suppress
@@ -42,6 +44,9 @@ _AFTER_LENGTH = PREFIX_SIZE - 4  # type + request id + header length = 9
 
 MAX_HEADER_BYTES = 4 * 1024 * 1024
 MAX_FRAME_BYTES = 16 * 1024 * 1024 + MAX_HEADER_BYTES
+# a connection's first frame is a HELLO (magic, versions, client name, capabilities: well under 1 KiB);
+# a larger length before the handshake is refused, so a stranger's claim costs nothing
+HANDSHAKE_MAX_FRAME_BYTES = 64 * 1024
 DEFAULT_DATA_FRAME_BYTES = 256 * 1024
 MIN_DATA_FRAME_BYTES = 64 * 1024
 MAX_DATA_FRAME_BYTES = 1024 * 1024
@@ -78,6 +83,7 @@ class ErrorCode(enum.StrEnum):
     UNSUPPORTED_OPERATION = "UNSUPPORTED_OPERATION"  # op unknown to this server
     VERSION_MISMATCH = "VERSION_MISMATCH"  # handshake failed
     SHUTTING_DOWN = "SHUTTING_DOWN"  # server stopping; the call may be retried on a fresh bridge
+    BUSY = "BUSY"  # connection refused: the bridge serves bridge.max.connections already; retry later
     INTERNAL = "INTERNAL"  # anything else -> RemoteStorageException
 
 
@@ -104,6 +110,24 @@ class ProtocolError(Exception):
 
 class ConnectionClosed(ProtocolError):
     """The peer closed the connection (cleanly, between frames, or in the middle of one)."""
+
+
+class FrameTooLarge(ProtocolError):
+    """A frame's length field exceeds what the receiver accepts at this point (e.g. before the handshake)."""
+
+    def __init__(self, length: int, limit: int) -> None:
+        super().__init__(f"frame of {length} bytes exceeds {limit}")
+        self.length = length
+        self.limit = limit
+
+
+class ReceiveTimeout(ProtocolError):
+    """No frame began before the deadline (``started`` False: an idle peer), or one that began did not
+    complete in time (``started`` True: a slow sender holding a thread)."""
+
+    def __init__(self, message: str, *, started: bool) -> None:
+        super().__init__(message)
+        self.started = started
 
 
 class BridgeError(Exception):
@@ -307,11 +331,19 @@ class FrameReader:
     Why: one ``recv`` brings in every frame the peer has written so far, so a frame costs a system call
     (and, in a threaded server, a GIL hand-off) only when none is buffered. A client that has read what it
     wanted writes its ``SHM_RELEASE`` and ``CANCEL`` together; the bridge takes both with one wake-up.
-    Frames larger than the buffer (a request with a big payload) are read straight into their own buffer.
+
+    Bounded: a frame's length is checked against ``max_frame_bytes`` (the server lowers it before the
+    handshake) and a frame larger than the buffer grows its own buffer only as its bytes arrive, never to
+    what the length field claims. With deadlines (``recv_frame``'s ``idle_until`` and ``within``) and a
+    receive timeout on the socket (``SO_RCVTIMEO``, the "tick" at which deadlines are checked; no extra
+    system call on the hot path), neither an idle peer nor a slow sender holds the reader forever.
     """
 
-    def __init__(self, sock: socket.socket, buffer_bytes: int = 64 * 1024) -> None:
+    def __init__(
+        self, sock: socket.socket, buffer_bytes: int = 64 * 1024, max_frame_bytes: int = MAX_FRAME_BYTES
+    ) -> None:
         self.sock = sock
+        self.max_frame_bytes = max_frame_bytes  # the length field's limit (at most MAX_FRAME_BYTES)
         self._buf = bytearray(buffer_bytes)
         self._view = memoryview(self._buf)
         self._start = 0
@@ -320,6 +352,8 @@ class FrameReader:
     def _frame_bytes(self) -> int:
         """Size of the frame at the head of the buffer (its 4-byte length must be buffered), checked."""
         (length,) = _U32.unpack_from(self._buf, self._start)
+        if length > self.max_frame_bytes:
+            raise FrameTooLarge(length, self.max_frame_bytes)
         if length < _AFTER_LENGTH or length > MAX_FRAME_BYTES:
             raise ProtocolError(f"frame length {length} outside [{_AFTER_LENGTH}, {MAX_FRAME_BYTES}]")
         return 4 + length
@@ -337,7 +371,8 @@ class FrameReader:
         return self._complete() > 0
 
     def _fill(self, flags: int = 0) -> bool:
-        """Receive what has arrived into the free end of the buffer; False when nothing has (non-blocking)."""
+        """Receive what has arrived into the free end of the buffer; False when nothing has (non-blocking,
+        or the socket's receive timeout passed)."""
         if self._start == self._end:
             self._start = self._end = 0
         elif self._end == len(self._buf) or self._start > len(self._buf) // 2:
@@ -346,7 +381,7 @@ class FrameReader:
             self._start, self._end = 0, n
         try:
             got = self.sock.recv_into(self._view[self._end :], 0, flags)
-        except (BlockingIOError, InterruptedError):
+        except (BlockingIOError, InterruptedError, TimeoutError):
             return False
         if got == 0:
             raise ConnectionClosed(
@@ -357,34 +392,95 @@ class FrameReader:
         self._end += got
         return True
 
+    def _large_frame_started(self) -> bool:
+        """True when the frame at the head is larger than the buffer (read by ``recv_frame`` on its own)."""
+        return self._end - self._start >= 4 and self._frame_bytes() > len(self._buf)
+
     def poll(self) -> bool:
-        """Without blocking: True when a whole frame can be read now (ConnectionClosed on EOF)."""
-        if self.buffered():
+        """Without blocking: True when a frame can be read now (a large one: has begun; ConnectionClosed on
+        EOF)."""
+        if self.buffered() or self._large_frame_started():
             return True
         while self._fill(socket.MSG_DONTWAIT):
-            if self.buffered():
+            if self.buffered() or self._large_frame_started():
                 return True
         return False
 
-    def recv_frame(self) -> Frame:
-        """The next frame, blocking until all of it has arrived."""
-        while self._end - self._start < 4:
-            self._fill()
-        total = self._frame_bytes()
-        if total > len(self._buf):  # larger than the buffer: its own buffer, the rest read straight into it
-            whole = bytearray(total)
-            have = self._end - self._start
-            whole[:have] = self._view[self._start : self._end]
-            self._start = self._end = 0
-            _recv_exact_into(self.sock, memoryview(whole)[have:], "frame")
-            view = memoryview(whole)
-        else:
-            while self._end - self._start < total:
-                self._fill()
+    def recv_frame(self, idle_until: float | None = None, within: float | None = None) -> Frame:
+        """The next frame, blocking until all of it has arrived.
+
+        ``idle_until`` (a ``time.monotonic()`` instant): ReceiveTimeout(started=False) when no byte of
+        the frame has arrived by then. ``within`` (seconds): ReceiveTimeout(started=True) when the frame
+        is not complete that long after its first byte was seen. Both are checked when the socket's
+        receive timeout passes (or bytes arrive), so they need one on the socket to fire while it is silent.
+        """
+        total = self._complete()
+        if total:
             view = self._view[self._start : self._start + total]
             self._start += total
+        else:
+            view = self._await_frame(idle_until, within)
+            if view.obj is not self._buf:  # a large frame in memory of its own: its payload is not copied
+                frame_type, request_id, header, payload_at = _parse_head(view)
+                return Frame(frame_type, request_id, header, view[payload_at:])
         frame_type, request_id, header, payload_at = _parse_head(view)
         return Frame(frame_type, request_id, header, bytearray(view[payload_at:]))
+
+    def _await_frame(self, idle_until: float | None, within: float | None) -> memoryview:
+        """The slow path of ``recv_frame``: receive until the frame at the head is whole."""
+        due: float | None = None
+        while True:
+            have = self._end - self._start
+            if have:
+                if due is None:
+                    due = time.monotonic() + within if within is not None else float("inf")
+                if have >= 4:
+                    total = self._frame_bytes()
+                    if total > len(self._buf):
+                        return self._receive_large(total, due)
+                    if have >= total:
+                        view = self._view[self._start : self._start + total]
+                        self._start += total
+                        return view
+                if time.monotonic() > due:
+                    raise self._too_slow(have, total if have >= 4 else None)
+            idle = not self._fill() and self._start == self._end
+            if idle and idle_until is not None and time.monotonic() >= idle_until:
+                raise ReceiveTimeout("no frame began before the deadline", started=False)
+
+    def _receive_large(self, total: int, due: float) -> memoryview:
+        """A frame larger than the buffer, received into anonymous memory of its own that grows (doubling)
+        with what arrives: a peer claiming a large frame and sending little costs what it sent, and the
+        memory goes back to the system as soon as the frame is dropped (the heap would keep it)."""
+        have = self._end - self._start
+        # private: a shared anonymous mapping cannot grow (its pages past the old size raise SIGBUS)
+        buf = mmap.mmap(-1, _pages(min(total, max(have, 4 * len(self._buf)))), flags=mmap.MAP_PRIVATE)
+        buf[:have] = self._view[self._start : self._end]
+        self._start = self._end = 0
+        while have < total:
+            if have == len(buf):
+                buf.resize(_pages(min(total, 2 * len(buf))))
+            with memoryview(buf)[have : min(len(buf), total)] as free:
+                try:
+                    got = self.sock.recv_into(free)
+                except (BlockingIOError, InterruptedError, TimeoutError):
+                    got = None
+            if got == 0:
+                raise ConnectionClosed(f"connection closed after {have} of {total} bytes of a frame")
+            have += got or 0
+            if have < total and time.monotonic() > due:
+                raise self._too_slow(have, total)
+        return memoryview(buf)[:total]
+
+    @staticmethod
+    def _too_slow(have: int, total: int | None) -> ReceiveTimeout:
+        of = f"{have} of {total}" if total is not None else f"{have}"
+        return ReceiveTimeout(f"{of} bytes of the frame arrived", started=True)
+
+
+def _pages(n: int) -> int:
+    """``n`` rounded up to whole pages."""
+    return -(-n // mmap.PAGESIZE) * mmap.PAGESIZE
 
 
 # ------------------------------------------------------------------------------------------ handshake

@@ -14,6 +14,7 @@ import importlib
 import logging
 import os
 import select
+import selectors
 import signal
 import socket
 import threading
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from rsm.bridge import listener, protocol, shm
+from rsm.bridge.admission import Limits, RateLimitedLog, Refusals, set_receive_tick
 from rsm.bridge.listener import check_socket_path
 from rsm.bridge.memory import (
     DEFAULT_ARENA_BLOCK_BYTES,
@@ -40,9 +42,11 @@ from rsm.bridge.protocol import (
     BridgeError,
     ConnectionClosed,
     ErrorCode,
+    FrameTooLarge,
     FrameType,
     Op,
     ProtocolError,
+    ReceiveTimeout,
 )
 from rsm.bridge.sinks import PieceReader, ShmSink, Sink, SocketSink, parse_stop_after
 from rsm.errors import RemoteStorageException
@@ -102,9 +106,11 @@ class _Connection:
     # each announced, unreleased piece, oldest first: the ring slots' worth of read-ahead it counts for, and
     # what it pins: arena views (their blocks stay allocated until the client releases them) or None (a slot)
     pieces: collections.deque[tuple[int, list[memoryview] | None]] = field(default_factory=collections.deque)
+    accepted: float = field(default_factory=time.monotonic)
 
     def __post_init__(self) -> None:
-        self.reader = protocol.FrameReader(self.sock)
+        # until the handshake, a frame may not claim more than a HELLO needs (see protocol.FrameReader)
+        self.reader = protocol.FrameReader(self.sock, max_frame_bytes=protocol.HANDSHAKE_MAX_FRAME_BYTES)
 
 
 class _Cancelled(Exception):
@@ -135,6 +141,7 @@ class BridgeServer:
         shm_slot_bytes: int = shm.DEFAULT_SLOT_BYTES,
         fetch_permits: int | None = None,
         arena_blocks: int | None = None,
+        limits: Limits | None = None,
     ) -> None:
         if not MIN_DATA_FRAME_BYTES <= frame_bytes <= MAX_DATA_FRAME_BYTES:
             raise ValueError(
@@ -164,6 +171,11 @@ class BridgeServer:
             Op.DELETE_LOG_SEGMENT_DATA: self._op_delete,
         }
         self._handlers.update(handlers or {})
+        # bounds on connections: how many, how long a HELLO / an idle wait / a frame may take (admission.py)
+        self.limits = limits or Limits()
+        self._warnings = RateLimitedLog(log)
+        self._selector = selectors.DefaultSelector()
+        self._refusals = Refusals(self._selector, self._warnings)
         self._listener: socket.socket | None = None
         self._socket_inode: int | None = None  # of the socket file this bridge published
         # streams working at once (see permits.py): None = one more than the cores, 0 = no limit
@@ -216,8 +228,9 @@ class BridgeServer:
             if self.arena is not None:
                 self.arena.unlink()
             raise
-        sock.settimeout(0.2)
+        sock.setblocking(False)
         self._listener = sock
+        self._selector.register(sock, selectors.EVENT_READ)
         log.info("bridge listening on %s (pid %d)", self.socket_path, os.getpid())
 
     def _create_arena(self) -> None:
@@ -242,38 +255,59 @@ class BridgeServer:
         log.info("chunk arena: %d blocks of %d bytes", blocks, block_bytes)
 
     def serve_forever(self, parent_pid: int | None = None) -> None:
-        """Accept connections until stop() (or the parent process disappears), then shut down."""
+        """Accept connections until stop() (or the parent process disappears), then shut down.
+
+        One thread serves each admitted connection; connections beyond ``bridge.max.connections`` are
+        refused here, by this thread (see admission.Refusals), so a flood of them costs no threads.
+        """
         if self._listener is None:
             self.bind()
         assert self._listener is not None
         last_parent_check = time.monotonic()
         try:
             while not self._stopping.is_set():
-                try:
-                    sock, _ = self._listener.accept()
-                except TimeoutError:
-                    if parent_pid is not None and time.monotonic() - last_parent_check > 1.0:
-                        last_parent_check = time.monotonic()
-                        if not shm.pid_alive(parent_pid):
-                            log.warning("parent process %d is gone; bridge stopping", parent_pid)
-                            self._stopping.set()
-                    continue
-                except OSError:
-                    if self._stopping.is_set():
-                        break
-                    raise
-                sock.settimeout(None)
-                if self.send_buffer_bytes > 0:
-                    with contextlib.suppress(OSError):
-                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer_bytes)
-                conn = _Connection(sock=sock, peer=f"fd{sock.fileno()}")
-                thread = threading.Thread(target=self._serve_connection, args=(conn,), daemon=True)
-                conn.thread = thread
-                with self._conns_lock:
-                    self._conns.add(conn)
-                thread.start()
+                for key, _ in self._selector.select(0.2):
+                    if key.fileobj is self._listener:
+                        self._accept_waiting()
+                    else:
+                        self._refusals.ready(key.fileobj)  # type: ignore[arg-type]
+                self._refusals.expire()
+                if parent_pid is not None and time.monotonic() - last_parent_check > 1.0:
+                    last_parent_check = time.monotonic()
+                    if not shm.pid_alive(parent_pid):
+                        log.warning("parent process %d is gone; bridge stopping", parent_pid)
+                        self._stopping.set()
         finally:
             self._shutdown()
+
+    def _accept_waiting(self) -> None:
+        """Accept every connection waiting in the backlog: a thread for each, up to the cap."""
+        assert self._listener is not None
+        while not self._stopping.is_set():
+            try:
+                sock, _ = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                if self._stopping.is_set():
+                    return
+                raise
+            with self._conns_lock:
+                count = len(self._conns)
+            if count >= self.limits.max_connections:
+                self._refusals.refuse(sock, count, self.limits.max_connections)
+                continue
+            sock.settimeout(None)
+            set_receive_tick(sock, self.limits.tick_s)
+            if self.send_buffer_bytes > 0:
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer_bytes)
+            conn = _Connection(sock=sock, peer=f"fd{sock.fileno()}")
+            thread = threading.Thread(target=self._serve_connection, args=(conn,), daemon=True)
+            conn.thread = thread
+            with self._conns_lock:
+                self._conns.add(conn)
+            thread.start()
 
     def stop(self) -> None:
         """Ask the server to stop (safe from signal handlers and other threads)."""
@@ -284,7 +318,10 @@ class BridgeServer:
 
     def _shutdown(self) -> None:
         log.info("bridge shutting down")
+        self._refusals.close_all()
         if self._listener is not None:
+            with contextlib.suppress(KeyError, ValueError):
+                self._selector.unregister(self._listener)
             self._listener.close()
             self._listener = None
         if self._socket_inode is not None:
@@ -331,7 +368,9 @@ class BridgeServer:
     def _serve_connection(self, conn: _Connection) -> None:
         sock = conn.sock
         try:
-            hello = conn.reader.recv_frame()
+            hello = self._receive_hello(conn)
+            if hello is None:
+                return
             if hello.type != FrameType.HELLO:
                 self._send_error(
                     conn, hello.request_id, ErrorCode.VERSION_MISMATCH, "first frame must be HELLO"
@@ -351,6 +390,8 @@ class BridgeServer:
                 "max_frame_bytes": protocol.MAX_FRAME_BYTES,
                 "data_frame_bytes": self.frame_bytes,
                 "pid": os.getpid(),
+                # a client pooling connections retires idle ones before this (0: never closed when idle)
+                "idle_timeout_ms": round(self.limits.idle_timeout_s * 1000),
             }
             offered = hello.header.get("capabilities")
             if self.shm_enabled and isinstance(offered, list) and protocol.CAP_SHM in offered:
@@ -366,8 +407,11 @@ class BridgeServer:
                     if self.arena is not None:
                         answer["arena"] = self.arena.describe()
             protocol.send_frame(sock, FrameType.HELLO, 0, answer)
+            conn.reader.max_frame_bytes = protocol.MAX_FRAME_BYTES
             while True:
-                frame = conn.reader.recv_frame()
+                frame = self._next_frame(conn)
+                if frame is None:
+                    return
                 if conn.ring is not None and not conn.ring.unlinked:
                     conn.ring.unlink()  # the client mapped it (or gave up) before sending anything else
                 if frame.type == FrameType.CANCEL:
@@ -394,8 +438,16 @@ class BridgeServer:
                     return
         except ConnectionClosed:
             pass
+        except ReceiveTimeout as exc:  # a frame begun and not finished in time (idle ones end quietly)
+            self._warnings.warning(
+                "slow",
+                "closing the connection of %s: a frame not complete within %.1f s (bridge.read.timeout.ms; %s)",
+                conn.peer,
+                self.limits.read_timeout_s,
+                exc,
+            )
         except ProtocolError as exc:
-            log.warning("protocol error from %s: %s", conn.peer, exc)
+            self._warnings.warning("protocol", "protocol error from %s: %s", conn.peer, exc)
         except OSError as exc:
             if not conn.closed:
                 log.debug("connection %s ended: %s", conn.peer, exc)
@@ -408,6 +460,47 @@ class BridgeServer:
                 conn.ring.close()
             with self._conns_lock:
                 self._conns.discard(conn)
+
+    def _receive_hello(self, conn: _Connection) -> protocol.Frame | None:
+        """The connection's first frame, within ``bridge.handshake.timeout.ms`` of its accept and at most
+        ``HANDSHAKE_MAX_FRAME_BYTES``; None (after one rate-limited warning) when it is not."""
+        timeout = self.limits.handshake_timeout_s
+        try:
+            return conn.reader.recv_frame(idle_until=conn.accepted + timeout, within=timeout)
+        except FrameTooLarge as exc:
+            message = f"frame of {exc.length} bytes before the handshake (a HELLO is at most {exc.limit})"
+            self._warnings.warning("hello.size", "closing the connection of %s: %s", conn.peer, message)
+            with contextlib.suppress(OSError):
+                self._send_error(conn, 0, ErrorCode.INVALID_REQUEST, message)
+        except ReceiveTimeout:
+            self._warnings.warning(
+                "hello.time",
+                "closing the connection of %s: no HELLO within %.1f s (bridge.handshake.timeout.ms)",
+                conn.peer,
+                timeout,
+            )
+        return None
+
+    def _next_frame(self, conn: _Connection) -> protocol.Frame | None:
+        """The connection's next frame, or None when it stayed idle for ``bridge.idle.timeout.ms``.
+
+        A frame that has begun must complete within ``bridge.read.timeout.ms`` (ReceiveTimeout).
+        """
+        reader, limits = conn.reader, self.limits
+        if reader.buffered():
+            return reader.recv_frame()
+        idle_until = time.monotonic() + limits.idle_timeout_s if limits.idle_timeout_s else None
+        try:
+            return reader.recv_frame(idle_until, limits.read_timeout_s)
+        except ReceiveTimeout as exc:
+            if exc.started:
+                raise
+        log.info(
+            "closing the idle connection of %s after %.0f s (bridge.idle.timeout.ms)",
+            conn.peer,
+            limits.idle_timeout_s,
+        )
+        return None
 
     def _send_error(self, conn: _Connection, request_id: int, code: ErrorCode | str, message: str) -> None:
         protocol.send_frame(conn.sock, FrameType.ERROR, request_id, {"code": str(code), "message": message})
@@ -457,6 +550,8 @@ class BridgeServer:
             "pid": os.getpid(),
             "uptime_ms": int((time.monotonic() - self._started) * 1000),
             "connections": len(conns),
+            "max_connections": self.limits.max_connections,
+            "connections_refused": self._refusals.count,
             "in_flight": sum(1 for c in conns if c.busy),
             "requests": self._requests,
             "log_configs_received": self._log_configs_received,
@@ -601,7 +696,8 @@ class BridgeServer:
             self._check_cancel(conn, rid)
 
     def _check_cancel(self, conn: _Connection, rid: int) -> None:
-        frame = conn.reader.recv_frame()  # raises ConnectionClosed when the client went away
+        # raises ConnectionClosed when the client went away, ReceiveTimeout when it stalls mid-frame
+        frame = conn.reader.recv_frame(within=self.limits.read_timeout_s)
         if frame.type == FrameType.CANCEL and frame.request_id == rid:
             raise _Cancelled()
         if frame.type == FrameType.CANCEL:
@@ -693,6 +789,7 @@ def serve(
         shm_slot_bytes=int(settings.get("bridge.shm.slot.bytes", shm.DEFAULT_SLOT_BYTES)),
         fetch_permits=int(permits_raw) if permits_raw else None,
         arena_blocks=int(arena_raw) if arena_raw else None,
+        limits=Limits.from_settings(settings),
     )
     server.bind()
 
