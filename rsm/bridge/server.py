@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import importlib
 import logging
 import os
-import select
 import selectors
-import signal
 import socket
 import threading
 import time
@@ -24,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rsm.bridge import listener, protocol, shm
+from rsm.bridge import listener, protocol, shm, streaming
 from rsm.bridge.admission import Limits, RateLimitedLog, Refusals, set_receive_tick
 from rsm.bridge.listener import check_socket_path
 from rsm.bridge.memory import (
@@ -48,7 +45,6 @@ from rsm.bridge.protocol import (
     ProtocolError,
     ReceiveTimeout,
 )
-from rsm.bridge.sinks import PieceReader, ShmSink, Sink, SocketSink, parse_stop_after
 from rsm.errors import RemoteStorageException
 from rsm.storage import ObjectStore
 
@@ -63,15 +59,12 @@ __all__ = [
     "default_arena_blocks",
     "load_properties",
     "mask_configs",
-    "serve",
     "split_rsm_configs",
     "tune_allocator",
 ]
 
 SERVER_NAME = "rsm-bridge-python/0.1.0"
-SMALL_FRAMES_UNTIL = 1024 * 1024
 DEFAULT_INITIAL_FRAME_BYTES = 256 * 1024
-CANCEL_GRACE_S = 0.001
 DEFAULT_SEND_BUFFER_BYTES = 1024 * 1024  # the first MiB of a fetch goes out without waiting for the reader
 
 Handler = Callable[["RequestContext"], "dict[str, Any] | None"]
@@ -111,10 +104,6 @@ class _Connection:
     def __post_init__(self) -> None:
         # until the handshake, a frame may not claim more than a HELLO needs (see protocol.FrameReader)
         self.reader = protocol.FrameReader(self.sock, max_frame_bytes=protocol.HANDSHAKE_MAX_FRAME_BYTES)
-
-
-class _Cancelled(Exception):
-    pass
 
 
 class BridgeServer:
@@ -372,14 +361,14 @@ class BridgeServer:
             if hello is None:
                 return
             if hello.type != FrameType.HELLO:
-                self._send_error(
+                self.send_error(
                     conn, hello.request_id, ErrorCode.VERSION_MISMATCH, "first frame must be HELLO"
                 )
                 return
             try:
                 version = protocol.negotiate_version(hello.header)
             except BridgeError as exc:
-                self._send_error(conn, 0, exc.code, exc.message)
+                self.send_error(conn, 0, exc.code, exc.message)
                 return
             conn.peer = str(hello.header.get("client", conn.peer))
             answer: dict[str, Any] = {
@@ -417,10 +406,10 @@ class BridgeServer:
                 if frame.type == FrameType.CANCEL:
                     continue  # a late cancel of a stream that had already ended
                 if frame.type == FrameType.SHM_RELEASE:
-                    self._on_release(conn, frame)
+                    streaming.on_release(conn, frame)
                     continue
                 if frame.type != FrameType.REQUEST:
-                    self._send_error(
+                    self.send_error(
                         conn,
                         frame.request_id,
                         ErrorCode.INVALID_REQUEST,
@@ -471,7 +460,7 @@ class BridgeServer:
             message = f"frame of {exc.length} bytes before the handshake (a HELLO is at most {exc.limit})"
             self._warnings.warning("hello.size", "closing the connection of %s: %s", conn.peer, message)
             with contextlib.suppress(OSError):
-                self._send_error(conn, 0, ErrorCode.INVALID_REQUEST, message)
+                self.send_error(conn, 0, ErrorCode.INVALID_REQUEST, message)
         except ReceiveTimeout:
             self._warnings.warning(
                 "hello.time",
@@ -502,7 +491,7 @@ class BridgeServer:
         )
         return None
 
-    def _send_error(self, conn: _Connection, request_id: int, code: ErrorCode | str, message: str) -> None:
+    def send_error(self, conn: _Connection, request_id: int, code: ErrorCode | str, message: str) -> None:
         protocol.send_frame(conn.sock, FrameType.ERROR, request_id, {"code": str(code), "message": message})
 
     def _dispatch(self, conn: _Connection, frame: protocol.Frame) -> None:
@@ -512,25 +501,25 @@ class BridgeServer:
         if frame.header.get("log_config") is not None:
             self._log_configs_received += 1
         if self._stopping.is_set():
-            self._send_error(conn, rid, ErrorCode.SHUTTING_DOWN, "bridge is shutting down")
+            self.send_error(conn, rid, ErrorCode.SHUTTING_DOWN, "bridge is shutting down")
             return
         if op in (Op.FETCH_LOG_SEGMENT, Op.FETCH_INDEX):
             with self.permits.working():
-                self._stream(conn, frame)
+                streaming.stream_answer(self, conn, frame)
             return
         handler = self._handlers.get(op) if isinstance(op, str) else None
         if handler is None:
-            self._send_error(conn, rid, ErrorCode.UNSUPPORTED_OPERATION, f"operation {op!r} is not supported")
+            self.send_error(conn, rid, ErrorCode.UNSUPPORTED_OPERATION, f"operation {op!r} is not supported")
             return
         ctx = RequestContext(op, rid, frame.header, frame.payload, self, conn)
         try:
             result = handler(ctx)
         except Exception as exc:  # noqa: BLE001 - every failure goes back to the caller as an ERROR frame
-            self._report_failure(conn, rid, op, exc)
+            self.report_failure(conn, rid, op, exc)
             return
         protocol.send_frame(conn.sock, FrameType.RESPONSE, rid, result or {})
 
-    def _report_failure(self, conn: _Connection, rid: int, op: Any, exc: BaseException) -> None:
+    def report_failure(self, conn: _Connection, rid: int, op: Any, exc: BaseException) -> None:
         code = protocol.error_code_for(exc)
         message = str(exc) or type(exc).__name__
         if code == ErrorCode.INTERNAL:
@@ -538,7 +527,7 @@ class BridgeServer:
             message = f"{type(exc).__name__}: {message}"
         elif code != ErrorCode.RESOURCE_NOT_FOUND:
             log.warning("%s failed: %s", op, message)
-        self._send_error(conn, rid, code, message)
+        self.send_error(conn, rid, code, message)
 
     # -- operations -------------------------------------------------------------------------------
 
@@ -585,7 +574,7 @@ class BridgeServer:
         self.rsm.delete_log_segment_data(metadata, protocol.decode_log_config(h.get("log_config")))
         return {}
 
-    def _open_stream(self, header: dict[str, Any]) -> Any:
+    def open_stream(self, header: dict[str, Any]) -> Any:
         op = header.get("op")
         metadata = self._metadata.decode(header.get("metadata"))
         log_config = protocol.decode_log_config(header.get("log_config"))
@@ -601,126 +590,6 @@ class BridgeServer:
             raise ValueError(f"end_position: expected an integer >= start_position {start}, got {end!r}")
         return self.rsm.fetch_log_segment(metadata, start, end, log_config)
 
-    def _stream(self, conn: _Connection, frame: protocol.Frame) -> None:
-        """Answer a fetch with pieces of the stream then END; an error ends it with ERROR instead.
-
-        One driver for both transports (``SocketSink``: DATA frames; ``ShmSink``: ring slots announced
-        by SHM_DATA). The first piece is read before anything is sent, so a missing segment is an ERROR
-        frame the client sees at call time. Kafka reads its fetch size (1 MiB by default) from a random
-        position and closes, so a reader that is done should cost no storage read or copy beyond what it
-        asked for. A client that says so (``stop_after``, the JVM plugin) gets pieces ending exactly there
-        and an END with ``"more": true`` in the same write, and asks again from that position if it wants
-        more: no waiting on the client at all, one wake-up of the bridge per Kafka fetch. Without it, pieces
-        end exactly at the 1 MiB mark, where the server pauses until the client has taken everything sent,
-        then briefly waits for its CANCEL. Between later pieces the server looks for a CANCEL and for
-        shutdown.
-
-        Hot path: the RSM's streams lend views of their decoded chunks (``read_view``); the socket sink
-        sends them with one ``sendmsg`` next to a preallocated frame prefix, the ring sink copies them once
-        into a slot. Read-ahead is bounded by the transport: the socket buffer, or the ring's free slots.
-        """
-        rid = frame.request_id
-        op = frame.header.get("op")
-        ring = conn.ring if frame.header.get("transport") == protocol.CAP_SHM else None
-        arena = self.arena if ring is not None and frame.header.get("arena") is True else None
-        sink: Sink = (
-            ShmSink(self, conn, rid, ring, arena) if ring is not None else SocketSink(self, conn, rid)
-        )
-        sent = 0
-        stopped = False
-        stream = None
-        try:
-            try:
-                stop_after = parse_stop_after(frame.header)
-                mark = stop_after or SMALL_FRAMES_UNTIL
-                stream = self._open_stream(frame.header)
-                pieces = PieceReader(stream, conn)
-                data = pieces.read(sink.piece_bytes(0, mark))
-            except Exception as exc:  # noqa: BLE001 - mapped to an ERROR frame
-                self._report_failure(conn, rid, op, exc)
-                return
-            while data:
-                final = bool(stop_after) and sent + sum(len(v) for v in data) == stop_after
-                end = b""
-                if final:
-                    # the client's stop: END ("more" when the range goes on) in the same write as the piece
-                    left = getattr(stream, "remaining", None)
-                    more = left is None or left > 0
-                    end = protocol.encode_frame(FrameType.END, rid, {"bytes": stop_after, "more": more})
-                parts = sink.parts(data)
-                for k, part in enumerate(parts):
-                    if not sink.await_room(part):
-                        stopped = True
-                        break
-                    sent += sink.deliver(part, end if k == len(parts) - 1 else b"")
-                if stopped:
-                    break
-                if final:
-                    return
-                if sent == mark:
-                    sink.await_taken(CANCEL_GRACE_S)
-                else:
-                    self._poll_cancel(conn, rid)
-                if self._stopping.is_set():
-                    stopped = True
-                    break
-                try:
-                    data = pieces.read(sink.piece_bytes(sent, mark))
-                except Exception as exc:  # noqa: BLE001 - mapped to an ERROR frame
-                    self._report_failure(conn, rid, op, exc)
-                    return
-            if stopped:
-                self._send_error(conn, rid, ErrorCode.SHUTTING_DOWN, f"bridge stopping after {sent} bytes")
-                return
-            protocol.send_frame(conn.sock, FrameType.END, rid, {"bytes": sent})
-        except _Cancelled:
-            protocol.send_frame(conn.sock, FrameType.END, rid, {"bytes": sent, "cancelled": True})
-        finally:
-            with self._counters_lock:
-                self._bytes_streamed += sent
-            if stream is not None:
-                with contextlib.suppress(Exception):
-                    stream.close()
-
-    def _next_frame_within(self, conn: _Connection, timeout: float) -> bool:
-        """True when a frame from the client can be read now or arrives within ``timeout`` seconds."""
-        if conn.reader.buffered():
-            return True
-        with self.permits.waiting():
-            readable, _, _ = select.select([conn.sock], [], [], timeout)
-        return bool(readable)
-
-    def _poll_cancel(self, conn: _Connection, rid: int) -> None:
-        """Handle every frame the client has sent so far (non-blocking); raise _Cancelled on its CANCEL."""
-        while conn.reader.poll():  # raises ConnectionClosed when the client went away
-            self._check_cancel(conn, rid)
-
-    def _check_cancel(self, conn: _Connection, rid: int) -> None:
-        # raises ConnectionClosed when the client went away, ReceiveTimeout when it stalls mid-frame
-        frame = conn.reader.recv_frame(within=self.limits.read_timeout_s)
-        if frame.type == FrameType.CANCEL and frame.request_id == rid:
-            raise _Cancelled()
-        if frame.type == FrameType.CANCEL:
-            return
-        if frame.type == FrameType.SHM_RELEASE:
-            self._on_release(conn, frame)
-            return
-        raise ProtocolError(
-            f"{frame.type.name} frame {frame.request_id} received while streaming request {rid}"
-        )
-
-    def _on_release(self, conn: _Connection, frame: protocol.Frame) -> None:
-        ring = conn.ring
-        if ring is None or len(frame.payload) != protocol.SHM_RELEASE_PAYLOAD.size:
-            raise ProtocolError(
-                f"SHM_RELEASE frame without a ring or with a bad payload ({len(frame.payload)} B)"
-            )
-        (count,) = protocol.SHM_RELEASE_PAYLOAD.unpack(frame.payload)
-        if count > len(conn.pieces):
-            raise ProtocolError(f"SHM_RELEASE of {count} slots, only {len(conn.pieces)} in flight")
-        for _ in range(count):  # the client is done with them: slots and arena blocks may be reused
-            conn.pieces.popleft()
-
 
 def _store_bytes_read(rsm: Any) -> int | None:
     """Bytes the RSM has read from its object store (None if it does not count): the benchmark compares
@@ -730,74 +599,3 @@ def _store_bytes_read(rsm: Any) -> int | None:
         return int(stats.snapshot()["bytes_read"]) if stats is not None else None
     except Exception:  # noqa: BLE001 - a diagnostic only
         return None
-
-
-def _load_class(spec: str) -> type:
-    module_name, _, attr = spec.partition(":")
-    if not attr:
-        module_name, _, attr = spec.rpartition(".")
-    module = importlib.import_module(module_name)
-    return getattr(module, attr)
-
-
-def serve(
-    config_path: Path,
-    socket_path: Path | None,
-    *,
-    rsm_class: str | None = None,
-    parent_pid: int | None = None,
-) -> int:
-    """`rsm bridge serve`: configure the RSM from a broker properties file and serve until SIGTERM."""
-    props = load_properties(config_path)
-    rsm_configs, settings = split_rsm_configs(props)
-    if socket_path is None:
-        raw = settings.get("bridge.socket.path")
-        if not raw:
-            raise ValueError(f"no --socket given and no rsm.config.bridge.socket.path in {config_path}")
-        socket_path = Path(raw)
-    frame_bytes = int(settings.get("bridge.frame.bytes", DEFAULT_DATA_FRAME_BYTES))
-    initial_frame_bytes = int(settings.get("bridge.frame.initial.bytes", DEFAULT_INITIAL_FRAME_BYTES))
-    grace = float(settings.get("bridge.shutdown.grace.ms", "10000")) / 1000.0
-    send_buffer = int(settings.get("bridge.socket.send.buffer.bytes", DEFAULT_SEND_BUFFER_BYTES))
-    mmap_threshold = int(settings.get("bridge.malloc.mmap.threshold.bytes", DEFAULT_MMAP_THRESHOLD_BYTES))
-    transport = settings.get("bridge.transport", "shm").strip().lower()
-    if transport not in ("shm", "socket"):
-        raise ValueError(f"bridge.transport={transport!r}: expected 'shm' or 'socket'")
-    shm_dir_raw = settings.get("bridge.shm.dir")
-    permits_raw = settings.get("bridge.fetch.permits", "").strip()
-    arena_raw = settings.get("bridge.arena.blocks", "").strip()
-    if tune_allocator(mmap_threshold):
-        log.info("glibc mmap threshold set to %d bytes", mmap_threshold)
-    if rsm_class:
-        cls = _load_class(rsm_class)
-    else:
-        from rsm import RemoteStorageManager as cls  # noqa: N813 - the default class
-    rsm = cls()
-    log.info("configuring %s with %s", cls.__name__, mask_configs(rsm_configs))
-    rsm.configure(dict(rsm_configs))
-    server = BridgeServer(
-        rsm,
-        socket_path,
-        configs=rsm_configs,
-        frame_bytes=frame_bytes,
-        initial_frame_bytes=initial_frame_bytes,
-        shutdown_grace_s=grace,
-        send_buffer_bytes=send_buffer,
-        shm_enabled=transport == "shm",
-        shm_dir=Path(shm_dir_raw) if shm_dir_raw else None,
-        shm_slots=int(settings.get("bridge.shm.slots", shm.DEFAULT_SLOTS)),
-        shm_slot_bytes=int(settings.get("bridge.shm.slot.bytes", shm.DEFAULT_SLOT_BYTES)),
-        fetch_permits=int(permits_raw) if permits_raw else None,
-        arena_blocks=int(arena_raw) if arena_raw else None,
-        limits=Limits.from_settings(settings),
-    )
-    server.bind()
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        log.info("signal %d received", signum)
-        server.stop()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    server.serve_forever(parent_pid=parent_pid)
-    return 0

@@ -1,17 +1,20 @@
-"""Where a fetch's pieces go: DATA frames on the socket, or slots of a shared-memory ring (or the chunk
-arena) announced by tiny frames. The transport half of ``BridgeServer._stream``, one class per transport.
+"""A fetch's answer: the stream driver (``stream_answer``) and where its pieces go, DATA frames on the
+socket or slots of a shared-memory ring (or the chunk arena) announced by tiny frames, one sink class per
+transport; and the client's frames that arrive while it streams (CANCEL, SHM_RELEASE).
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import select
 import sys
 import termios
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from rsm.bridge import protocol, shm
-from rsm.bridge.protocol import FrameType
+from rsm.bridge.protocol import ErrorCode, FrameType, ProtocolError
 from segment_format.buffers import copy_into
 
 if TYPE_CHECKING:
@@ -19,10 +22,16 @@ if TYPE_CHECKING:
 
 DRAIN_POLL_S = 0.0002
 DRAIN_POLL_MAX_S = 0.004
+SMALL_FRAMES_UNTIL = 1024 * 1024
+CANCEL_GRACE_S = 0.001
+
+
+class Cancelled(Exception):
+    """The client cancelled the stream being answered."""
 
 
 class Sink:
-    """Where a stream's pieces go: the transport half of ``BridgeServer._stream``."""
+    """Where a stream's pieces go: the transport half of ``stream_answer``."""
 
     def __init__(self, server: BridgeServer, conn: _Connection, rid: int) -> None:
         self.server = server
@@ -95,8 +104,8 @@ class SocketSink(Sink):
             drained = not int.from_bytes(out, sys.byteorder)
             if drained and not grace_s:
                 return
-            if server._next_frame_within(conn, grace_s if drained else poll):
-                server._check_cancel(conn, self.rid)
+            if next_frame_within(server, conn, grace_s if drained else poll):
+                check_cancel(server, conn, self.rid)
             elif drained:
                 return
             poll = min(poll * 2, DRAIN_POLL_MAX_S)
@@ -160,8 +169,8 @@ class ShmSink(Sink):
         """Block until at least ``free`` slots are released (or the server stops), reading RELEASE/CANCEL."""
         server, conn = self.server, self.conn
         while self._room() < free and not server._stopping.is_set():
-            if server._next_frame_within(conn, 0.2):
-                server._check_cancel(conn, self.rid)
+            if next_frame_within(server, conn, 0.2):
+                check_cancel(server, conn, self.rid)
 
     def await_room(self, part: Part) -> bool:
         # an arena piece counts for its size in slots (one announcement per view: it may span two chunks)
@@ -209,8 +218,8 @@ class ShmSink(Sink):
         server, conn = self.server, self.conn
         self._await_free(self.ring.slots)
         # the client releases its last slot and cancels in one write: usually both are buffered already
-        if grace_s and not server._stopping.is_set() and server._next_frame_within(conn, grace_s):
-            server._poll_cancel(conn, self.rid)
+        if grace_s and not server._stopping.is_set() and next_frame_within(server, conn, grace_s):
+            poll_cancel(server, conn, self.rid)
 
 
 class Part(NamedTuple):
@@ -288,3 +297,127 @@ class PieceReader:
                 break
             got += n
         return [view[:got]] if got else []
+
+
+def stream_answer(server: BridgeServer, conn: _Connection, frame: protocol.Frame) -> None:
+    """Answer a fetch with pieces of the stream then END; an error ends it with ERROR instead.
+
+    One driver for both transports (``SocketSink``: DATA frames; ``ShmSink``: ring slots announced
+    by SHM_DATA). The first piece is read before anything is sent, so a missing segment is an ERROR
+    frame the client sees at call time. Kafka reads its fetch size (1 MiB by default) from a random
+    position and closes, so a reader that is done should cost no storage read or copy beyond what it
+    asked for. A client that says so (``stop_after``, the JVM plugin) gets pieces ending exactly there
+    and an END with ``"more": true`` in the same write, and asks again from that position if it wants
+    more: no waiting on the client at all, one wake-up of the bridge per Kafka fetch. Without it, pieces
+    end exactly at the 1 MiB mark, where the server pauses until the client has taken everything sent,
+    then briefly waits for its CANCEL. Between later pieces the server looks for a CANCEL and for
+    shutdown.
+
+    Hot path: the RSM's streams lend views of their decoded chunks (``read_view``); the socket sink
+    sends them with one ``sendmsg`` next to a preallocated frame prefix, the ring sink copies them once
+    into a slot. Read-ahead is bounded by the transport: the socket buffer, or the ring's free slots.
+    """
+    rid = frame.request_id
+    op = frame.header.get("op")
+    ring = conn.ring if frame.header.get("transport") == protocol.CAP_SHM else None
+    arena = server.arena if ring is not None and frame.header.get("arena") is True else None
+    sink: Sink = (
+        ShmSink(server, conn, rid, ring, arena) if ring is not None else SocketSink(server, conn, rid)
+    )
+    sent = 0
+    stopped = False
+    stream = None
+    try:
+        try:
+            stop_after = parse_stop_after(frame.header)
+            mark = stop_after or SMALL_FRAMES_UNTIL
+            stream = server.open_stream(frame.header)
+            pieces = PieceReader(stream, conn)
+            data = pieces.read(sink.piece_bytes(0, mark))
+        except Exception as exc:  # noqa: BLE001 - mapped to an ERROR frame
+            server.report_failure(conn, rid, op, exc)
+            return
+        while data:
+            final = bool(stop_after) and sent + sum(len(v) for v in data) == stop_after
+            end = b""
+            if final:
+                # the client's stop: END ("more" when the range goes on) in the same write as the piece
+                left = getattr(stream, "remaining", None)
+                more = left is None or left > 0
+                end = protocol.encode_frame(FrameType.END, rid, {"bytes": stop_after, "more": more})
+            parts = sink.parts(data)
+            for k, part in enumerate(parts):
+                if not sink.await_room(part):
+                    stopped = True
+                    break
+                sent += sink.deliver(part, end if k == len(parts) - 1 else b"")
+            if stopped:
+                break
+            if final:
+                return
+            if sent == mark:
+                sink.await_taken(CANCEL_GRACE_S)
+            else:
+                poll_cancel(server, conn, rid)
+            if server._stopping.is_set():
+                stopped = True
+                break
+            try:
+                data = pieces.read(sink.piece_bytes(sent, mark))
+            except Exception as exc:  # noqa: BLE001 - mapped to an ERROR frame
+                server.report_failure(conn, rid, op, exc)
+                return
+        if stopped:
+            server.send_error(conn, rid, ErrorCode.SHUTTING_DOWN, f"bridge stopping after {sent} bytes")
+            return
+        protocol.send_frame(conn.sock, FrameType.END, rid, {"bytes": sent})
+    except Cancelled:
+        protocol.send_frame(conn.sock, FrameType.END, rid, {"bytes": sent, "cancelled": True})
+    finally:
+        with server._counters_lock:
+            server._bytes_streamed += sent
+        if stream is not None:
+            with contextlib.suppress(Exception):
+                stream.close()
+
+
+def next_frame_within(server: BridgeServer, conn: _Connection, timeout: float) -> bool:
+    """True when a frame from the client can be read now or arrives within ``timeout`` seconds."""
+    if conn.reader.buffered():
+        return True
+    with server.permits.waiting():
+        readable, _, _ = select.select([conn.sock], [], [], timeout)
+    return bool(readable)
+
+
+def poll_cancel(server: BridgeServer, conn: _Connection, rid: int) -> None:
+    """Handle every frame the client has sent so far (non-blocking); raise Cancelled on its CANCEL."""
+    while conn.reader.poll():  # raises ConnectionClosed when the client went away
+        check_cancel(server, conn, rid)
+
+
+def check_cancel(server: BridgeServer, conn: _Connection, rid: int) -> None:
+    # raises ConnectionClosed when the client went away, ReceiveTimeout when it stalls mid-frame
+    frame = conn.reader.recv_frame(within=server.limits.read_timeout_s)
+    if frame.type == FrameType.CANCEL and frame.request_id == rid:
+        raise Cancelled()
+    if frame.type == FrameType.CANCEL:
+        return
+    if frame.type == FrameType.SHM_RELEASE:
+        on_release(conn, frame)
+        return
+    raise ProtocolError(f"{frame.type.name} frame {frame.request_id} received while streaming request {rid}")
+
+
+def on_release(conn: _Connection, frame: protocol.Frame) -> None:
+    """The client's SHM_RELEASE: its oldest ``count`` pieces (ring slots, arena blocks) may be reused."""
+    ring = conn.ring
+    if ring is None or len(frame.payload) != protocol.SHM_RELEASE_PAYLOAD.size:
+        raise ProtocolError(
+            f"SHM_RELEASE frame without a ring or with a bad payload ({len(frame.payload)} B)"
+        )
+    (count,) = protocol.SHM_RELEASE_PAYLOAD.unpack(frame.payload)
+    if count > len(conn.pieces):
+        raise ProtocolError(f"SHM_RELEASE of {count} slots, only {len(conn.pieces)} in flight")
+    for _ in range(count):  # the client is done with them: slots and arena blocks may be reused
+        conn.pieces.popleft()
