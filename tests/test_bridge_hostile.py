@@ -9,6 +9,7 @@ are for events (the bridge closing a connection), with generous deadlines.
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import select
 import socket
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import pytest
 from harness.waiting import wait_until
-from test_bridge_server import REPO, TESTS_DIR, tempfile_dir
+from test_bridge_server import REPO, TESTS_DIR, make_segment, tempfile_dir
 
 from rsm.bridge import protocol
 from rsm.bridge.client import BridgeClient
@@ -366,6 +367,76 @@ def test_a_slow_sender_is_cut_off(start_bridge) -> None:
     wait_until("the slow senders' threads to end", lambda: bridge.threads() <= base_threads, 10, 0.1)
     log = bridge.log_text()
     assert "bridge.handshake.timeout.ms" in log and "bridge.read.timeout.ms" in log, log
+
+
+def _ring_bytes(fds: list[int]) -> int:
+    """Memory the ring files hold (allocated blocks, whether or not anyone touched them)."""
+    return sum(os.fstat(fd).st_blocks * 512 for fd in fds)
+
+
+def _fetch_through_ring(
+    s: socket.socket, rid: int, metadata: dict, size: int, hold_last: bool = False
+) -> int:
+    """One whole fetch of a ``size``-byte segment answered through the connection's ring, each slot
+    released at once but, with ``hold_last``, the one ending the segment; returns that last slot."""
+    header = {"op": "fetch_log_segment", "metadata": metadata, "start_position": 0, "transport": "shm"}
+    protocol.send_frame(s, FrameType.REQUEST, rid, header)
+    got, slot = 0, -1
+    while True:
+        frame = protocol.recv_frame(s)
+        if frame.type == FrameType.END:
+            assert got == size
+            return slot
+        assert frame.type == FrameType.SHM_DATA, frame
+        slot, length = protocol.SHM_DATA_PAYLOAD.unpack(frame.payload)
+        got += length
+        if not (hold_last and got == size):
+            protocol.send_frame(s, FrameType.SHM_RELEASE, 0, None, protocol.SHM_RELEASE_PAYLOAD.pack(1))
+
+
+def test_idle_shm_offers_hold_no_memory_and_rings_are_given_back(start_bridge, tmp_path) -> None:
+    """100 connections offering shm: their rings cost nothing until a fetch uses them; a ring used and
+    then idle for bridge.shm.idle.release.ms gives its memory back, but for a slot its client still holds
+    (that one keeps its bytes); fetches still work after that."""
+    bridge = start_bridge(max_connections=128, shm_idle_release_ms=1000)
+    with contextlib.closing(bridge.client()) as client:
+        md, sd, data = make_segment(tmp_path, 8 * MIB)
+        client.copy_log_segment_data(md, sd)
+    metadata = protocol.encode_metadata(md)
+    base = bridge.status()
+    conns, fds = [], []
+    for _ in range(100):
+        s, hello = handshake(bridge.socket, [protocol.CAP_SHM])
+        assert hello["capabilities"] == [protocol.CAP_SHM]
+        fds.append(os.open(hello["shm"]["path"], os.O_RDONLY))  # watched after its name goes
+        protocol.send_frame(s, FrameType.SHM_RELEASE, 0, None, protocol.SHM_RELEASE_PAYLOAD.pack(0))
+        conns.append(s)
+    try:
+        idle_bytes = _ring_bytes(fds)
+        assert idle_bytes < MIB, f"100 idle shm offers hold {idle_bytes / MIB:.0f} MiB of rings"
+        for s in conns[1:10]:
+            assert _fetch_through_ring(s, 2, metadata, len(data)) == 7
+        # the first client keeps reading its last slot: its bytes must survive the give-back
+        assert _fetch_through_ring(conns[0], 2, metadata, len(data), hold_last=True) == 7
+        used = bridge.status()
+        assert _ring_bytes(fds[:10]) == 10 * 8 * MIB and _ring_bytes(fds[10:]) == 0
+        assert used["RssShmem"] - base["RssShmem"] > 40 * MIB  # ten rings written, mapped by the bridge
+        wait_until("the idle rings to be given back", lambda: _ring_bytes(fds) == MIB, 15, interval=0.1)
+        with mmap.mmap(fds[0], 8 * MIB, prot=mmap.PROT_READ) as ring:
+            assert ring[7 * MIB : 8 * MIB] == data[7 * MIB :]  # the held slot, intact
+        after = bridge.status()
+        assert after["RssShmem"] - base["RssShmem"] < 4 * MIB, (base, after)
+        print(
+            f"\nbridge RssShmem: idle offers {base['RssShmem'] / MIB:.0f} MiB, ten rings used"
+            f" {used['RssShmem'] / MIB:.0f} MiB, released {after['RssShmem'] / MIB:.0f} MiB"
+        )
+        protocol.send_frame(conns[0], FrameType.SHM_RELEASE, 0, None, protocol.SHM_RELEASE_PAYLOAD.pack(1))
+        assert _fetch_through_ring(conns[0], 3, metadata, len(data)) == 7  # a given-back ring works again
+    finally:
+        for fd in fds:
+            os.close(fd)
+        for s in conns:
+            s.close()
 
 
 def test_the_socket_file_appears_only_once_the_bridge_listens(tmp_path, monkeypatch) -> None:

@@ -473,12 +473,26 @@ class BridgeServer:
     def _next_frame(self, conn: _Connection) -> protocol.Frame | None:
         """The connection's next frame, or None when it stayed idle for ``bridge.idle.timeout.ms``.
 
-        A frame that has begun must complete within ``bridge.read.timeout.ms`` (ReceiveTimeout).
+        A frame that has begun must complete within ``bridge.read.timeout.ms`` (ReceiveTimeout). A ring
+        idle for ``bridge.shm.idle.release.ms`` gives its free slots' memory back meanwhile.
         """
         reader, limits = conn.reader, self.limits
         if reader.buffered():
             return reader.recv_frame()
-        idle_until = time.monotonic() + limits.idle_timeout_s if limits.idle_timeout_s else None
+        now = time.monotonic()
+        idle_until = now + limits.idle_timeout_s if limits.idle_timeout_s else None
+        ring = conn.ring
+        if ring is not None and ring.reserved and limits.shm_idle_release_s:
+            release_at = now + limits.shm_idle_release_s
+            if idle_until is None or release_at < idle_until:
+                try:
+                    return reader.recv_frame(release_at, limits.read_timeout_s)
+                except ReceiveTimeout as exc:
+                    if exc.started:
+                        raise
+                held = sum(1 for _, views in conn.pieces if views is None)  # slots the client holds
+                given = ring.give_back(held)
+                log.debug("%s idle: %d bytes of its ring given back", conn.peer, given)
         try:
             return reader.recv_frame(idle_until, limits.read_timeout_s)
         except ReceiveTimeout as exc:

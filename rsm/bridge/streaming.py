@@ -320,6 +320,14 @@ def stream_answer(server: BridgeServer, conn: _Connection, frame: protocol.Frame
     rid = frame.request_id
     op = frame.header.get("op")
     ring = conn.ring if frame.header.get("transport") == protocol.CAP_SHM else None
+    if ring is not None and not ring.reserve():  # its memory is reserved at its first fetch
+        server._warnings.warning(
+            "shm.reserve",
+            "no room in %s for a shared-memory ring: answering %s with socket data frames",
+            server.shm_dir,
+            conn.peer,
+        )
+        ring = None
     arena = server.arena if ring is not None and frame.header.get("arena") is True else None
     sink: Sink = (
         ShmSink(server, conn, rid, ring, arena) if ring is not None else SocketSink(server, conn, rid)
