@@ -9,6 +9,7 @@ are for events (the bridge closing a connection), with generous deadlines.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import mmap
 import os
 import select
@@ -20,6 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,24 +75,27 @@ class Bridge:
 
 @pytest.fixture
 def start_bridge() -> Iterator[Callable[..., Bridge]]:
-    """``start_bridge(**settings)``: a bridge with ``rsm.config.bridge.<key>=<value>`` for each setting
-    (dots for underscores), its rings in a private directory on /dev/shm (tmpfs, as in production)."""
+    """``start_bridge(rsm_configs=None, **settings)``: a bridge with ``rsm.config.bridge.<key>=<value>`` for
+    each setting (dots for underscores), its rings in a private directory on /dev/shm (tmpfs, as in
+    production); hosting the in-memory RSM, or with ``rsm_configs`` the real one configured with them."""
     started: list[tuple[Bridge, Path]] = []
 
-    def start(**settings: object) -> Bridge:
+    def start(rsm_configs: dict[str, str] | None = None, **settings: object) -> Bridge:
         base = Path(tempfile_dir()) / f"rsmh-{uuid.uuid4().hex[:8]}"
         base.mkdir(mode=0o700)
         shm_root = Path("/dev/shm") if Path("/dev/shm").is_dir() else base
         shm_dir = shm_root / f"rsmh-shm-{uuid.uuid4().hex[:8]}"
-        lines = ["rsm.config.bucket=x", f"rsm.config.bridge.shm.dir={shm_dir}"]
+        lines = [f"rsm.config.bridge.shm.dir={shm_dir}"]
+        lines += [f"rsm.config.{k}={v}" for k, v in (rsm_configs or {"bucket": "x"}).items()]
         lines += [f"rsm.config.bridge.{k.replace('_', '.')}={v}" for k, v in settings.items()]
+        hosted = () if rsm_configs else ("--rsm-class", "test_bridge_server:MemoryRSM")
         cfg = base / "server.properties"
         cfg.write_text("\n".join(lines) + "\n")
         log = base / "bridge.log"
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS_DIR), str(REPO)]))
         with log.open("wb") as out:
             proc = subprocess.Popen(
-                serve_command(cfg, base / "b.sock", "--rsm-class", "test_bridge_server:MemoryRSM"),
+                serve_command(cfg, base / "b.sock", *hosted),
                 env=env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -256,6 +261,60 @@ def test_frames_after_the_handshake_are_read_as_they_arrive_and_memory_returns(s
         f" {returned / MIB:.0f} MiB 20 s after it"
     )
     print(f"\nRSS base {base / MIB:.0f} MiB, loaded {loaded / MIB:.0f} MiB, after {returned / MIB:.0f} MiB")
+
+
+def test_memory_returns_after_a_fetch_load(start_bridge, tmp_path) -> None:
+    """Ten readers stream a compressed segment through the real RSM (decoded on the heap: no arena, no
+    chunk cache), then stop: once the load has stopped, the bridge's memory goes back close to where it
+    was, rather than staying at its peak (freed chunk buffers kept by the allocator for reuse)."""
+    from test_rsm_helpers import make_segment as make_kafka_segment
+
+    from rsm import TopicIdPartition
+
+    store = tmp_path / "store"
+    configs = {
+        "storage.backend": "file",
+        "storage.file.root": str(store),
+        "bucket": "b",
+        "compression.enabled": "true",
+        "cache.chunk.bytes": "0",
+    }
+    bridge = start_bridge(configs, arena_blocks=0)
+    seg = make_kafka_segment(
+        tmp_path / "seg", TopicIdPartition(uuid.uuid4(), "load", 0), batches=1500, value_size=3000
+    )
+    client = bridge.client(pool_size=10)
+    try:
+        md = dataclasses.replace(
+            seg.metadata, custom_metadata=client.copy_log_segment_data(seg.metadata, seg.data)
+        )
+        size = seg.data.log_segment.stat().st_size
+        base = bridge.rss()
+
+        def read_twice() -> int:
+            n = 0
+            for _ in range(2):
+                with client.fetch_log_segment(md, 0) as s:
+                    while chunk := s.read(MIB):
+                        n += len(chunk)
+            return n
+
+        peak = base
+        with ThreadPoolExecutor(10) as pool:
+            reads = [pool.submit(read_twice) for _ in range(10)]
+            while not all(r.done() for r in reads):
+                peak = max(peak, bridge.rss())
+                time.sleep(0.05)
+        assert [r.result() for r in reads] == [2 * size] * 10
+        allowed = base + max(32 * MIB, (peak - base) // 4)
+        deadline = time.monotonic() + 15
+        while (after := bridge.rss()) > allowed and time.monotonic() < deadline:
+            time.sleep(0.2)
+        figures = f"bridge RSS {base / MIB:.0f} MiB, peak {peak / MIB:.0f} MiB, after {after / MIB:.0f} MiB"
+        print(f"\nfetch load: {figures}")
+        assert after <= allowed, figures
+    finally:
+        client.close()
 
 
 def test_connections_are_capped_and_idle_ones_time_out(start_bridge) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from rsm.bridge import shm
 from rsm.bridge.admission import Limits
-from rsm.bridge.memory import DEFAULT_MMAP_THRESHOLD_BYTES, tune_allocator
+from rsm.bridge.memory import DEFAULT_MALLOC_ARENAS, DEFAULT_MMAP_THRESHOLD_BYTES, tune_allocator
 from rsm.bridge.properties import load_properties, mask_configs, split_rsm_configs
 from rsm.bridge.protocol import DEFAULT_DATA_FRAME_BYTES
 from rsm.bridge.server import DEFAULT_INITIAL_FRAME_BYTES, DEFAULT_SEND_BUFFER_BYTES, BridgeServer
@@ -51,14 +51,15 @@ def serve(
     grace = float(settings.get("bridge.shutdown.grace.ms", "10000")) / 1000.0
     send_buffer = int(settings.get("bridge.socket.send.buffer.bytes", DEFAULT_SEND_BUFFER_BYTES))
     mmap_threshold = int(settings.get("bridge.malloc.mmap.threshold.bytes", DEFAULT_MMAP_THRESHOLD_BYTES))
+    arenas = int(settings.get("bridge.malloc.arenas", DEFAULT_MALLOC_ARENAS))
     transport = settings.get("bridge.transport", "shm").strip().lower()
     if transport not in ("shm", "socket"):
         raise ValueError(f"bridge.transport={transport!r}: expected 'shm' or 'socket'")
     shm_dir_raw = settings.get("bridge.shm.dir")
     permits_raw = settings.get("bridge.fetch.permits", "").strip()
     arena_raw = settings.get("bridge.arena.blocks", "").strip()
-    if tune_allocator(mmap_threshold):
-        log.info("glibc mmap threshold set to %d bytes", mmap_threshold)
+    if tune_allocator(mmap_threshold, arenas):
+        log.info("glibc malloc tuned: mmap threshold %d bytes, %d arena(s)", mmap_threshold, arenas)
     if rsm_class:
         cls = _load_class(rsm_class)
     else:

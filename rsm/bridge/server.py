@@ -28,6 +28,7 @@ from rsm.bridge.memory import (
     DEFAULT_ARENA_BLOCK_BYTES,
     DEFAULT_MMAP_THRESHOLD_BYTES,
     default_arena_blocks,
+    trim_heap,
     tune_allocator,
 )
 from rsm.bridge.permits import WorkPermits, default_permits
@@ -66,6 +67,7 @@ __all__ = [
 SERVER_NAME = "rsm-bridge-python/0.1.0"
 DEFAULT_INITIAL_FRAME_BYTES = 256 * 1024
 DEFAULT_SEND_BUFFER_BYTES = 1024 * 1024  # the first MiB of a fetch goes out without waiting for the reader
+HEAP_TRIM_QUIET_S = 1.0  # no request for this long after some: the heap's free memory goes back (trim_heap)
 
 Handler = Callable[["RequestContext"], "dict[str, Any] | None"]
 
@@ -190,6 +192,8 @@ class BridgeServer:
         self._arena_bytes_streamed = 0
         self._counters_lock = threading.Lock()  # the byte counters are updated by every connection thread
         self._log_configs_received = 0
+        self._last_request_end = time.monotonic()
+        self._heap_used = False  # requests ran since the heap was last trimmed
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -261,6 +265,7 @@ class BridgeServer:
                     else:
                         self._refusals.ready(key.fileobj)  # type: ignore[arg-type]
                 self._refusals.expire()
+                self._trim_heap_when_quiet()
                 if parent_pid is not None and time.monotonic() - last_parent_check > 1.0:
                     last_parent_check = time.monotonic()
                     if not shm.pid_alive(parent_pid):
@@ -268,6 +273,18 @@ class BridgeServer:
                         self._stopping.set()
         finally:
             self._shutdown()
+
+    def _trim_heap_when_quiet(self) -> None:
+        """Memory returns after load: once no request has run for ``HEAP_TRIM_QUIET_S``, the heap's free
+        pages go back to the system (the allocator keeps them while requests follow each other)."""
+        if not self._heap_used or time.monotonic() - self._last_request_end < HEAP_TRIM_QUIET_S:
+            return
+        with self._conns_lock:
+            if any(c.busy for c in self._conns):
+                return
+        self._heap_used = False
+        if trim_heap():
+            log.debug("heap trimmed after the load")
 
     def _accept_waiting(self) -> None:
         """Accept every connection waiting in the backlog: a thread for each, up to the cap."""
@@ -423,6 +440,8 @@ class BridgeServer:
                 finally:
                     with conn.lock:
                         conn.busy = False
+                    self._last_request_end = time.monotonic()
+                    self._heap_used = True
                 if self._stopping.is_set():
                     return
         except ConnectionClosed:
