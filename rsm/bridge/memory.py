@@ -18,15 +18,22 @@ KAFKA_READER_THREADS = 10  # remote.log.reader.threads' default: remote fetches 
 ARENA_MAX_BYTES = 256 * 1024 * 1024
 
 
-def default_arena_blocks(cache_bytes: int, block_bytes: int, prefetch: int, read_ahead_bytes: int) -> int:
+def default_arena_blocks(
+    cache_bytes: int, block_bytes: int, prefetch: int, read_ahead_bytes: int, slots: int = 8
+) -> int:
     """How many chunk blocks the default arena has: the chunk cache's, plus what Kafka's remote readers
     may hold at once - each its stream's current chunk, its prefetches, and the chunks its read-ahead
-    (a ring's worth of announced, unreleased pieces) spans - at most ``ARENA_MAX_BYTES``.
+    (a ring's worth of announced, unreleased pieces: ``read_ahead_bytes`` in ``slots`` slots) spans - at
+    most ``ARENA_MAX_BYTES`` (and at least one block).
 
     Why that many: when every block is taken a chunk is decoded on the heap and copied into a ring slot
     instead (measured: with 16 spare blocks, ten streaming readers sent 41% of their bytes that way).
+    Read-ahead spans at most one block per announced piece (each counts for a slot at least, and lies in
+    one block), plus one it straddles into: with small chunks that is the ring's slot count, not its bytes
+    over the chunk size (with 32 KiB chunks and 8 slots of 1 MiB: 8 blocks per reader, not 257).
     """
-    per_reader = 1 + prefetch + -(-read_ahead_bytes // block_bytes) + 1  # + 1: read-ahead straddling two
+    spanned = min(slots, -(-read_ahead_bytes // block_bytes) + 1)  # + 1: read-ahead straddling two
+    per_reader = 1 + prefetch + spanned
     wanted = cache_bytes // block_bytes + KAFKA_READER_THREADS * per_reader
     return max(1, min(wanted, ARENA_MAX_BYTES // block_bytes))
 

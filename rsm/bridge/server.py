@@ -237,8 +237,17 @@ class BridgeServer:
             cache_bytes = int(self.rsm.config.get("cache.chunk.bytes"))
             prefetch = int(self.rsm.config.get("fetch.prefetch.chunks"))
         blocks = self.arena_blocks or default_arena_blocks(
-            cache_bytes, block_bytes, prefetch, self.shm_slots * self.shm_slot_bytes
+            cache_bytes, block_bytes, prefetch, self.shm_slots * self.shm_slot_bytes, self.shm_slots
         )
+        if blocks * block_bytes > shm.MAX_ARENA_BYTES:  # bridge.arena.blocks set beyond what a client maps
+            log.warning(
+                "bridge.arena.blocks=%d of %d bytes exceeds %d bytes: %d blocks",
+                blocks,
+                block_bytes,
+                shm.MAX_ARENA_BYTES,
+                shm.MAX_ARENA_BYTES // block_bytes,
+            )
+            blocks = shm.MAX_ARENA_BYTES // block_bytes
         try:
             self.arena = shm.ChunkArena.create(self.shm_dir, blocks, block_bytes)
         except (OSError, ValueError) as exc:

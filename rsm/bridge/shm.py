@@ -33,6 +33,10 @@ DEFAULT_SLOTS = 8
 DEFAULT_SLOT_BYTES = 1024 * 1024
 MIN_SLOT_BYTES = 64 * 1024
 MAX_SLOT_BYTES = 16 * 1024 * 1024
+# an arena block holds one decoded chunk: as small as the smallest chunk.size (rsm.config.MIN_CHUNK_SIZE)
+MIN_BLOCK_BYTES = 4 * 1024
+# the JVM plugin maps the arena as one buffer, at most Integer.MAX_VALUE bytes
+MAX_ARENA_BYTES = 2**31 - 1
 _RING_NAME = re.compile(r"^(?:ring|arena)-(\d+)-[0-9a-f]{16}$")
 
 
@@ -180,8 +184,7 @@ class ChunkArena:
     @classmethod
     def create(cls, directory: Path, blocks: int, block_bytes: int) -> ChunkArena:
         """An arena file ``arena-<pid>-<random>`` of ``blocks`` blocks (it stays named: clients map it)."""
-        if blocks < 1 or block_bytes < MIN_SLOT_BYTES:
-            raise ValueError(f"bad chunk arena shape: {blocks} blocks of {block_bytes} bytes")
+        check_arena_shape(blocks, block_bytes)
         path, mm, fd = create_shared_file(directory, "arena", blocks * block_bytes)
         os.close(fd)  # the mapping keeps the memory
         return cls(path, mm, block_bytes)
@@ -219,6 +222,17 @@ class ChunkArena:
         if not self.unlinked and self.path is not None:
             self.unlinked = True
             self.path.unlink(missing_ok=True)
+
+
+def check_arena_shape(blocks: int, block_bytes: int) -> None:
+    """ValueError unless an arena of ``blocks`` blocks of ``block_bytes`` can exist: at least one block, a
+    block at least as large as the smallest chunk (blocks are sized by chunk.size; a ring slot's minimum
+    has nothing to do with them), and no more bytes than a client can map."""
+    if blocks < 1 or block_bytes < MIN_BLOCK_BYTES or blocks * block_bytes > MAX_ARENA_BYTES:
+        raise ValueError(
+            f"bad chunk arena shape: {blocks} blocks of {block_bytes} bytes (blocks of at least"
+            f" {MIN_BLOCK_BYTES} bytes, at most {MAX_ARENA_BYTES} bytes in all)"
+        )
 
 
 @dataclass(eq=False)
