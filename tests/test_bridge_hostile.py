@@ -338,6 +338,7 @@ def test_connections_are_capped_and_idle_ones_time_out(start_bridge) -> None:
     assert max(peak) <= base_threads + 32 + 2, f"bridge threads {base_threads} -> {max(peak)}"
     assert wait_closed(closures, 20) == 0  # the refused at once, the others at the handshake deadline
     wait_until("the connection threads to end", lambda: bridge.threads() <= base_threads, 10, interval=0.1)
+    print(f"\n600 idle connections: bridge threads {base_threads} -> {max(peak)} -> {bridge.threads()}")
     warnings = [line for line in bridge.log_text().splitlines() if "bridge.max.connections" in line]
     assert 1 <= len(warnings) <= 3, warnings  # rate-limited: not one line per refusal
     for s in socks:
