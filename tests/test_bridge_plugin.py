@@ -346,6 +346,47 @@ def test_plugin_gives_up_on_a_bridge_that_does_not_answer(bridge_plugin_jar, jav
         thread.join(15)
 
 
+def test_plugin_takes_a_busy_bridge_for_a_live_one(bridge_plugin_jar, java_build, short_dir, tmp_path):
+    """A bridge at bridge.max.connections refuses a connection with BUSY: the plugin fails that call with
+    the bridge's reason (it must not take the refusing bridge for a dead one, which it would kill and
+    restart), and works again once a connection is free."""
+    import socket as socket_module
+
+    from test_bridge_server import MemoryRSM
+
+    from rsm.bridge import protocol
+    from rsm.bridge.admission import Limits
+    from rsm.bridge.server import BridgeServer
+
+    server = BridgeServer(MemoryRSM(), short_dir / "b.sock", limits=Limits(max_connections=1))
+    server.bind()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    hog = socket_module.socket(socket_module.AF_UNIX)
+    hog.settimeout(10)
+    hog.connect(str(short_dir / "b.sock"))
+    protocol.send_frame(hog, protocol.FrameType.HELLO, 0, protocol.client_hello("hog"))
+    assert protocol.recv_frame(hog).type == protocol.FrameType.HELLO  # the one connection served
+    props = short_dir / "plugin.properties"
+    props.write_text(f"bridge.socket.path={short_dir / 'b.sock'}\nbridge.command=\n")
+    driver = Driver(driver_classpath(java_build), tmp_path)
+    try:
+        driver.ok(f"configure {props}")
+        busy = driver("health")
+        assert busy["exception"] == "RemoteStorageException", busy
+        assert "BUSY" in busy["message"] and "bridge.max.connections" in busy["message"], busy
+        hog.close()
+        deadline = time.monotonic() + 10
+        while server._conns and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert driver.ok("health")
+    finally:
+        hog.close()
+        driver.stop()
+        server.stop()
+        thread.join(15)
+
+
 @pytest.mark.parametrize("transport", ["shm", "socket"])
 def test_plugin_transport_shm_and_socket_fallback(
     bridge_plugin_jar, java_build, short_dir, tmp_path, transport

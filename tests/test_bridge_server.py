@@ -542,9 +542,9 @@ def test_a_reader_that_stops_at_the_fetch_size_costs_nothing_past_it(bridge, tmp
 
 def check_reader_stopping_at_the_fetch_size(bridge, tmp_path, monkeypatch) -> None:
     """The body of that test, for either transport (test_bridge_shm runs it over the ring)."""
-    from rsm.bridge import server as server_module
+    from rsm.bridge import streaming
 
-    monkeypatch.setattr(server_module, "CANCEL_GRACE_S", 0.5)  # generous: a loaded CI machine is slow
+    monkeypatch.setattr(streaming, "CANCEL_GRACE_S", 0.5)  # generous: a loaded CI machine is slow
     server, rsm, client = bridge
     mib = 1024 * 1024
     md, sd, data = make_segment(tmp_path, 8 * mib)

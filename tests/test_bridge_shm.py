@@ -360,8 +360,9 @@ def test_bridge_killed_mid_stream_fails_the_read_cleanly(dirs, tmp_path):
     assert list(shm_dir.iterdir()) == []
 
 
-def test_a_ring_that_cannot_be_created_falls_back_to_socket_frames(dirs, tmp_path, monkeypatch):
-    """A full tmpfs (ENOSPC at posix_fallocate) must not break fetches: that connection uses DATA frames."""
+def test_a_ring_without_room_falls_back_to_socket_frames(dirs, tmp_path, monkeypatch):
+    """A full tmpfs (ENOSPC at posix_fallocate, when a fetch first reserves the ring's memory) must not
+    break fetches: those fetches use DATA frames, and one after room came back uses the ring."""
     import errno
 
     from rsm.bridge import shm as shm_module
@@ -371,15 +372,19 @@ def test_a_ring_that_cannot_be_created_falls_back_to_socket_frames(dirs, tmp_pat
 
     server, rsm, t = start(dirs)
     try:
-        monkeypatch.setattr(shm_module.os, "posix_fallocate", full)
         client = BridgeClient(server.socket_path, transport="shm")
         md, sd, data = make_segment(tmp_path, 2 * MIB + 5)
         client.copy_log_segment_data(md, sd)
+        with monkeypatch.context() as m:
+            m.setattr(shm_module.os, "posix_fallocate", full)
+            with client.fetch_log_segment(md, 0) as s:
+                assert s._conn.ring is not None  # offered and mapped: it costs nothing until reserved
+                assert s.read() == data
+            assert client.health()["shm_bytes_streamed"] == 0
         with client.fetch_log_segment(md, 0) as s:
-            assert s._conn.ring is None
             assert s.read() == data
-        assert client.health()["shm_bytes_streamed"] == 0
-        assert list(dirs[1].iterdir()) == []  # the half-made file was removed
+        assert client.health()["shm_bytes_streamed"] == len(data)
         client.close()
+        wait_until("the ring file removed", lambda: list(dirs[1].iterdir()) == [], 5, interval=0.01)
     finally:
         stop(server, t)

@@ -381,3 +381,70 @@ def test_the_default_arena_holds_the_cache_and_what_ten_readers_pin() -> None:
     assert default_arena_blocks(8 * mib, 4 * mib, 2, 8 * mib) == 2 + 10 * 6
     assert default_arena_blocks(1024 * mib, 4 * mib, 0, 8 * mib) == 64  # the cap
     assert default_arena_blocks(0, 64 * mib, 0, 8 * mib) == 4  # chunks bigger than the cap's share
+
+
+@pytest.mark.parametrize(
+    "chunk",
+    [4 * KIB, 32 * KIB, 64 * KIB, 100 * KIB + 3, 1024 * KIB, 4096 * KIB, 64 * 1024 * KIB, 256 * 1024 * KIB],
+)
+def test_the_default_arena_fits_every_valid_chunk_size(chunk: int) -> None:
+    """Any chunk.size the RSM accepts gets an arena the shape check accepts (chunk.size=32768 used to be
+    refused, "bad chunk arena shape: 4638 blocks of 32768 bytes", and every fetched byte was copied), at
+    most 256 MiB (or one block), and, with small chunks, a read-ahead share bounded by the ring's slots
+    (each announced piece counts for at least one slot) rather than by its bytes."""
+    from rsm.bridge.memory import ARENA_MAX_BYTES
+    from rsm.bridge.shm import check_arena_shape
+    from rsm.config import MAX_CHUNK_SIZE, MIN_CHUNK_SIZE
+
+    assert MIN_CHUNK_SIZE <= chunk <= MAX_CHUNK_SIZE
+    blocks = default_arena_blocks(64 * 1024 * KIB, chunk, 1, 8 * 1024 * KIB, slots=8)
+    check_arena_shape(blocks, chunk)  # raises ValueError on a shape the bridge would refuse
+    assert blocks >= 1 and blocks * chunk <= max(ARENA_MAX_BYTES, chunk)
+    if chunk == 32 * KIB:
+        assert blocks == 2048 + 10 * (1 + 1 + 8)  # the cache's; per reader: current, prefetch, one per slot
+
+
+def test_the_arena_shape_check_refuses_what_a_client_cannot_map() -> None:
+    from rsm.bridge.shm import MAX_ARENA_BYTES, check_arena_shape
+
+    with pytest.raises(ValueError, match="bad chunk arena shape"):
+        check_arena_shape(0, 64 * KIB)
+    with pytest.raises(ValueError, match="bad chunk arena shape"):
+        check_arena_shape(1, 4 * KIB - 1)  # smaller than any chunk
+    with pytest.raises(ValueError, match="bad chunk arena shape"):
+        check_arena_shape(MAX_ARENA_BYTES // (256 * 1024 * KIB) + 1, 256 * 1024 * KIB)  # over 2 GiB: the JVM
+
+
+def test_a_bridge_with_32_kib_chunks_serves_from_its_arena(
+    short_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """chunk.size=32768: the bridge creates its arena (no "bad chunk arena shape" warning) and fetched
+    chunks are announced where they lie (ARENA_DATA), not copied into ring slots."""
+    chunk = 32 * KIB
+    with caplog.at_level("WARNING"):
+        server, t, data, meta = _uncached_bridge(tmp_path, short_dir / "c.sock", chunk, 150)
+    reader = BridgeConnection(short_dir / "c.sock", timeout=10, transport="shm")
+    try:
+        assert "chunk arena" not in caplog.text
+        assert server.arena is not None and server.arena.block_bytes == chunk
+        arena_map = _map_arena(reader)
+        assert len(data) > 2 * 1024 * KIB
+        header = {"op": "fetch_log_segment", "metadata": meta, "start_position": 0, "transport": "shm",
+                  "arena": True}  # fmt: skip
+        protocol.send_frame(reader.sock, FrameType.REQUEST, 1, header)
+        kinds, got = set(), bytearray()
+        while (f := protocol.recv_frame(reader.sock)).type != FrameType.END:
+            kinds.add(f.type)
+            if f.type == FrameType.ARENA_DATA:
+                offset, n = protocol.ARENA_DATA_PAYLOAD.unpack(f.payload)
+                got += arena_map[offset : offset + n]
+            else:
+                index, n = protocol.SHM_DATA_PAYLOAD.unpack(f.payload)
+                got += reader.ring.slot(index, n)
+            reader.release_slots(1)
+        assert bytes(got) == data
+        assert FrameType.ARENA_DATA in kinds  # past the first MiB (copied into a slot: 32 views > 8 slots)
+    finally:
+        reader.close()
+        server.stop()
+        t.join(15)

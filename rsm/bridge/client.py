@@ -13,6 +13,7 @@ import itertools
 import queue
 import socket
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,11 @@ class BridgeConnection:
         self.server_hello = hello.header
         self.version: int = hello.header.get("version", 0)
         self.broken = False
+        # pooled and idle this long, the connection is dropped rather than reused: half the bridge's idle
+        # timeout, so the bridge never closes it just as a call picks it up (0: never)
+        idle_ms = hello.header.get("idle_timeout_ms")
+        self.retire_after_s = idle_ms / 2000 if isinstance(idle_ms, int | float) and idle_ms > 0 else 0.0
+        self.idle_since = time.monotonic()
         ring = hello.header.get("shm")
         if caps and isinstance(ring, dict) and protocol.CAP_SHM in hello.header.get("capabilities", []):
             try:
@@ -125,7 +131,8 @@ class BridgeClient:
                     conn = self._idle.get_nowait()
                 except queue.Empty:
                     return BridgeConnection(self.socket_path, self.timeout, self.transport)
-                if not conn.is_stale():
+                retire = conn.retire_after_s and time.monotonic() - conn.idle_since > conn.retire_after_s
+                if not retire and not conn.is_stale():
                     return conn
                 conn.close()
         except BaseException:
@@ -134,6 +141,7 @@ class BridgeClient:
 
     def _release(self, conn: BridgeConnection) -> None:
         if not conn.broken:
+            conn.idle_since = time.monotonic()
             self._idle.put(conn)
         self._slots.release()
 

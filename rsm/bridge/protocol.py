@@ -19,17 +19,32 @@ Frame layout (all integers big-endian)::
 
 from __future__ import annotations
 
-import base64
 import enum
+import mmap
 import socket
 import struct
-import uuid
+import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+
+from rsm.bridge.values import (  # noqa: F401 - re-exported: clients, the server and tests use protocol.*
+    MetadataDecoder,
+    _b64,
+    _unb64,
+    decode_index_type,
+    decode_log_config,
+    decode_metadata,
+    decode_segment_data,
+    encode_log_config,
+    encode_metadata,
+    encode_segment_data,
+    uuid_from_kafka,
+    uuid_to_kafka,
+)
 
 PROTOCOL_VERSION = 1
 SUPPORTED_VERSIONS = (1,)
@@ -42,6 +57,9 @@ _AFTER_LENGTH = PREFIX_SIZE - 4  # type + request id + header length = 9
 
 MAX_HEADER_BYTES = 4 * 1024 * 1024
 MAX_FRAME_BYTES = 16 * 1024 * 1024 + MAX_HEADER_BYTES
+# a connection's first frame is a HELLO (magic, versions, client name, capabilities: well under 1 KiB);
+# a larger length before the handshake is refused, so a stranger's claim costs nothing
+HANDSHAKE_MAX_FRAME_BYTES = 64 * 1024
 DEFAULT_DATA_FRAME_BYTES = 256 * 1024
 MIN_DATA_FRAME_BYTES = 64 * 1024
 MAX_DATA_FRAME_BYTES = 1024 * 1024
@@ -78,6 +96,7 @@ class ErrorCode(enum.StrEnum):
     UNSUPPORTED_OPERATION = "UNSUPPORTED_OPERATION"  # op unknown to this server
     VERSION_MISMATCH = "VERSION_MISMATCH"  # handshake failed
     SHUTTING_DOWN = "SHUTTING_DOWN"  # server stopping; the call may be retried on a fresh bridge
+    BUSY = "BUSY"  # connection refused: the bridge serves bridge.max.connections already; retry later
     INTERNAL = "INTERNAL"  # anything else -> RemoteStorageException
 
 
@@ -104,6 +123,24 @@ class ProtocolError(Exception):
 
 class ConnectionClosed(ProtocolError):
     """The peer closed the connection (cleanly, between frames, or in the middle of one)."""
+
+
+class FrameTooLarge(ProtocolError):
+    """A frame's length field exceeds what the receiver accepts at this point (e.g. before the handshake)."""
+
+    def __init__(self, length: int, limit: int) -> None:
+        super().__init__(f"frame of {length} bytes exceeds {limit}")
+        self.length = length
+        self.limit = limit
+
+
+class ReceiveTimeout(ProtocolError):
+    """No frame began before the deadline (``started`` False: an idle peer), or one that began did not
+    complete in time (``started`` True: a slow sender holding a thread)."""
+
+    def __init__(self, message: str, *, started: bool) -> None:
+        super().__init__(message)
+        self.started = started
 
 
 class BridgeError(Exception):
@@ -307,11 +344,19 @@ class FrameReader:
     Why: one ``recv`` brings in every frame the peer has written so far, so a frame costs a system call
     (and, in a threaded server, a GIL hand-off) only when none is buffered. A client that has read what it
     wanted writes its ``SHM_RELEASE`` and ``CANCEL`` together; the bridge takes both with one wake-up.
-    Frames larger than the buffer (a request with a big payload) are read straight into their own buffer.
+
+    Bounded: a frame's length is checked against ``max_frame_bytes`` (the server lowers it before the
+    handshake) and a frame larger than the buffer grows its own buffer only as its bytes arrive, never to
+    what the length field claims. With deadlines (``recv_frame``'s ``idle_until`` and ``within``) and a
+    receive timeout on the socket (``SO_RCVTIMEO``, the "tick" at which deadlines are checked; no extra
+    system call on the hot path), neither an idle peer nor a slow sender holds the reader forever.
     """
 
-    def __init__(self, sock: socket.socket, buffer_bytes: int = 64 * 1024) -> None:
+    def __init__(
+        self, sock: socket.socket, buffer_bytes: int = 64 * 1024, max_frame_bytes: int = MAX_FRAME_BYTES
+    ) -> None:
         self.sock = sock
+        self.max_frame_bytes = max_frame_bytes  # the length field's limit (at most MAX_FRAME_BYTES)
         self._buf = bytearray(buffer_bytes)
         self._view = memoryview(self._buf)
         self._start = 0
@@ -320,6 +365,8 @@ class FrameReader:
     def _frame_bytes(self) -> int:
         """Size of the frame at the head of the buffer (its 4-byte length must be buffered), checked."""
         (length,) = _U32.unpack_from(self._buf, self._start)
+        if length > self.max_frame_bytes:
+            raise FrameTooLarge(length, self.max_frame_bytes)
         if length < _AFTER_LENGTH or length > MAX_FRAME_BYTES:
             raise ProtocolError(f"frame length {length} outside [{_AFTER_LENGTH}, {MAX_FRAME_BYTES}]")
         return 4 + length
@@ -337,7 +384,8 @@ class FrameReader:
         return self._complete() > 0
 
     def _fill(self, flags: int = 0) -> bool:
-        """Receive what has arrived into the free end of the buffer; False when nothing has (non-blocking)."""
+        """Receive what has arrived into the free end of the buffer; False when nothing has (non-blocking,
+        or the socket's receive timeout passed)."""
         if self._start == self._end:
             self._start = self._end = 0
         elif self._end == len(self._buf) or self._start > len(self._buf) // 2:
@@ -346,7 +394,7 @@ class FrameReader:
             self._start, self._end = 0, n
         try:
             got = self.sock.recv_into(self._view[self._end :], 0, flags)
-        except (BlockingIOError, InterruptedError):
+        except (BlockingIOError, InterruptedError, TimeoutError):
             return False
         if got == 0:
             raise ConnectionClosed(
@@ -357,34 +405,95 @@ class FrameReader:
         self._end += got
         return True
 
+    def _large_frame_started(self) -> bool:
+        """True when the frame at the head is larger than the buffer (read by ``recv_frame`` on its own)."""
+        return self._end - self._start >= 4 and self._frame_bytes() > len(self._buf)
+
     def poll(self) -> bool:
-        """Without blocking: True when a whole frame can be read now (ConnectionClosed on EOF)."""
-        if self.buffered():
+        """Without blocking: True when a frame can be read now (a large one: has begun; ConnectionClosed on
+        EOF)."""
+        if self.buffered() or self._large_frame_started():
             return True
         while self._fill(socket.MSG_DONTWAIT):
-            if self.buffered():
+            if self.buffered() or self._large_frame_started():
                 return True
         return False
 
-    def recv_frame(self) -> Frame:
-        """The next frame, blocking until all of it has arrived."""
-        while self._end - self._start < 4:
-            self._fill()
-        total = self._frame_bytes()
-        if total > len(self._buf):  # larger than the buffer: its own buffer, the rest read straight into it
-            whole = bytearray(total)
-            have = self._end - self._start
-            whole[:have] = self._view[self._start : self._end]
-            self._start = self._end = 0
-            _recv_exact_into(self.sock, memoryview(whole)[have:], "frame")
-            view = memoryview(whole)
-        else:
-            while self._end - self._start < total:
-                self._fill()
+    def recv_frame(self, idle_until: float | None = None, within: float | None = None) -> Frame:
+        """The next frame, blocking until all of it has arrived.
+
+        ``idle_until`` (a ``time.monotonic()`` instant): ReceiveTimeout(started=False) when no byte of
+        the frame has arrived by then. ``within`` (seconds): ReceiveTimeout(started=True) when the frame
+        is not complete that long after its first byte was seen. Both are checked when the socket's
+        receive timeout passes (or bytes arrive), so they need one on the socket to fire while it is silent.
+        """
+        total = self._complete()
+        if total:
             view = self._view[self._start : self._start + total]
             self._start += total
+        else:
+            view = self._await_frame(idle_until, within)
+            if view.obj is not self._buf:  # a large frame in memory of its own: its payload is not copied
+                frame_type, request_id, header, payload_at = _parse_head(view)
+                return Frame(frame_type, request_id, header, view[payload_at:])
         frame_type, request_id, header, payload_at = _parse_head(view)
         return Frame(frame_type, request_id, header, bytearray(view[payload_at:]))
+
+    def _await_frame(self, idle_until: float | None, within: float | None) -> memoryview:
+        """The slow path of ``recv_frame``: receive until the frame at the head is whole."""
+        due: float | None = None
+        while True:
+            have = self._end - self._start
+            if have:
+                if due is None:
+                    due = time.monotonic() + within if within is not None else float("inf")
+                if have >= 4:
+                    total = self._frame_bytes()
+                    if total > len(self._buf):
+                        return self._receive_large(total, due)
+                    if have >= total:
+                        view = self._view[self._start : self._start + total]
+                        self._start += total
+                        return view
+                if time.monotonic() > due:
+                    raise self._too_slow(have, total if have >= 4 else None)
+            idle = not self._fill() and self._start == self._end
+            if idle and idle_until is not None and time.monotonic() >= idle_until:
+                raise ReceiveTimeout("no frame began before the deadline", started=False)
+
+    def _receive_large(self, total: int, due: float) -> memoryview:
+        """A frame larger than the buffer, received into anonymous memory of its own that grows (doubling)
+        with what arrives: a peer claiming a large frame and sending little costs what it sent, and the
+        memory goes back to the system as soon as the frame is dropped (the heap would keep it)."""
+        have = self._end - self._start
+        # private: a shared anonymous mapping cannot grow (its pages past the old size raise SIGBUS)
+        buf = mmap.mmap(-1, _pages(min(total, max(have, 4 * len(self._buf)))), flags=mmap.MAP_PRIVATE)
+        buf[:have] = self._view[self._start : self._end]
+        self._start = self._end = 0
+        while have < total:
+            if have == len(buf):
+                buf.resize(_pages(min(total, 2 * len(buf))))
+            with memoryview(buf)[have : min(len(buf), total)] as free:
+                try:
+                    got = self.sock.recv_into(free)
+                except (BlockingIOError, InterruptedError, TimeoutError):
+                    got = None
+            if got == 0:
+                raise ConnectionClosed(f"connection closed after {have} of {total} bytes of a frame")
+            have += got or 0
+            if have < total and time.monotonic() > due:
+                raise self._too_slow(have, total)
+        return memoryview(buf)[:total]
+
+    @staticmethod
+    def _too_slow(have: int, total: int | None) -> ReceiveTimeout:
+        of = f"{have} of {total}" if total is not None else f"{have}"
+        return ReceiveTimeout(f"{of} bytes of the frame arrived", started=True)
+
+
+def _pages(n: int) -> int:
+    """``n`` rounded up to whole pages."""
+    return -(-n // mmap.PAGESIZE) * mmap.PAGESIZE
 
 
 # ------------------------------------------------------------------------------------------ handshake
@@ -411,259 +520,6 @@ def negotiate_version(hello: Mapping[str, Any]) -> int:
             ErrorCode.VERSION_MISMATCH, f"client speaks {offered}, server speaks {list(SUPPORTED_VERSIONS)}"
         )
     return max(common)
-
-
-# ------------------------------------------------------------------------------- value type encoding
-
-
-def uuid_to_kafka(value: uuid.UUID) -> str:
-    """Kafka's text form of a Uuid: URL-safe base64 of the 16 bytes, without padding (22 chars)."""
-    return base64.urlsafe_b64encode(value.bytes).decode().rstrip("=")
-
-
-def uuid_from_kafka(text: str, what: str = "uuid") -> uuid.UUID:
-    """Parse Kafka's 22-char form (or the canonical 36-char UUID text)."""
-    if not isinstance(text, str):
-        raise ValueError(f"{what}: expected a string, got {type(text).__name__}")
-    if len(text) == 22:
-        try:
-            raw = base64.urlsafe_b64decode(text + "==")
-        except (ValueError, TypeError) as exc:
-            raise ValueError(f"{what}: {text!r} is not Kafka base64: {exc}") from None
-        if len(raw) == 16:
-            return uuid.UUID(bytes=raw)
-    try:
-        return uuid.UUID(text)
-    except ValueError:
-        raise ValueError(f"{what}: {text!r} is neither a Kafka Uuid nor a UUID") from None
-
-
-def _b64(data: bytes | None) -> str | None:
-    return None if data is None else base64.b64encode(data).decode()
-
-
-def _unb64(text: str | None, what: str) -> bytes | None:
-    if text is None:
-        return None
-    try:
-        return base64.b64decode(text, validate=True)
-    except (ValueError, TypeError) as exc:
-        raise ValueError(f"{what}: not base64: {exc}") from None
-
-
-def encode_metadata(metadata: Any) -> dict[str, Any]:
-    """RemoteLogSegmentMetadata -> JSON object (see PROTOCOL.md, "Segment metadata")."""
-    seg_id = metadata.remote_log_segment_id
-    tip = seg_id.topic_id_partition
-    custom = metadata.custom_metadata
-    out: dict[str, Any] = {
-        "topic_id": uuid_to_kafka(_as_uuid(tip.topic_id)),
-        "topic": tip.topic,
-        "partition": tip.partition,
-        "segment_id": uuid_to_kafka(_as_uuid(seg_id.id)),
-        "start_offset": metadata.start_offset,
-        "end_offset": metadata.end_offset,
-        "max_timestamp_ms": metadata.max_timestamp_ms,
-        "broker_id": metadata.broker_id,
-        "event_timestamp_ms": metadata.event_timestamp_ms,
-        "segment_size_in_bytes": metadata.segment_size_in_bytes,
-        "segment_leader_epochs": [
-            [int(e), int(o)] for e, o in sorted(metadata.segment_leader_epochs.items())
-        ],
-        "custom_metadata": _b64(custom.value) if custom is not None else None,
-    }
-    state = getattr(metadata, "state", None)
-    if state is not None:
-        out["state"] = getattr(state, "name", str(state))
-    txn_empty = getattr(metadata, "txn_idx_empty", None)
-    if txn_empty is not None:
-        out["txn_idx_empty"] = bool(txn_empty)
-    return out
-
-
-def _as_uuid(value: Any) -> uuid.UUID:
-    if isinstance(value, uuid.UUID):
-        return value
-    return uuid_from_kafka(str(value))
-
-
-def _require(obj: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
-    if key not in obj:
-        raise ValueError(f"{where}: missing {key!r}")
-    value = obj[key]
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ValueError(f"{where}: {key!r} has type {type(value).__name__}")
-    return value
-
-
-def decode_metadata(obj: Any) -> Any:
-    """JSON object -> rsm.RemoteLogSegmentMetadata (raises ValueError naming the bad key)."""
-    from rsm import (
-        CustomMetadata,
-        RemoteLogSegmentId,
-        RemoteLogSegmentMetadata,
-        RemoteLogSegmentState,
-        TopicIdPartition,
-    )
-
-    where = "metadata"
-    if not isinstance(obj, dict):
-        raise ValueError(f"{where}: expected an object")
-    tip = TopicIdPartition(
-        uuid_from_kafka(_require(obj, "topic_id", str, where), f"{where}.topic_id"),
-        _require(obj, "topic", str, where),
-        _require(obj, "partition", int, where),
-    )
-    seg_id = RemoteLogSegmentId(
-        tip, uuid_from_kafka(_require(obj, "segment_id", str, where), f"{where}.segment_id")
-    )
-    epochs_raw = _require(obj, "segment_leader_epochs", list, where)
-    epochs: dict[int, int] = {}
-    for pair in epochs_raw:
-        if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, int) for x in pair)):
-            raise ValueError(f"{where}.segment_leader_epochs: bad entry {pair!r}")
-        epochs[pair[0]] = pair[1]
-    custom_raw = obj.get("custom_metadata")
-    custom = None if custom_raw is None else CustomMetadata(_unb64(custom_raw, f"{where}.custom_metadata"))
-    kwargs: dict[str, Any] = {
-        "remote_log_segment_id": seg_id,
-        "start_offset": _require(obj, "start_offset", int, where),
-        "end_offset": _require(obj, "end_offset", int, where),
-        "max_timestamp_ms": _require(obj, "max_timestamp_ms", int, where),
-        "broker_id": _require(obj, "broker_id", int, where),
-        "event_timestamp_ms": _require(obj, "event_timestamp_ms", int, where),
-        "segment_size_in_bytes": _require(obj, "segment_size_in_bytes", int, where),
-        "segment_leader_epochs": epochs,
-        "custom_metadata": custom,
-    }
-    if isinstance(obj.get("txn_idx_empty"), bool):
-        kwargs["txn_idx_empty"] = obj["txn_idx_empty"]
-    if obj.get("state") is not None:
-        try:
-            kwargs["state"] = RemoteLogSegmentState[obj["state"]]
-        except (KeyError, TypeError):
-            raise ValueError(f"{where}.state: unknown state {obj['state']!r}") from None
-    return RemoteLogSegmentMetadata(**kwargs)
-
-
-class MetadataDecoder:
-    """``decode_metadata`` remembering its answers: Kafka fetches the same segments over and over, and
-    decoding (two Kafka Uuids, base64, frozen dataclasses) is a tenth of the bridge's own work per fetch.
-
-    The key is the object written back as compact JSON (one C call): equal objects decode to equal
-    (immutable) metadata, and 1, 1.0 and true stay different keys, as they are not equally valid fields.
-    Only successful decodes are remembered; a malformed object is decoded, and refused, every time.
-    """
-
-    def __init__(self, max_entries: int = 4096) -> None:
-        self.max_entries = max_entries
-        self._cache: dict[bytes, Any] = {}
-
-    def decode(self, obj: Any) -> Any:
-        try:
-            key = orjson.dumps(obj)
-        except TypeError:  # not from JSON (a caller's own object): no caching
-            return decode_metadata(obj)
-        hit = self._cache.get(key)
-        if hit is None:
-            hit = decode_metadata(obj)
-            if len(self._cache) >= self.max_entries:
-                self._cache.clear()
-            self._cache[key] = hit
-        return hit
-
-
-def encode_segment_data(segment_data: Any) -> tuple[dict[str, Any], bytes]:
-    """LogSegmentData -> (JSON object of paths, leader-epoch checkpoint bytes sent as the payload)."""
-    txn = segment_data.transaction_index
-    return (
-        {
-            "log_segment": str(segment_data.log_segment),
-            "offset_index": str(segment_data.offset_index),
-            "time_index": str(segment_data.time_index),
-            "transaction_index": None if txn is None else str(txn),
-            "producer_snapshot_index": str(segment_data.producer_snapshot_index),
-        },
-        bytes(segment_data.leader_epoch_index),
-    )
-
-
-def decode_segment_data(obj: Any, leader_epoch_index: bytes) -> Any:
-    """JSON object of paths + payload -> rsm.LogSegmentData. Paths must be absolute."""
-    from pathlib import Path
-
-    from rsm import LogSegmentData
-
-    where = "segment_data"
-    if not isinstance(obj, dict):
-        raise ValueError(f"{where}: expected an object")
-
-    def path(key: str, optional: bool = False) -> Path | None:
-        if optional and obj.get(key) is None:
-            return None
-        p = Path(_require(obj, key, str, where))
-        if not p.is_absolute():
-            raise ValueError(f"{where}.{key}: {str(p)!r} is not an absolute path")
-        return p
-
-    return LogSegmentData(
-        log_segment=path("log_segment"),
-        offset_index=path("offset_index"),
-        time_index=path("time_index"),
-        transaction_index=path("transaction_index", optional=True),
-        producer_snapshot_index=path("producer_snapshot_index"),
-        leader_epoch_index=bytes(leader_epoch_index),
-    )
-
-
-def encode_log_config(log_config: Any) -> dict[str, str] | None:
-    """LogConfig (or a plain mapping) -> JSON object of string values, or None."""
-    if log_config is None:
-        return None
-    mapping = log_config if isinstance(log_config, Mapping) else _log_config_mapping(log_config)
-    return {str(k): str(v) for k, v in mapping.items() if v is not None}
-
-
-def _log_config_mapping(log_config: Any) -> Mapping[str, Any]:
-    for attr in ("configs", "mapping", "_mapping", "values"):
-        value = getattr(log_config, attr, None)
-        if isinstance(value, Mapping):
-            return value
-        if callable(value):
-            try:
-                result = value()
-            except TypeError:
-                continue
-            if isinstance(result, Mapping):
-                return result
-    try:
-        return dict(log_config)
-    except (TypeError, ValueError):
-        raise TypeError(f"cannot read the entries of {type(log_config).__name__}") from None
-
-
-def decode_log_config(obj: Any) -> Any:
-    """JSON object -> rsm.LogConfig, or None when the client sent none."""
-    if obj is None:
-        return None
-    if not isinstance(obj, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in obj.items()
-    ):
-        raise ValueError("log_config: expected an object of string values")
-    from rsm import LogConfig
-
-    return LogConfig(obj)
-
-
-def decode_index_type(name: Any) -> Any:
-    from rsm import IndexType
-
-    if not isinstance(name, str):
-        raise ValueError("index_type: expected a string")
-    try:
-        return IndexType[name]
-    except KeyError:
-        raise ValueError(f"index_type: unknown index type {name!r}") from None
 
 
 def error_code_for(exc: BaseException) -> ErrorCode:

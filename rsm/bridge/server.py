@@ -10,25 +10,29 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import fcntl
-import importlib
 import logging
 import os
-import select
-import signal
+import selectors
 import socket
-import stat
-import sys
-import termios
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
-from rsm.bridge import protocol, shm
+from rsm.bridge import listener, protocol, shm, streaming
+from rsm.bridge.admission import Limits, RateLimitedLog, Refusals, set_receive_tick
+from rsm.bridge.listener import check_socket_path
+from rsm.bridge.memory import (
+    DEFAULT_ARENA_BLOCK_BYTES,
+    DEFAULT_MMAP_THRESHOLD_BYTES,
+    default_arena_blocks,
+    trim_heap,
+    tune_allocator,
+)
 from rsm.bridge.permits import WorkPermits, default_permits
+from rsm.bridge.properties import load_properties, mask_configs, split_rsm_configs
 from rsm.bridge.protocol import (
     DEFAULT_DATA_FRAME_BYTES,
     MAX_DATA_FRAME_BYTES,
@@ -36,161 +40,36 @@ from rsm.bridge.protocol import (
     BridgeError,
     ConnectionClosed,
     ErrorCode,
+    FrameTooLarge,
     FrameType,
     Op,
     ProtocolError,
+    ReceiveTimeout,
 )
 from rsm.errors import RemoteStorageException
 from rsm.storage import ObjectStore
-from segment_format.buffers import copy_into
 
 log = logging.getLogger(__name__)
 
-RSM_CONFIG_PREFIX = "rsm.config."
-BRIDGE_KEY_PREFIX = "bridge."  # keys for the plugin/bridge themselves, not passed to the RSM
+# re-exported: the CLI, benchmarks and tests import these from here
+__all__ = [
+    "DEFAULT_MMAP_THRESHOLD_BYTES",
+    "BridgeServer",
+    "RequestContext",
+    "check_socket_path",
+    "default_arena_blocks",
+    "load_properties",
+    "mask_configs",
+    "split_rsm_configs",
+    "tune_allocator",
+]
+
 SERVER_NAME = "rsm-bridge-python/0.1.0"
-_SENSITIVE_MARKERS = ("password", "secret", "token", "credential", "access.key", "session", "private")
-_UNIX_PATH_MAX = 107
-SMALL_FRAMES_UNTIL = 1024 * 1024
 DEFAULT_INITIAL_FRAME_BYTES = 256 * 1024
-DRAIN_POLL_S = 0.0002
-DRAIN_POLL_MAX_S = 0.004
-CANCEL_GRACE_S = 0.001
-# glibc mmap threshold for the bridge process (see tune_allocator); glibc caps it at 32 MiB on 64-bit
-DEFAULT_MMAP_THRESHOLD_BYTES = 32 * 1024 * 1024
-DEFAULT_ARENA_BLOCK_BYTES = 4 * 1024 * 1024
-KAFKA_READER_THREADS = 10  # remote.log.reader.threads' default: remote fetches open at once
-# the default arena's cap (its pages are reserved up front); a bigger chunk cache keeps the rest on the heap
-ARENA_MAX_BYTES = 256 * 1024 * 1024
 DEFAULT_SEND_BUFFER_BYTES = 1024 * 1024  # the first MiB of a fetch goes out without waiting for the reader
+HEAP_TRIM_QUIET_S = 1.0  # no request for this long after some: the heap's free memory goes back (trim_heap)
 
 Handler = Callable[["RequestContext"], "dict[str, Any] | None"]
-
-
-# ------------------------------------------------------------------------------------ configuration
-
-
-def load_properties(path: Path) -> dict[str, str]:
-    """Parse a Java properties file (the broker's server.properties) into a dict.
-
-    Handles comments (# and !), `key=value`, `key: value` and `key value`, trailing-backslash line
-    continuations and the common escapes; enough for broker configs, which are simple.
-    """
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ValueError(f"cannot read properties file {path}: {exc.strerror}") from None
-    props: dict[str, str] = {}
-    logical: list[str] = []
-    pending = ""
-    for raw in text.splitlines():
-        line = raw.lstrip() if not pending else raw.lstrip()
-        if not pending and (not line or line[0] in "#!"):
-            continue
-        backslashes = len(line) - len(line.rstrip("\\"))
-        if backslashes % 2 == 1:
-            pending += line[:-1]
-            continue
-        logical.append(pending + line)
-        pending = ""
-    if pending:
-        logical.append(pending)
-    for line in logical:
-        key, value = _split_property(line)
-        props[_unescape(key)] = _unescape(value)
-    return props
-
-
-def _split_property(line: str) -> tuple[str, str]:
-    i = 0
-    while i < len(line):
-        ch = line[i]
-        if ch == "\\":
-            i += 2
-            continue
-        if ch in "=: \t":
-            break
-        i += 1
-    key = line[:i]
-    rest = line[i:].lstrip(" \t")
-    if rest[:1] in ("=", ":") and (i >= len(line) or line[i] in " \t=:"):
-        rest = rest[1:].lstrip(" \t")
-    return key, rest
-
-
-def _unescape(text: str) -> str:
-    if "\\" not in text:
-        return text
-    out: list[str] = []
-    i = 0
-    mapping = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
-    while i < len(text):
-        ch = text[i]
-        if ch == "\\" and i + 1 < len(text):
-            nxt = text[i + 1]
-            if nxt == "u" and i + 5 < len(text) + 0:
-                with contextlib.suppress(ValueError):
-                    out.append(chr(int(text[i + 2 : i + 6], 16)))
-                    i += 6
-                    continue
-            out.append(mapping.get(nxt, nxt))
-            i += 2
-            continue
-        out.append(ch)
-        i += 1
-    return "".join(out)
-
-
-def split_rsm_configs(props: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
-    """Broker properties -> (configs for RemoteStorageManager.configure, bridge.* settings).
-
-    Kafka strips `rsm.config.` before calling configure(); the bridge does the same, and keeps the
-    `bridge.*` keys (socket path, command, pool size, ...) for itself.
-    """
-    rsm_configs: dict[str, str] = {}
-    bridge_settings: dict[str, str] = {}
-    for key, value in props.items():
-        if not key.startswith(RSM_CONFIG_PREFIX):
-            continue
-        stripped = key[len(RSM_CONFIG_PREFIX) :]
-        if stripped.startswith(BRIDGE_KEY_PREFIX):
-            bridge_settings[stripped] = value
-        else:
-            rsm_configs[stripped] = value
-    return rsm_configs, bridge_settings
-
-
-def mask_configs(configs: Mapping[str, str]) -> dict[str, str]:
-    """Configs with sensitive values replaced, safe for logs and the configure_info answer."""
-    return {
-        k: ("[hidden]" if any(m in k.lower() for m in _SENSITIVE_MARKERS) else v) for k, v in configs.items()
-    }
-
-
-def check_socket_path(path: Path) -> None:
-    """Refuse a socket path whose directory others could tamper with, or that cannot be bound.
-
-    The socket is the bridge's only access control: anyone who can connect can read every tiered
-    segment.  So its directory must belong to us (or root) and must not be writable by others unless
-    it has the sticky bit (like /tmp), or another user could swap the socket for their own.
-    """
-    path = Path(path)
-    if len(os.fsencode(str(path))) > _UNIX_PATH_MAX:
-        raise ValueError(f"socket path {path} is longer than {_UNIX_PATH_MAX} bytes (Unix socket limit)")
-    parent = path.parent if path.parent != Path("") else Path(".")
-    try:
-        st = parent.stat()
-    except OSError as exc:
-        raise ValueError(f"socket directory {parent} is not usable: {exc.strerror}") from None
-    if not stat.S_ISDIR(st.st_mode):
-        raise ValueError(f"socket directory {parent} is not a directory")
-    if st.st_uid not in (os.getuid(), 0):
-        raise ValueError(f"socket directory {parent} belongs to uid {st.st_uid}, not to us ({os.getuid()})")
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
-        raise ValueError(
-            f"socket directory {parent} is writable by group/others without the sticky bit "
-            f"(mode {stat.S_IMODE(st.st_mode):o}); use a private directory"
-        )
 
 
 # ------------------------------------------------------------------------------------------- server
@@ -222,13 +101,11 @@ class _Connection:
     # each announced, unreleased piece, oldest first: the ring slots' worth of read-ahead it counts for, and
     # what it pins: arena views (their blocks stay allocated until the client releases them) or None (a slot)
     pieces: collections.deque[tuple[int, list[memoryview] | None]] = field(default_factory=collections.deque)
+    accepted: float = field(default_factory=time.monotonic)
 
     def __post_init__(self) -> None:
-        self.reader = protocol.FrameReader(self.sock)
-
-
-class _Cancelled(Exception):
-    pass
+        # until the handshake, a frame may not claim more than a HELLO needs (see protocol.FrameReader)
+        self.reader = protocol.FrameReader(self.sock, max_frame_bytes=protocol.HANDSHAKE_MAX_FRAME_BYTES)
 
 
 class BridgeServer:
@@ -255,6 +132,7 @@ class BridgeServer:
         shm_slot_bytes: int = shm.DEFAULT_SLOT_BYTES,
         fetch_permits: int | None = None,
         arena_blocks: int | None = None,
+        limits: Limits | None = None,
     ) -> None:
         if not MIN_DATA_FRAME_BYTES <= frame_bytes <= MAX_DATA_FRAME_BYTES:
             raise ValueError(
@@ -284,7 +162,13 @@ class BridgeServer:
             Op.DELETE_LOG_SEGMENT_DATA: self._op_delete,
         }
         self._handlers.update(handlers or {})
+        # bounds on connections: how many, how long a HELLO / an idle wait / a frame may take (admission.py)
+        self.limits = limits or Limits()
+        self._warnings = RateLimitedLog(log)
+        self._selector = selectors.DefaultSelector()
+        self._refusals = Refusals(self._selector, self._warnings)
         self._listener: socket.socket | None = None
+        self._socket_inode: int | None = None  # of the socket file this bridge published
         # streams working at once (see permits.py): None = one more than the cores, 0 = no limit
         self.permits = WorkPermits(default_permits() if fetch_permits is None else fetch_permits)
         store = None
@@ -308,6 +192,8 @@ class BridgeServer:
         self._arena_bytes_streamed = 0
         self._counters_lock = threading.Lock()  # the byte counters are updated by every connection thread
         self._log_configs_received = 0
+        self._last_request_end = time.monotonic()
+        self._heap_used = False  # requests ran since the heap was last trimmed
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -316,17 +202,10 @@ class BridgeServer:
         return sorted({*self._handlers, Op.FETCH_LOG_SEGMENT, Op.FETCH_INDEX})
 
     def bind(self) -> None:
-        """Create the listening socket, owner-only from the first instant (umask), stale file removed."""
+        """Set up shared memory, then listen: the socket's name appears only once the bridge listens
+        (see listener.py), owner-only from the first instant, a stale socket replaced."""
         check_socket_path(self.socket_path)
-        if self.socket_path.exists() or self.socket_path.is_symlink():
-            self._remove_stale_socket()
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old_umask = os.umask(0o177)
-        try:
-            listener.bind(str(self.socket_path))
-        finally:
-            os.umask(old_umask)
-        os.chmod(self.socket_path, 0o600)
+        listener.refuse_live_socket(self.socket_path)  # a second bridge fails before any work
         if self.shm_enabled:
             try:
                 shm.ensure_private_dir(self.shm_dir)
@@ -336,9 +215,15 @@ class BridgeServer:
                 self.shm_enabled = False
             else:
                 self._create_arena()
-        listener.listen(128)
-        listener.settimeout(0.2)
-        self._listener = listener
+        try:
+            sock, self._socket_inode = listener.open_listener(self.socket_path, backlog=128)
+        except BaseException:
+            if self.arena is not None:
+                self.arena.unlink()
+            raise
+        sock.setblocking(False)
+        self._listener = sock
+        self._selector.register(sock, selectors.EVENT_READ)
         log.info("bridge listening on %s (pid %d)", self.socket_path, os.getpid())
 
     def _create_arena(self) -> None:
@@ -352,8 +237,17 @@ class BridgeServer:
             cache_bytes = int(self.rsm.config.get("cache.chunk.bytes"))
             prefetch = int(self.rsm.config.get("fetch.prefetch.chunks"))
         blocks = self.arena_blocks or default_arena_blocks(
-            cache_bytes, block_bytes, prefetch, self.shm_slots * self.shm_slot_bytes
+            cache_bytes, block_bytes, prefetch, self.shm_slots * self.shm_slot_bytes, self.shm_slots
         )
+        if blocks * block_bytes > shm.MAX_ARENA_BYTES:  # bridge.arena.blocks set beyond what a client maps
+            log.warning(
+                "bridge.arena.blocks=%d of %d bytes exceeds %d bytes: %d blocks",
+                blocks,
+                block_bytes,
+                shm.MAX_ARENA_BYTES,
+                shm.MAX_ARENA_BYTES // block_bytes,
+            )
+            blocks = shm.MAX_ARENA_BYTES // block_bytes
         try:
             self.arena = shm.ChunkArena.create(self.shm_dir, blocks, block_bytes)
         except (OSError, ValueError) as exc:
@@ -362,58 +256,73 @@ class BridgeServer:
         set_allocator(self.arena.allocate)
         log.info("chunk arena: %d blocks of %d bytes", blocks, block_bytes)
 
-    def _remove_stale_socket(self) -> None:
-        path = self.socket_path
-        st = path.lstat()
-        if not stat.S_ISSOCK(st.st_mode):
-            raise ValueError(f"{path} exists and is not a socket; refusing to replace it")
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            probe.settimeout(1.0)
-            probe.connect(str(path))
-        except (ConnectionRefusedError, FileNotFoundError):
-            log.info("removing stale socket %s", path)
-            path.unlink(missing_ok=True)
-            return
-        except OSError as exc:
-            raise ValueError(f"cannot probe existing socket {path}: {exc}") from None
-        finally:
-            probe.close()
-        raise ValueError(f"another bridge is already listening on {path}")
-
     def serve_forever(self, parent_pid: int | None = None) -> None:
-        """Accept connections until stop() (or the parent process disappears), then shut down."""
+        """Accept connections until stop() (or the parent process disappears), then shut down.
+
+        One thread serves each admitted connection; connections beyond ``bridge.max.connections`` are
+        refused here, by this thread (see admission.Refusals), so a flood of them costs no threads.
+        """
         if self._listener is None:
             self.bind()
         assert self._listener is not None
         last_parent_check = time.monotonic()
         try:
             while not self._stopping.is_set():
-                try:
-                    sock, _ = self._listener.accept()
-                except TimeoutError:
-                    if parent_pid is not None and time.monotonic() - last_parent_check > 1.0:
-                        last_parent_check = time.monotonic()
-                        if not shm.pid_alive(parent_pid):
-                            log.warning("parent process %d is gone; bridge stopping", parent_pid)
-                            self._stopping.set()
-                    continue
-                except OSError:
-                    if self._stopping.is_set():
-                        break
-                    raise
-                sock.settimeout(None)
-                if self.send_buffer_bytes > 0:
-                    with contextlib.suppress(OSError):
-                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer_bytes)
-                conn = _Connection(sock=sock, peer=f"fd{sock.fileno()}")
-                thread = threading.Thread(target=self._serve_connection, args=(conn,), daemon=True)
-                conn.thread = thread
-                with self._conns_lock:
-                    self._conns.add(conn)
-                thread.start()
+                for key, _ in self._selector.select(0.2):
+                    if key.fileobj is self._listener:
+                        self._accept_waiting()
+                    else:
+                        self._refusals.ready(key.fileobj)  # type: ignore[arg-type]
+                self._refusals.expire()
+                self._trim_heap_when_quiet()
+                if parent_pid is not None and time.monotonic() - last_parent_check > 1.0:
+                    last_parent_check = time.monotonic()
+                    if not shm.pid_alive(parent_pid):
+                        log.warning("parent process %d is gone; bridge stopping", parent_pid)
+                        self._stopping.set()
         finally:
             self._shutdown()
+
+    def _trim_heap_when_quiet(self) -> None:
+        """Memory returns after load: once no request has run for ``HEAP_TRIM_QUIET_S``, the heap's free
+        pages go back to the system (the allocator keeps them while requests follow each other)."""
+        if not self._heap_used or time.monotonic() - self._last_request_end < HEAP_TRIM_QUIET_S:
+            return
+        with self._conns_lock:
+            if any(c.busy for c in self._conns):
+                return
+        self._heap_used = False
+        if trim_heap():
+            log.debug("heap trimmed after the load")
+
+    def _accept_waiting(self) -> None:
+        """Accept every connection waiting in the backlog: a thread for each, up to the cap."""
+        assert self._listener is not None
+        while not self._stopping.is_set():
+            try:
+                sock, _ = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                if self._stopping.is_set():
+                    return
+                raise
+            with self._conns_lock:
+                count = len(self._conns)
+            if count >= self.limits.max_connections:
+                self._refusals.refuse(sock, count, self.limits.max_connections)
+                continue
+            sock.settimeout(None)
+            set_receive_tick(sock, self.limits.tick_s)
+            if self.send_buffer_bytes > 0:
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer_bytes)
+            conn = _Connection(sock=sock, peer=f"fd{sock.fileno()}")
+            thread = threading.Thread(target=self._serve_connection, args=(conn,), daemon=True)
+            conn.thread = thread
+            with self._conns_lock:
+                self._conns.add(conn)
+            thread.start()
 
     def stop(self) -> None:
         """Ask the server to stop (safe from signal handlers and other threads)."""
@@ -424,11 +333,14 @@ class BridgeServer:
 
     def _shutdown(self) -> None:
         log.info("bridge shutting down")
+        self._refusals.close_all()
         if self._listener is not None:
+            with contextlib.suppress(KeyError, ValueError):
+                self._selector.unregister(self._listener)
             self._listener.close()
             self._listener = None
-        with contextlib.suppress(FileNotFoundError):
-            self.socket_path.unlink()
+        if self._socket_inode is not None:
+            listener.remove_own_socket(self.socket_path, self._socket_inode)
         deadline = time.monotonic() + self.shutdown_grace_s
         while True:
             with self._conns_lock:
@@ -471,16 +383,18 @@ class BridgeServer:
     def _serve_connection(self, conn: _Connection) -> None:
         sock = conn.sock
         try:
-            hello = conn.reader.recv_frame()
+            hello = self._receive_hello(conn)
+            if hello is None:
+                return
             if hello.type != FrameType.HELLO:
-                self._send_error(
+                self.send_error(
                     conn, hello.request_id, ErrorCode.VERSION_MISMATCH, "first frame must be HELLO"
                 )
                 return
             try:
                 version = protocol.negotiate_version(hello.header)
             except BridgeError as exc:
-                self._send_error(conn, 0, exc.code, exc.message)
+                self.send_error(conn, 0, exc.code, exc.message)
                 return
             conn.peer = str(hello.header.get("client", conn.peer))
             answer: dict[str, Any] = {
@@ -491,6 +405,8 @@ class BridgeServer:
                 "max_frame_bytes": protocol.MAX_FRAME_BYTES,
                 "data_frame_bytes": self.frame_bytes,
                 "pid": os.getpid(),
+                # a client pooling connections retires idle ones before this (0: never closed when idle)
+                "idle_timeout_ms": round(self.limits.idle_timeout_s * 1000),
             }
             offered = hello.header.get("capabilities")
             if self.shm_enabled and isinstance(offered, list) and protocol.CAP_SHM in offered:
@@ -506,17 +422,20 @@ class BridgeServer:
                     if self.arena is not None:
                         answer["arena"] = self.arena.describe()
             protocol.send_frame(sock, FrameType.HELLO, 0, answer)
+            conn.reader.max_frame_bytes = protocol.MAX_FRAME_BYTES
             while True:
-                frame = conn.reader.recv_frame()
+                frame = self._next_frame(conn)
+                if frame is None:
+                    return
                 if conn.ring is not None and not conn.ring.unlinked:
                     conn.ring.unlink()  # the client mapped it (or gave up) before sending anything else
                 if frame.type == FrameType.CANCEL:
                     continue  # a late cancel of a stream that had already ended
                 if frame.type == FrameType.SHM_RELEASE:
-                    self._on_release(conn, frame)
+                    streaming.on_release(conn, frame)
                     continue
                 if frame.type != FrameType.REQUEST:
-                    self._send_error(
+                    self.send_error(
                         conn,
                         frame.request_id,
                         ErrorCode.INVALID_REQUEST,
@@ -530,12 +449,22 @@ class BridgeServer:
                 finally:
                     with conn.lock:
                         conn.busy = False
+                    self._last_request_end = time.monotonic()
+                    self._heap_used = True
                 if self._stopping.is_set():
                     return
         except ConnectionClosed:
             pass
+        except ReceiveTimeout as exc:  # a frame begun and not finished in time (idle ones end quietly)
+            self._warnings.warning(
+                "slow",
+                "closing the connection of %s: a frame not complete within %.1f s (bridge.read.timeout.ms; %s)",
+                conn.peer,
+                self.limits.read_timeout_s,
+                exc,
+            )
         except ProtocolError as exc:
-            log.warning("protocol error from %s: %s", conn.peer, exc)
+            self._warnings.warning("protocol", "protocol error from %s: %s", conn.peer, exc)
         except OSError as exc:
             if not conn.closed:
                 log.debug("connection %s ended: %s", conn.peer, exc)
@@ -549,7 +478,62 @@ class BridgeServer:
             with self._conns_lock:
                 self._conns.discard(conn)
 
-    def _send_error(self, conn: _Connection, request_id: int, code: ErrorCode | str, message: str) -> None:
+    def _receive_hello(self, conn: _Connection) -> protocol.Frame | None:
+        """The connection's first frame, within ``bridge.handshake.timeout.ms`` of its accept and at most
+        ``HANDSHAKE_MAX_FRAME_BYTES``; None (after one rate-limited warning) when it is not."""
+        timeout = self.limits.handshake_timeout_s
+        try:
+            return conn.reader.recv_frame(idle_until=conn.accepted + timeout, within=timeout)
+        except FrameTooLarge as exc:
+            message = f"frame of {exc.length} bytes before the handshake (a HELLO is at most {exc.limit})"
+            self._warnings.warning("hello.size", "closing the connection of %s: %s", conn.peer, message)
+            with contextlib.suppress(OSError):
+                self.send_error(conn, 0, ErrorCode.INVALID_REQUEST, message)
+        except ReceiveTimeout:
+            self._warnings.warning(
+                "hello.time",
+                "closing the connection of %s: no HELLO within %.1f s (bridge.handshake.timeout.ms)",
+                conn.peer,
+                timeout,
+            )
+        return None
+
+    def _next_frame(self, conn: _Connection) -> protocol.Frame | None:
+        """The connection's next frame, or None when it stayed idle for ``bridge.idle.timeout.ms``.
+
+        A frame that has begun must complete within ``bridge.read.timeout.ms`` (ReceiveTimeout). A ring
+        idle for ``bridge.shm.idle.release.ms`` gives its free slots' memory back meanwhile.
+        """
+        reader, limits = conn.reader, self.limits
+        if reader.buffered():
+            return reader.recv_frame()
+        now = time.monotonic()
+        idle_until = now + limits.idle_timeout_s if limits.idle_timeout_s else None
+        ring = conn.ring
+        if ring is not None and ring.reserved and limits.shm_idle_release_s:
+            release_at = now + limits.shm_idle_release_s
+            if idle_until is None or release_at < idle_until:
+                try:
+                    return reader.recv_frame(release_at, limits.read_timeout_s)
+                except ReceiveTimeout as exc:
+                    if exc.started:
+                        raise
+                held = sum(1 for _, views in conn.pieces if views is None)  # slots the client holds
+                given = ring.give_back(held)
+                log.debug("%s idle: %d bytes of its ring given back", conn.peer, given)
+        try:
+            return reader.recv_frame(idle_until, limits.read_timeout_s)
+        except ReceiveTimeout as exc:
+            if exc.started:
+                raise
+        log.info(
+            "closing the idle connection of %s after %.0f s (bridge.idle.timeout.ms)",
+            conn.peer,
+            limits.idle_timeout_s,
+        )
+        return None
+
+    def send_error(self, conn: _Connection, request_id: int, code: ErrorCode | str, message: str) -> None:
         protocol.send_frame(conn.sock, FrameType.ERROR, request_id, {"code": str(code), "message": message})
 
     def _dispatch(self, conn: _Connection, frame: protocol.Frame) -> None:
@@ -559,25 +543,25 @@ class BridgeServer:
         if frame.header.get("log_config") is not None:
             self._log_configs_received += 1
         if self._stopping.is_set():
-            self._send_error(conn, rid, ErrorCode.SHUTTING_DOWN, "bridge is shutting down")
+            self.send_error(conn, rid, ErrorCode.SHUTTING_DOWN, "bridge is shutting down")
             return
         if op in (Op.FETCH_LOG_SEGMENT, Op.FETCH_INDEX):
             with self.permits.working():
-                self._stream(conn, frame)
+                streaming.stream_answer(self, conn, frame)
             return
         handler = self._handlers.get(op) if isinstance(op, str) else None
         if handler is None:
-            self._send_error(conn, rid, ErrorCode.UNSUPPORTED_OPERATION, f"operation {op!r} is not supported")
+            self.send_error(conn, rid, ErrorCode.UNSUPPORTED_OPERATION, f"operation {op!r} is not supported")
             return
         ctx = RequestContext(op, rid, frame.header, frame.payload, self, conn)
         try:
             result = handler(ctx)
         except Exception as exc:  # noqa: BLE001 - every failure goes back to the caller as an ERROR frame
-            self._report_failure(conn, rid, op, exc)
+            self.report_failure(conn, rid, op, exc)
             return
         protocol.send_frame(conn.sock, FrameType.RESPONSE, rid, result or {})
 
-    def _report_failure(self, conn: _Connection, rid: int, op: Any, exc: BaseException) -> None:
+    def report_failure(self, conn: _Connection, rid: int, op: Any, exc: BaseException) -> None:
         code = protocol.error_code_for(exc)
         message = str(exc) or type(exc).__name__
         if code == ErrorCode.INTERNAL:
@@ -585,7 +569,7 @@ class BridgeServer:
             message = f"{type(exc).__name__}: {message}"
         elif code != ErrorCode.RESOURCE_NOT_FOUND:
             log.warning("%s failed: %s", op, message)
-        self._send_error(conn, rid, code, message)
+        self.send_error(conn, rid, code, message)
 
     # -- operations -------------------------------------------------------------------------------
 
@@ -597,6 +581,8 @@ class BridgeServer:
             "pid": os.getpid(),
             "uptime_ms": int((time.monotonic() - self._started) * 1000),
             "connections": len(conns),
+            "max_connections": self.limits.max_connections,
+            "connections_refused": self._refusals.count,
             "in_flight": sum(1 for c in conns if c.busy),
             "requests": self._requests,
             "log_configs_received": self._log_configs_received,
@@ -630,7 +616,7 @@ class BridgeServer:
         self.rsm.delete_log_segment_data(metadata, protocol.decode_log_config(h.get("log_config")))
         return {}
 
-    def _open_stream(self, header: dict[str, Any]) -> Any:
+    def open_stream(self, header: dict[str, Any]) -> Any:
         op = header.get("op")
         metadata = self._metadata.decode(header.get("metadata"))
         log_config = protocol.decode_log_config(header.get("log_config"))
@@ -646,394 +632,6 @@ class BridgeServer:
             raise ValueError(f"end_position: expected an integer >= start_position {start}, got {end!r}")
         return self.rsm.fetch_log_segment(metadata, start, end, log_config)
 
-    def _stream(self, conn: _Connection, frame: protocol.Frame) -> None:
-        """Answer a fetch with pieces of the stream then END; an error ends it with ERROR instead.
-
-        One driver for both transports (``_SocketSink``: DATA frames; ``_ShmSink``: ring slots announced
-        by SHM_DATA). The first piece is read before anything is sent, so a missing segment is an ERROR
-        frame the client sees at call time. Kafka reads its fetch size (1 MiB by default) from a random
-        position and closes, so a reader that is done should cost no storage read or copy beyond what it
-        asked for. A client that says so (``stop_after``, the JVM plugin) gets pieces ending exactly there
-        and an END with ``"more": true`` in the same write, and asks again from that position if it wants
-        more: no waiting on the client at all, one wake-up of the bridge per Kafka fetch. Without it, pieces
-        end exactly at the 1 MiB mark, where the server pauses until the client has taken everything sent,
-        then briefly waits for its CANCEL. Between later pieces the server looks for a CANCEL and for
-        shutdown.
-
-        Hot path: the RSM's streams lend views of their decoded chunks (``read_view``); the socket sink
-        sends them with one ``sendmsg`` next to a preallocated frame prefix, the ring sink copies them once
-        into a slot. Read-ahead is bounded by the transport: the socket buffer, or the ring's free slots.
-        """
-        rid = frame.request_id
-        op = frame.header.get("op")
-        ring = conn.ring if frame.header.get("transport") == protocol.CAP_SHM else None
-        arena = self.arena if ring is not None and frame.header.get("arena") is True else None
-        sink: _Sink = (
-            _ShmSink(self, conn, rid, ring, arena) if ring is not None else _SocketSink(self, conn, rid)
-        )
-        sent = 0
-        stopped = False
-        stream = None
-        try:
-            try:
-                stop_after = _stop_after(frame.header)
-                mark = stop_after or SMALL_FRAMES_UNTIL
-                stream = self._open_stream(frame.header)
-                pieces = _PieceReader(stream, conn)
-                data = pieces.read(sink.piece_bytes(0, mark))
-            except Exception as exc:  # noqa: BLE001 - mapped to an ERROR frame
-                self._report_failure(conn, rid, op, exc)
-                return
-            while data:
-                final = bool(stop_after) and sent + sum(len(v) for v in data) == stop_after
-                end = b""
-                if final:
-                    # the client's stop: END ("more" when the range goes on) in the same write as the piece
-                    left = getattr(stream, "remaining", None)
-                    more = left is None or left > 0
-                    end = protocol.encode_frame(FrameType.END, rid, {"bytes": stop_after, "more": more})
-                parts = sink.parts(data)
-                for k, part in enumerate(parts):
-                    if not sink.await_room(part):
-                        stopped = True
-                        break
-                    sent += sink.deliver(part, end if k == len(parts) - 1 else b"")
-                if stopped:
-                    break
-                if final:
-                    return
-                if sent == mark:
-                    sink.await_taken(CANCEL_GRACE_S)
-                else:
-                    self._poll_cancel(conn, rid)
-                if self._stopping.is_set():
-                    stopped = True
-                    break
-                try:
-                    data = pieces.read(sink.piece_bytes(sent, mark))
-                except Exception as exc:  # noqa: BLE001 - mapped to an ERROR frame
-                    self._report_failure(conn, rid, op, exc)
-                    return
-            if stopped:
-                self._send_error(conn, rid, ErrorCode.SHUTTING_DOWN, f"bridge stopping after {sent} bytes")
-                return
-            protocol.send_frame(conn.sock, FrameType.END, rid, {"bytes": sent})
-        except _Cancelled:
-            protocol.send_frame(conn.sock, FrameType.END, rid, {"bytes": sent, "cancelled": True})
-        finally:
-            with self._counters_lock:
-                self._bytes_streamed += sent
-            if stream is not None:
-                with contextlib.suppress(Exception):
-                    stream.close()
-
-    def _next_frame_within(self, conn: _Connection, timeout: float) -> bool:
-        """True when a frame from the client can be read now or arrives within ``timeout`` seconds."""
-        if conn.reader.buffered():
-            return True
-        with self.permits.waiting():
-            readable, _, _ = select.select([conn.sock], [], [], timeout)
-        return bool(readable)
-
-    def _poll_cancel(self, conn: _Connection, rid: int) -> None:
-        """Handle every frame the client has sent so far (non-blocking); raise _Cancelled on its CANCEL."""
-        while conn.reader.poll():  # raises ConnectionClosed when the client went away
-            self._check_cancel(conn, rid)
-
-    def _check_cancel(self, conn: _Connection, rid: int) -> None:
-        frame = conn.reader.recv_frame()  # raises ConnectionClosed when the client went away
-        if frame.type == FrameType.CANCEL and frame.request_id == rid:
-            raise _Cancelled()
-        if frame.type == FrameType.CANCEL:
-            return
-        if frame.type == FrameType.SHM_RELEASE:
-            self._on_release(conn, frame)
-            return
-        raise ProtocolError(
-            f"{frame.type.name} frame {frame.request_id} received while streaming request {rid}"
-        )
-
-    def _on_release(self, conn: _Connection, frame: protocol.Frame) -> None:
-        ring = conn.ring
-        if ring is None or len(frame.payload) != protocol.SHM_RELEASE_PAYLOAD.size:
-            raise ProtocolError(
-                f"SHM_RELEASE frame without a ring or with a bad payload ({len(frame.payload)} B)"
-            )
-        (count,) = protocol.SHM_RELEASE_PAYLOAD.unpack(frame.payload)
-        if count > len(conn.pieces):
-            raise ProtocolError(f"SHM_RELEASE of {count} slots, only {len(conn.pieces)} in flight")
-        for _ in range(count):  # the client is done with them: slots and arena blocks may be reused
-            conn.pieces.popleft()
-
-
-class _Sink:
-    """Where a stream's pieces go: the transport half of ``BridgeServer._stream``."""
-
-    def __init__(self, server: BridgeServer, conn: _Connection, rid: int) -> None:
-        self.server = server
-        self.conn = conn
-        self.rid = rid
-
-    def piece_bytes(self, sent: int, mark: int) -> int:
-        """Size of the next piece after ``sent`` bytes: pieces end exactly at ``mark`` (the fetch size)."""
-        first, full = self.first_piece_bytes(), self.full_piece_bytes()
-        return min(first, mark - sent) if sent < mark else full
-
-    def first_piece_bytes(self) -> int:
-        raise NotImplementedError
-
-    def full_piece_bytes(self) -> int:
-        raise NotImplementedError
-
-    def parts(self, data: list[memoryview]) -> list[_Part]:
-        """The piece as the transport carries it: itself, or split into parts that fit its units."""
-        return [_Part(data, None)]
-
-    def await_room(self, part: _Part) -> bool:
-        """Block until ``part`` may be delivered; False when the server is stopping."""
-        raise NotImplementedError
-
-    def deliver(self, part: _Part, trailer: bytes = b"") -> int:
-        """Hand one piece to the client, then the ``trailer`` frame in the same write; returns its size."""
-        raise NotImplementedError
-
-    def await_taken(self, grace_s: float) -> None:
-        """Wait until the client has taken everything delivered, then ``grace_s`` for its CANCEL."""
-        raise NotImplementedError
-
-
-class _SocketSink(_Sink):
-    """DATA frames: a blocking ``sendmsg`` is the flow control (read-ahead = the socket buffer)."""
-
-    def __init__(self, server: BridgeServer, conn: _Connection, rid: int) -> None:
-        super().__init__(server, conn, rid)
-        self._prefix = bytearray(protocol.PREFIX_SIZE)
-
-    def first_piece_bytes(self) -> int:
-        return self.server.initial_frame_bytes
-
-    def full_piece_bytes(self) -> int:
-        return self.server.frame_bytes
-
-    def await_room(self, part: _Part) -> bool:
-        return True
-
-    def deliver(self, part: _Part, trailer: bytes = b"") -> int:
-        data = part.views
-        n = sum(len(v) for v in data)
-        protocol.PREFIX.pack_into(self._prefix, 0, protocol.data_frame_length(n), FrameType.DATA, self.rid, 0)
-        # a client whose socket buffer is full holds the send up: its permit goes to other streams meanwhile
-        protocol.send_views(
-            self.conn.sock, [self._prefix, *data, trailer], on_block=self.server.permits.waiting
-        )
-        return n
-
-    def await_taken(self, grace_s: float) -> None:
-        """``SIOCOUTQ`` = 0: no event says "the peer read", so poll, backing off (a slow reader costs few
-        wake-ups); a client that drained gets ``grace_s`` to send its CANCEL."""
-        server, conn = self.server, self.conn
-        fd = conn.sock.fileno()
-        out = bytearray(4)
-        poll = DRAIN_POLL_S
-        while not server._stopping.is_set():
-            fcntl.ioctl(fd, termios.TIOCOUTQ, out)  # bytes sent that the client has not read yet
-            drained = not int.from_bytes(out, sys.byteorder)
-            if drained and not grace_s:
-                return
-            if server._next_frame_within(conn, grace_s if drained else poll):
-                server._check_cancel(conn, self.rid)
-            elif drained:
-                return
-            poll = min(poll * 2, DRAIN_POLL_MAX_S)
-
-
-class _ShmSink(_Sink):
-    """Ring slots: each piece is copied once into the next free slot and announced by SHM_DATA.
-
-    The first MiB goes as one piece when a slot holds it (one copy, one announcement, one release per
-    Kafka fetch); read-ahead is bounded by the ring, since a slot is written only once released.
-    """
-
-    def __init__(
-        self,
-        server: BridgeServer,
-        conn: _Connection,
-        rid: int,
-        ring: shm.ShmRing,
-        arena: shm.ChunkArena | None,
-    ) -> None:
-        super().__init__(server, conn, rid)
-        self.ring = ring
-        self.arena = arena
-        self._announce = bytearray(protocol.PREFIX_SIZE + protocol.SHM_DATA_PAYLOAD.size)
-        protocol.PREFIX.pack_into(
-            self._announce,
-            0,
-            protocol.data_frame_length(protocol.SHM_DATA_PAYLOAD.size),
-            FrameType.SHM_DATA,
-            rid,
-            0,
-        )
-
-    def first_piece_bytes(self) -> int:
-        return self.ring.slot_bytes
-
-    def full_piece_bytes(self) -> int:
-        # a piece in the arena is announced where it lies, whatever its size: past the first, a streaming
-        # reader gets a chunk per frame (one announcement, one release per chunk instead of per MiB)
-        return self.arena.block_bytes if self.arena is not None else self.ring.slot_bytes
-
-    def parts(self, data: list[memoryview]) -> list[_Part]:
-        arena = self.arena
-        if arena is not None and len(data) <= self.ring.slots:
-            offsets = [arena.locate(v) for v in data]
-            if None not in offsets:
-                return [_Part(data, offsets)]  # type: ignore[arg-type]
-        # copied into ring slots: one slot per part
-        return [_Part(p, None) for p in _split_views(data, self.ring.slot_bytes)]
-
-    def _units(self, n: int) -> int:
-        """Ring slots' worth of read-ahead an announced piece of ``n`` bytes counts for (at most the ring)."""
-        return min(self.ring.slots, max(1, -(-n // self.ring.slot_bytes)))
-
-    def _room(self) -> int:
-        """Slots' worth of read-ahead still allowed: the ring's size bounds what is announced and unreleased,
-        in bytes as well as in pieces, so chunk-sized arena pieces pin no more blocks than 1 MiB ones."""
-        return self.ring.slots - sum(units for units, _ in self.conn.pieces)
-
-    def _await_free(self, free: int) -> None:
-        """Block until at least ``free`` slots are released (or the server stops), reading RELEASE/CANCEL."""
-        server, conn = self.server, self.conn
-        while self._room() < free and not server._stopping.is_set():
-            if server._next_frame_within(conn, 0.2):
-                server._check_cancel(conn, self.rid)
-
-    def await_room(self, part: _Part) -> bool:
-        # an arena piece counts for its size in slots (one announcement per view: it may span two chunks)
-        views = part.views
-        need = 1 if part.offsets is None else min(sum(self._units(len(v)) for v in views), self.ring.slots)
-        if self._room() < need:
-            self._await_free(need)
-        return self._room() >= need
-
-    def deliver(self, part: _Part, trailer: bytes = b"") -> int:
-        data = part.views
-        if part.offsets is not None:
-            return self._announce_in_arena(data, part.offsets, trailer)
-        ring = self.ring
-        slot = ring.next_slot
-        n = copy_into(ring.slot_view(slot), data)  # GIL released: other streams run meanwhile
-        ring.next_slot = (slot + 1) % ring.slots
-        protocol.SHM_DATA_PAYLOAD.pack_into(self._announce, protocol.PREFIX_SIZE, slot, n)
-        self.conn.pieces.append((1, None))
-        self.conn.sock.sendall(self._announce + trailer if trailer else self._announce)
-        with self.server._counters_lock:  # per piece: health shows a stream in progress too
-            self.server._shm_bytes_streamed += n
-        return n
-
-    def _announce_in_arena(self, data: list[memoryview], offsets: list[int], trailer: bytes) -> int:
-        """No copy: one ARENA_DATA per view (offset, length); the views pin their blocks until released."""
-        frames = bytearray()
-        for v, offset in zip(data, offsets, strict=True):
-            frames += protocol.PREFIX.pack(
-                protocol.data_frame_length(protocol.ARENA_DATA_PAYLOAD.size),
-                FrameType.ARENA_DATA,
-                self.rid,
-                0,
-            )
-            frames += protocol.ARENA_DATA_PAYLOAD.pack(offset, len(v))
-            self.conn.pieces.append((self._units(len(v)), [v]))
-        self.conn.sock.sendall(frames + trailer)
-        n = sum(len(v) for v in data)
-        with self.server._counters_lock:
-            self.server._shm_bytes_streamed += n
-            self.server._arena_bytes_streamed += n
-        return n
-
-    def await_taken(self, grace_s: float) -> None:
-        server, conn = self.server, self.conn
-        self._await_free(self.ring.slots)
-        # the client releases its last slot and cancels in one write: usually both are buffered already
-        if grace_s and not server._stopping.is_set() and server._next_frame_within(conn, grace_s):
-            server._poll_cancel(conn, self.rid)
-
-
-class _Part(NamedTuple):
-    """What one announcement (or one socket frame) carries: views, and their arena offsets when the
-    piece lies in the chunk arena (None: it is copied into a ring slot, or sent on the socket)."""
-
-    views: list[memoryview]
-    offsets: list[int] | None
-
-
-def _split_views(data: list[memoryview], limit: int) -> list[list[memoryview]]:
-    """``data`` cut into consecutive parts of at most ``limit`` bytes each (views, no copy)."""
-    parts: list[list[memoryview]] = []
-    part: list[memoryview] = []
-    room = limit
-    for view in data:
-        while len(view):
-            take = view[:room]
-            part.append(take)
-            view = view[len(take) :]
-            room -= len(take)
-            if not room:
-                parts.append(part)
-                part, room = [], limit
-    if part:
-        parts.append(part)
-    return parts
-
-
-def _stop_after(header: Mapping[str, Any]) -> int | None:
-    """The request's ``stop_after`` (answer at most that many bytes, then END "more"), or None."""
-    value = header.get("stop_after")
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"stop_after: expected a positive integer, got {value!r}")
-    return value
-
-
-class _PieceReader:
-    """The next frame's payload from an RSM stream, as a list of buffers ready for ``sendmsg``.
-
-    A stream with ``read_view`` (the RSM's segment streams) lends views of its decoded chunks: no copy.
-    Any other stream is read with ``readinto`` into one reusable buffer per connection (safe: sendmsg
-    has copied it into the kernel before the next read).
-    """
-
-    def __init__(self, stream: Any, conn: _Connection) -> None:
-        self._view = getattr(stream, "read_view", None)
-        self._stream = stream
-        self._conn = conn
-
-    def read(self, size: int) -> list[memoryview]:
-        """Up to ``size`` bytes (empty only at the end)."""
-        if self._view is not None:
-            views: list[memoryview] = []
-            got = 0
-            while got < size:
-                v = self._view(size - got)
-                if not v:
-                    break
-                views.append(v)
-                got += len(v)
-            return views
-        buf = self._conn.buffer
-        if buf is None or len(buf) < size:
-            buf = self._conn.buffer = bytearray(size)
-        view = memoryview(buf)[:size]
-        got = 0
-        while got < size:
-            n = self._stream.readinto(view[got:])
-            if n is None:  # a non-blocking raw stream with nothing yet: try again
-                continue
-            if not n:
-                break
-            got += n
-        return [view[:got]] if got else []
-
 
 def _store_bytes_read(rsm: Any) -> int | None:
     """Bytes the RSM has read from its object store (None if it does not count): the benchmark compares
@@ -1043,109 +641,3 @@ def _store_bytes_read(rsm: Any) -> int | None:
         return int(stats.snapshot()["bytes_read"]) if stats is not None else None
     except Exception:  # noqa: BLE001 - a diagnostic only
         return None
-
-
-def default_arena_blocks(cache_bytes: int, block_bytes: int, prefetch: int, read_ahead_bytes: int) -> int:
-    """How many chunk blocks the default arena has: the chunk cache's, plus what Kafka's remote readers
-    may hold at once - each its stream's current chunk, its prefetches, and the chunks its read-ahead
-    (a ring's worth of announced, unreleased pieces) spans - at most ``ARENA_MAX_BYTES``.
-
-    Why that many: when every block is taken a chunk is decoded on the heap and copied into a ring slot
-    instead (measured: with 16 spare blocks, ten streaming readers sent 41% of their bytes that way).
-    """
-    per_reader = 1 + prefetch + -(-read_ahead_bytes // block_bytes) + 1  # + 1: read-ahead straddling two
-    wanted = cache_bytes // block_bytes + KAFKA_READER_THREADS * per_reader
-    return max(1, min(wanted, ARENA_MAX_BYTES // block_bytes))
-
-
-def tune_allocator(mmap_threshold: int = DEFAULT_MMAP_THRESHOLD_BYTES) -> bool:
-    """Keep large buffers (decoded chunks, several MiB each) in glibc's heap instead of fresh mmaps.
-
-    Why: every chunk a fetch decodes allocates a few buffers of the chunk size; above glibc's mmap
-    threshold each is a new mapping, page-faulted in and unmapped again, and those faults cost more CPU
-    than the decryption and decompression themselves (measured: a cold compressed+encrypted 1 MiB
-    fetch took about 4x the CPU). With a higher threshold (and trim threshold) freed chunks are reused.
-    Returns False where it does not apply (not glibc, or ``mmap_threshold`` <= 0).
-    """
-    if mmap_threshold <= 0 or not sys.platform.startswith("linux"):
-        return False
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None)
-        m_trim_threshold, m_mmap_threshold = -1, -3  # glibc's mallopt parameter numbers
-        return bool(libc.mallopt(m_mmap_threshold, mmap_threshold)) and bool(
-            libc.mallopt(m_trim_threshold, 4 * mmap_threshold)
-        )
-    except (OSError, AttributeError):
-        return False
-
-
-def _load_class(spec: str) -> type:
-    module_name, _, attr = spec.partition(":")
-    if not attr:
-        module_name, _, attr = spec.rpartition(".")
-    module = importlib.import_module(module_name)
-    return getattr(module, attr)
-
-
-def serve(
-    config_path: Path,
-    socket_path: Path | None,
-    *,
-    rsm_class: str | None = None,
-    parent_pid: int | None = None,
-) -> int:
-    """`rsm bridge serve`: configure the RSM from a broker properties file and serve until SIGTERM."""
-    props = load_properties(config_path)
-    rsm_configs, settings = split_rsm_configs(props)
-    if socket_path is None:
-        raw = settings.get("bridge.socket.path")
-        if not raw:
-            raise ValueError(f"no --socket given and no rsm.config.bridge.socket.path in {config_path}")
-        socket_path = Path(raw)
-    frame_bytes = int(settings.get("bridge.frame.bytes", DEFAULT_DATA_FRAME_BYTES))
-    initial_frame_bytes = int(settings.get("bridge.frame.initial.bytes", DEFAULT_INITIAL_FRAME_BYTES))
-    grace = float(settings.get("bridge.shutdown.grace.ms", "10000")) / 1000.0
-    send_buffer = int(settings.get("bridge.socket.send.buffer.bytes", DEFAULT_SEND_BUFFER_BYTES))
-    mmap_threshold = int(settings.get("bridge.malloc.mmap.threshold.bytes", DEFAULT_MMAP_THRESHOLD_BYTES))
-    transport = settings.get("bridge.transport", "shm").strip().lower()
-    if transport not in ("shm", "socket"):
-        raise ValueError(f"bridge.transport={transport!r}: expected 'shm' or 'socket'")
-    shm_dir_raw = settings.get("bridge.shm.dir")
-    permits_raw = settings.get("bridge.fetch.permits", "").strip()
-    arena_raw = settings.get("bridge.arena.blocks", "").strip()
-    if tune_allocator(mmap_threshold):
-        log.info("glibc mmap threshold set to %d bytes", mmap_threshold)
-    if rsm_class:
-        cls = _load_class(rsm_class)
-    else:
-        from rsm import RemoteStorageManager as cls  # noqa: N813 - the default class
-    rsm = cls()
-    log.info("configuring %s with %s", cls.__name__, mask_configs(rsm_configs))
-    rsm.configure(dict(rsm_configs))
-    server = BridgeServer(
-        rsm,
-        socket_path,
-        configs=rsm_configs,
-        frame_bytes=frame_bytes,
-        initial_frame_bytes=initial_frame_bytes,
-        shutdown_grace_s=grace,
-        send_buffer_bytes=send_buffer,
-        shm_enabled=transport == "shm",
-        shm_dir=Path(shm_dir_raw) if shm_dir_raw else None,
-        shm_slots=int(settings.get("bridge.shm.slots", shm.DEFAULT_SLOTS)),
-        shm_slot_bytes=int(settings.get("bridge.shm.slot.bytes", shm.DEFAULT_SLOT_BYTES)),
-        fetch_permits=int(permits_raw) if permits_raw else None,
-        arena_blocks=int(arena_raw) if arena_raw else None,
-    )
-    server.bind()
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        log.info("signal %d received", signum)
-        server.stop()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    server.serve_forever(parent_pid=parent_pid)
-    return 0

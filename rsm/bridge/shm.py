@@ -33,6 +33,10 @@ DEFAULT_SLOTS = 8
 DEFAULT_SLOT_BYTES = 1024 * 1024
 MIN_SLOT_BYTES = 64 * 1024
 MAX_SLOT_BYTES = 16 * 1024 * 1024
+# an arena block holds one decoded chunk: as small as the smallest chunk.size (rsm.config.MIN_CHUNK_SIZE)
+MIN_BLOCK_BYTES = 4 * 1024
+# the JVM plugin maps the arena as one buffer, at most Integer.MAX_VALUE bytes
+MAX_ARENA_BYTES = 2**31 - 1
 _RING_NAME = re.compile(r"^(?:ring|arena)-(\d+)-[0-9a-f]{16}$")
 
 
@@ -107,24 +111,38 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def create_shared_file(directory: Path, kind: str, size: int) -> tuple[Path, mmap.mmap]:
-    """A new file ``<kind>-<pid>-<random>`` (mode 0600, exclusive create) of ``size`` bytes, mapped read-write."""
+def create_shared_file(
+    directory: Path, kind: str, size: int, *, reserve: bool = True
+) -> tuple[Path, mmap.mmap, int]:
+    """A new file ``<kind>-<pid>-<random>`` (mode 0600, exclusive create) of ``size`` bytes, mapped
+    read-write; returns its path, the mapping and its open descriptor (the caller closes it).
+
+    ``reserve``: its pages are reserved now (``reserve_pages``); else the file is sparse and costs nothing
+    until reserved, which must happen before anything is written to it.
+    """
     path = Path(directory) / f"{kind}-{os.getpid()}-{secrets.token_hex(8)}"
     flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     fd = os.open(path, flags, 0o600)
     try:
         os.ftruncate(fd, size)
-        # reserve the pages now: on a full tmpfs (a small /dev/shm in a container) writing a sparse mapping
-        # would kill the bridge with SIGBUS; this fails cleanly (ENOSPC) and the bridge goes without
-        if hasattr(os, "posix_fallocate"):
-            os.posix_fallocate(fd, 0, size)
+        if reserve:
+            reserve_pages(fd, size)
         mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
     except BaseException:
         os.close(fd)
         path.unlink(missing_ok=True)
         raise
-    os.close(fd)  # the mapping keeps the memory
-    return path, mm
+    return path, mm, fd
+
+
+def reserve_pages(fd: int, size: int) -> None:
+    """Reserve the pages of the file's first ``size`` bytes (OSError, e.g. ENOSPC, when they cannot be).
+
+    Why: on a full tmpfs (a small /dev/shm in a container) writing to a sparse mapping kills the bridge
+    with SIGBUS; reserving fails cleanly instead, and the bridge goes without the file.
+    """
+    if hasattr(os, "posix_fallocate"):
+        os.posix_fallocate(fd, 0, size)
 
 
 def open_shared_file(path: Path, size: int, what: str) -> mmap.mmap:
@@ -166,9 +184,9 @@ class ChunkArena:
     @classmethod
     def create(cls, directory: Path, blocks: int, block_bytes: int) -> ChunkArena:
         """An arena file ``arena-<pid>-<random>`` of ``blocks`` blocks (it stays named: clients map it)."""
-        if blocks < 1 or block_bytes < MIN_SLOT_BYTES:
-            raise ValueError(f"bad chunk arena shape: {blocks} blocks of {block_bytes} bytes")
-        path, mm = create_shared_file(directory, "arena", blocks * block_bytes)
+        check_arena_shape(blocks, block_bytes)
+        path, mm, fd = create_shared_file(directory, "arena", blocks * block_bytes)
+        os.close(fd)  # the mapping keeps the memory
         return cls(path, mm, block_bytes)
 
     @classmethod
@@ -206,6 +224,17 @@ class ChunkArena:
             self.path.unlink(missing_ok=True)
 
 
+def check_arena_shape(blocks: int, block_bytes: int) -> None:
+    """ValueError unless an arena of ``blocks`` blocks of ``block_bytes`` can exist: at least one block, a
+    block at least as large as the smallest chunk (blocks are sized by chunk.size; a ring slot's minimum
+    has nothing to do with them), and no more bytes than a client can map."""
+    if blocks < 1 or block_bytes < MIN_BLOCK_BYTES or blocks * block_bytes > MAX_ARENA_BYTES:
+        raise ValueError(
+            f"bad chunk arena shape: {blocks} blocks of {block_bytes} bytes (blocks of at least"
+            f" {MIN_BLOCK_BYTES} bytes, at most {MAX_ARENA_BYTES} bytes in all)"
+        )
+
+
 @dataclass(eq=False)
 class ShmRing:
     """One connection's ring of ``slots`` slots of ``slot_bytes`` each, written by the bridge.
@@ -213,14 +242,20 @@ class ShmRing:
     Flow control: slots are used in order (``next_slot``); the bridge counts the pieces it announced and the
     client has not released (slots and arena pieces alike, its connection's ``pieces``) and never has more
     than ``slots`` of them, so the slot it writes next is always free.
+
+    Memory: the file is sparse until a fetch uses the ring (``reserve``), and a connection that stays idle
+    gives the pages of its free slots back (``give_back``), so a connection that only offered "shm" costs
+    nothing and one that fetched once does not keep 8 MiB until it closes.
     """
 
     path: Path
     slots: int
     slot_bytes: int
     mm: mmap.mmap
+    fd: int  # kept open: the pages are reserved through it, after the name is gone
     next_slot: int = 0
     unlinked: bool = False
+    reserved: bool = False  # every page reserved; False: sparse (new, or given back), reserve before writing
     view: memoryview = field(init=False)
 
     def __post_init__(self) -> None:
@@ -237,8 +272,8 @@ class ShmRing:
             raise ValueError(
                 f"bridge.shm.slot.bytes={slot_bytes} outside [{MIN_SLOT_BYTES}, {MAX_SLOT_BYTES}]"
             )
-        path, mm = create_shared_file(directory, "ring", slots * slot_bytes)
-        return cls(path, slots, slot_bytes, mm)  # the file name goes once the client mapped it
+        path, mm, fd = create_shared_file(directory, "ring", slots * slot_bytes, reserve=False)
+        return cls(path, slots, slot_bytes, mm, fd)  # the file name goes once the client mapped it
 
     def describe(self) -> dict[str, object]:
         """What the server's HELLO tells the client about this ring."""
@@ -249,11 +284,43 @@ class ShmRing:
             self.unlinked = True
             self.path.unlink(missing_ok=True)
 
+    def reserve(self) -> bool:
+        """Reserve the ring's pages before a fetch writes to it; False when they cannot be (a full tmpfs:
+        that fetch is answered with DATA frames instead, and a later one tries again)."""
+        if not self.reserved:
+            try:
+                reserve_pages(self.fd, self.slots * self.slot_bytes)
+            except OSError:
+                return False
+            self.reserved = True
+        return True
+
+    def give_back(self, held: int) -> int:
+        """Return the pages of every slot but the ``held`` the client still holds (the last ones written:
+        slots are used in order) to the system; returns the bytes given back. The next fetch reserves the
+        ring again. Where the system cannot (no ``MADV_REMOVE``), the ring stays as it is."""
+        free = [(self.next_slot + k) % self.slots for k in range(self.slots - held)]
+        given = 0
+        for slot in free:
+            start = -(-slot * self.slot_bytes // mmap.PAGESIZE) * mmap.PAGESIZE  # whole pages inside the slot
+            end = (slot + 1) * self.slot_bytes // mmap.PAGESIZE * mmap.PAGESIZE
+            if end <= start:
+                continue
+            try:
+                self.mm.madvise(mmap.MADV_REMOVE, start, end - start)
+            except (AttributeError, OSError):
+                return given
+            given += end - start
+        self.reserved = False
+        return given
+
     def close(self) -> None:
         self.unlink()
         self.view.release()
         with contextlib.suppress(BufferError):
             self.mm.close()
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
 
     def slot_view(self, slot: int) -> memoryview:
         base = slot * self.slot_bytes

@@ -59,7 +59,7 @@ def build_plugin(jvm_dir: Path = JVM_DIR, force: bool = False) -> Path:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from rsm.bridge.server import serve
+    from rsm.bridge.serve import serve
 
     try:
         return serve(

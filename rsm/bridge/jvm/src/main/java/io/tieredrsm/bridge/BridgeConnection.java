@@ -96,6 +96,16 @@ final class BridgeConnection implements AutoCloseable {
         }
     }
 
+    /**
+     * The bridge refused the connection because it serves {@code bridge.max.connections} already: it is
+     * alive (a probe counts it as answering), the call may be retried later.
+     */
+    static final class BusyException extends IOException {
+        BusyException(String message) {
+            super(message);
+        }
+    }
+
     /** Receive buffer size: a read system call fills it with as much of the stream as has arrived. */
     static final int RECEIVE_BUFFER_BYTES = 64 * 1024;
 
@@ -110,6 +120,14 @@ final class BridgeConnection implements AutoCloseable {
     private int pendingPayload;
     final Map<String, Object> serverHello;
     volatile boolean broken;
+    /**
+     * A pooled connection idle this long is dropped rather than reused: half the bridge's idle timeout
+     * (its HELLO's {@code idle_timeout_ms}), so the bridge never closes one just as a call picks it up.
+     * 0: never.
+     */
+    private final long retireAfterNanos;
+    /** System.nanoTime() when the connection went back to the pool. */
+    private long idleSinceNanos;
     /** The bridge's shared-memory ring (read-only mapping), or null: fetch answers come as DATA frames. */
     private volatile MappedByteBuffer ring;
     /** The bridge's chunk arena (read-only mapping), or null: pieces come through ring slots only. */
@@ -149,13 +167,16 @@ final class BridgeConnection implements AutoCloseable {
             send(HELLO, 0, Json.write(h), null, 0, 0);
             Frame hello = read();
             if (hello.type == ERROR) {
-                throw new IOException("bridge refused the handshake: " + hello.header.get("code") + ": "
-                        + hello.header.get("message"));
+                String refusal = "bridge refused the handshake: " + hello.header.get("code") + ": "
+                        + hello.header.get("message");
+                throw "BUSY".equals(hello.header.get("code")) ? new BusyException(refusal) : new IOException(refusal);
             }
             if (hello.type != HELLO || !MAGIC.equals(hello.header.get("magic"))) {
                 throw new IOException("bridge answered the handshake with frame type " + hello.type);
             }
             this.serverHello = hello.header;
+            Object idleMs = hello.header.get("idle_timeout_ms");
+            this.retireAfterNanos = idleMs instanceof Number ? ((Number) idleMs).longValue() * 500_000L : 0;
             if (shm && hello.header.get("shm") instanceof Map
                     && hello.header.get("capabilities") instanceof List
                     && ((List<?>) hello.header.get("capabilities")).contains(CAP_SHM)) {
@@ -350,6 +371,16 @@ final class BridgeConnection implements AutoCloseable {
         } catch (ReflectiveOperationException | RuntimeException ignored) {
             // the GC unmaps it eventually
         }
+    }
+
+    /** The pool took the connection back: its idle time starts now. */
+    void markIdle() {
+        idleSinceNanos = System.nanoTime();
+    }
+
+    /** True when the connection has been idle in the pool long enough that the bridge may close it soon. */
+    boolean retireDue() {
+        return retireAfterNanos > 0 && System.nanoTime() - idleSinceNanos > retireAfterNanos;
     }
 
     long serverPid() {

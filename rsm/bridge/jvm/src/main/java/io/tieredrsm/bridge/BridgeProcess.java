@@ -175,6 +175,8 @@ final class BridgeProcess {
     private boolean probe() {
         try (BridgeConnection c = new BridgeConnection(socketPath, clientName + "-probe", 5_000)) {
             return true;
+        } catch (BridgeConnection.BusyException e) {
+            return true; // it answered: alive, only serving bridge.max.connections already (never kill it for that)
         } catch (IOException | RuntimeException e) {
             return false;
         }

@@ -200,7 +200,7 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
         }
         BridgeConnection c;
         while ((c = idle.pollFirst()) != null) {
-            if (c.settle() && !c.isStale()) {
+            if (c.settle() && !c.retireDue() && !c.isStale()) {
                 return c;
             }
             c.dispose();
@@ -216,6 +216,10 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
     private BridgeConnection connect() throws RemoteStorageException {
         try {
             return new BridgeConnection(socketPath, CLIENT_NAME, requestTimeoutMs, shm);
+        } catch (BridgeConnection.BusyException busy) {
+            // alive but at bridge.max.connections (someone else holds connections): no restart
+            throw new RemoteStorageException("cannot connect to the bridge at " + socketPath + ": " + busy.getMessage(),
+                    busy);
         } catch (IOException first) {
             // nobody answers: the bridge died or was never started; (re)start it, then try once more
             discardIdle();
@@ -237,6 +241,7 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
 
     void release(BridgeConnection c) {
         if (!c.broken && !closed) {
+            c.markIdle();
             idle.offerFirst(c);
         } else {
             c.dispose();
