@@ -64,7 +64,7 @@ def test_index_files_and_human_output(capsys, segment: Path) -> None:  # type: i
     code, out, _ = run(capsys, "--print-data-log", str(segment))
     assert code == 0
     assert "baseOffset: 0 lastOffset: 0 count: 1" in out and "payload: value-3" in out
-    assert "controlType: COMMIT" in out
+    assert "endTxnMarker: COMMIT coordinatorEpoch: 4" in out
 
 
 def test_verify_fails_on_bad_crc_naming_file_and_byte(capsys, segment: Path) -> None:  # type: ignore[no-untyped-def]
