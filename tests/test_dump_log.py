@@ -113,3 +113,80 @@ def test_unknown_file_kind_is_an_error(capsys, tmp_path: Path) -> None:  # type:
     other.write_text("version: 0\n")
     code, _, err = run(capsys, str(other))
     assert code == 1 and "do not know how to dump" in err
+
+
+def _raw(capsysbinary, *args: str) -> tuple[int, bytes, bytes]:  # type: ignore[no-untyped-def]
+    capsysbinary.readouterr()
+    code = rsm_main(["dump-log", *args])
+    out = capsysbinary.readouterr()
+    return code, out.out, out.err
+
+
+def test_payloads_are_printed_byte_for_byte(capsysbinary, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """No markup, no escaping, no dropped control characters, no cut: the bytes Kafka's tool prints."""
+    awkward = b":smile: [bold]x[/bold]\ttab\x00nul\x1b[31mred\r"
+    long = b"y" * 1000
+    offsets_key = b"\x00\x01\x00\x05group"  # a __consumer_offsets key: leading zero bytes
+    with SegmentWriter(tmp_path, 0) as w:
+        w.append(build_batch([(offsets_key, awkward, [("h1", b"a"), ("h2", None)], 5)], base_offset=0))
+        w.append(build_batch([(None, long, [], 6)], base_offset=1))
+        w.append(build_batch([(b"k", b"\xff\xed\xa0\x80(\xf0\x9f\x98", [], 7)], base_offset=2))
+    code, out, err = _raw(capsysbinary, "--print-data-log", str(w.log_path))
+    assert code == 0, err
+    lines = out.split(b"\n")
+    assert lines[3] == (
+        b"| offset: 0 CreateTime: 5 keySize: 9 valueSize: 39 sequence: -1 headerKeys: [h1,h2] key: "
+        + offsets_key + b" payload: " + awkward
+    )  # fmt: skip
+    assert lines[5].endswith(b"keySize: -1 valueSize: 1000 sequence: -1 headerKeys: [] payload: " + long)
+    # malformed UTF-8 replaced as Java's new String(bytes, UTF_8) does: one U+FFFD for the surrogate
+    assert lines[7].endswith(b"payload: " + "\ufffd\ufffd(\ufffd".encode())
+
+
+def test_max_payload_cuts_only_when_asked_and_bad_values_are_refused(capsys, segment: Path) -> None:  # type: ignore[no-untyped-def]
+    code, out, _ = run(capsys, "--print-data-log", "--max-payload", "3", str(segment))
+    assert code == 0 and "payload: val... (7 bytes)" in out
+    for flag, value in (("--max-payload", "-5"), ("--max-bytes", "-1"), ("--max-message-size", "0"),
+                        ("--max-payload", "abc")):  # fmt: skip
+        with pytest.raises(SystemExit) as exc:
+            rsm_main(["dump-log", flag, value, str(segment)])
+        assert exc.value.code == 2
+        assert flag in capsys.readouterr().err
+
+
+def test_kafka_layout_for_each_kind(capsys, segment: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    code, out, _ = run(capsys, "--deep-iteration", "--files", f"{segment},{segment.with_suffix('.index')}")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == f"Dumping {segment}" and lines[1] == "Log starting offset: 0"
+    assert lines[2].startswith(
+        "baseOffset: 0 lastOffset: 0 count: 1 baseSequence: 0 lastSequence: 0 producerId: 3"
+    )
+    assert "deleteHorizonMs: OptionalLong.empty position: 0 CreateTime: 1000 size: " in lines[2]
+    assert lines[3] == "| offset: 0 CreateTime: 1000 keySize: 2 valueSize: 7 sequence: 0 headerKeys: [hk]"
+    assert "\noffset: 2 position: 166\n" in out
+    from segment_format import build_legacy_message_set
+
+    legacy = tmp_path / "legacy" / "00000000000000000000.log"
+    legacy.parent.mkdir()
+    legacy.write_bytes(build_legacy_message_set([(b"k", b"v", 9)], base_offset=0, magic=1))
+    code, out, _ = run(capsys, "--print-data-log", str(legacy))
+    assert code == 0
+    batch_line, record_line = out.splitlines()[2:4]
+    assert batch_line.startswith("offset: 0 position: 0 CreateTime: 9 size: ") and "magic: 1" in batch_line
+    assert (
+        "baseSequence" not in batch_line and "sequence" not in record_line and "headerKeys" not in record_line
+    )
+    assert record_line.startswith("| offset: 0 CreateTime: 9 keySize: 1 valueSize: 1 isValid: true crc: ")
+
+
+def test_verify_says_what_it_checked(capsys, segment: Path) -> None:  # type: ignore[no-untyped-def]
+    code, out, _ = run(capsys, "--verify", str(segment), str(segment.with_suffix(".index")))
+    assert code == 0
+    assert (
+        f"Verified {segment}: 11 batches, 11 records, offsets 0..10; every CRC, size and offset is intact"
+        in out
+    )
+    assert "each entry points at the batch of the .log holding its offset" in out
+    code, out, _ = run(capsys, "--index-sanity-check", str(segment.with_suffix(".index")))
+    assert code == 0 and out.splitlines()[-1] == f"{segment.with_suffix('.index')} passed sanity check."

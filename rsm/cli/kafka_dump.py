@@ -274,21 +274,27 @@ def _codec_name(codec: int) -> bytes:
         raise DumpError(f"Unknown compression type id: {codec}") from None
 
 
+_V2_LINE = (
+    b"baseOffset: %d lastOffset: %d count: %d baseSequence: %d lastSequence: %d producerId: %d "
+    b"producerEpoch: %d partitionLeaderEpoch: %d isTransactional: %s isControl: %s deleteHorizonMs: %s "
+    b"position: %d %s: %d size: %d magic: 2 compresscodec: %s crc: %d isvalid: %s\n"
+)
+
+
 def v2_batch_line(b: _Batch, data: memoryview, position: int) -> bytes:
     base, _len, epoch, _magic, crc, attrs, lod, base_ts, max_ts, pid, pepoch, bseq, count = b.fields
-    last_seq = -1 if bseq == -1 else increment_sequence(bseq, lod)
+    if bseq == -1:
+        last_seq = -1
+    elif bseq > INT_MAX - lod:
+        last_seq = increment_sequence(bseq, lod)
+    else:
+        last_seq = bseq + lod
     valid = crc32c(data[b.position + 21 : b.position + b.size]) == crc
-    horizon = base_ts if attrs & 0x40 else None
-    return b"".join(
-        (
-            b"baseOffset: %d lastOffset: %d count: %d baseSequence: %d lastSequence: %d producerId: %d "
-            b"producerEpoch: %d partitionLeaderEpoch: %d isTransactional: %s isControl: %s "
-            b"deleteHorizonMs: "
-            % (base, base + lod, count, bseq, last_seq, pid, pepoch, epoch, _BOOL[attrs >> 4 & 1], _BOOL[attrs >> 5 & 1]),
-            optional_long(horizon),
-            b" position: %d %s: %d size: %d magic: 2 compresscodec: %s crc: %d isvalid: %s\n"
-            % (position, _TS_NAMES[attrs >> 3 & 1], max_ts, b.size, _codec_name(attrs & 7), crc, _BOOL[valid]),
-        )
+    return _V2_LINE % (
+        base, base + lod, count, bseq, last_seq, pid, pepoch, epoch, _BOOL[attrs >> 4 & 1], _BOOL[attrs >> 5 & 1],
+        b"OptionalLong[%d]" % base_ts if attrs & 0x40 else b"OptionalLong.empty",
+        position, _TS_NAMES[attrs >> 3 & 1], max_ts, b.size,
+        _CODEC_NAMES[attrs & 7] if attrs & 7 < 5 else _codec_name(attrs & 7), crc, _BOOL[valid],
     )  # fmt: skip
 
 
@@ -415,19 +421,11 @@ def _fast_records(
 
 
 def _fast_lines(batches, data, table, opts: Options, gaps: _Gaps) -> Iterator[bytes]:  # type: ignore[no-untyped-def]
-    import pyarrow as pa
-
     offsets = table.column("offset").to_pylist()
     timestamps = table.column("timestamp").to_pylist()
-    keys = table.column("key")
-    values = table.column("value")
-    key_list = keys.to_pylist() if opts.print_data else None
-    value_list = values.to_pylist() if opts.print_data else None
-    key_sizes = _sizes(keys)
-    value_sizes = _sizes(values)
+    key_list = table.column("key").to_pylist()
+    value_list = table.column("value").to_pylist()
     headers = table.column("headers")
-    if isinstance(headers, pa.ChunkedArray):
-        headers = headers.combine_chunks()
     hoff = headers.offsets.to_pylist()
     hkeys = headers.values.field("key").to_pylist() if hoff and hoff[-1] else []
     bad_keys = any("\ufffd" in k for k in hkeys)
@@ -438,53 +436,73 @@ def _fast_lines(batches, data, table, opts: Options, gaps: _Gaps) -> Iterator[by
     row = 0
     position = 0
     last = gaps.last
+    parts: list[bytes] = []
+    append = parts.append
     for b in batches:
-        yield v2_batch_line(b, data, position)
+        if len(parts) > 8192:
+            yield b"".join(parts)
+            parts.clear()
+        append(v2_batch_line(b, data, position))
         position += b.size
-        base, attrs, bseq, count = b.fields[0], b.fields[5], b.fields[11], b.fields[12]
+        base, attrs, lod, bseq, count = b.fields[0], b.fields[5], b.fields[6], b.fields[11], b.fields[12]
         control = attrs & 0x20
         if control or not opts.deep or (bad_keys and _replaced_header_key(hkeys, hoff, row, count)):
             if opts.deep:  # control records, and header keys Python's UTF-8 decoder replaced
                 gaps.last = last
-                yield from _slow_records(b, data, "", opts, gaps)
+                parts.extend(_slow_records(b, data, "", opts, gaps))
                 last = gaps.last
             row += count
             continue
-        ts_name = _TS_NAMES[attrs >> 3 & 1]
-        parts = []
+        meta = (
+            b"| offset: %d "
+            + _TS_NAMES[attrs >> 3 & 1]
+            + b": %d keySize: %d valueSize: %d sequence: %d headerKeys: [%s]"
+        )
+        wraps = bseq >= 0 and bseq > INT_MAX - max(lod, count)
         for r in range(row, row + count):
             off = offsets[r]
             if off != last + 1:
                 gaps.findings.non_consecutive.setdefault(gaps.name, {})[last] = off
             last = off
-            line = b""
-            if not skip_meta:
+            k = key_list[r]
+            v = value_list[r]
+            if skip_meta:
+                line = b""
+            else:
                 h0, h1 = hoff[r], hoff[r + 1]
-                hk = b",".join(k.encode() for k in hkeys[h0:h1]) if h1 > h0 else b""
-                seq = -1 if bseq < 0 else increment_sequence(bseq, off - base)
-                line = b"| offset: %d %s: %d keySize: %d valueSize: %d sequence: %d headerKeys: [%s]" % (
-                    off, ts_name, timestamps[r], key_sizes[r], value_sizes[r], seq, hk)  # fmt: skip
+                hk = b",".join(x.encode() for x in hkeys[h0:h1]) if h1 > h0 else b""
+                if bseq < 0:
+                    seq = -1
+                elif wraps:
+                    seq = increment_sequence(bseq, off - base)
+                else:
+                    seq = bseq + off - base
+                line = meta % (
+                    off,
+                    timestamps[r],
+                    -1 if k is None else len(k),
+                    -1 if v is None else len(v),
+                    seq,
+                    hk,
+                )
             if print_data:
-                line += _contents(key_list[r], value_list[r], content_prefix, limit)  # type: ignore[index]
-            parts.append(line)
-        parts.append(b"")
-        yield b"\n".join(parts)
+                if limit is None and (k is None or k.isascii()) and (v is None or v.isascii()):
+                    if k is not None:
+                        line += content_prefix + b"key: " + k
+                        if v is not None:
+                            line += b" payload: " + v
+                    elif v is not None:
+                        line += content_prefix + b"payload: " + v
+                else:
+                    line += _contents(k, v, content_prefix, limit)
+            append(line + b"\n")
         row += count
+    yield b"".join(parts)
     gaps.last = last
 
 
 def _replaced_header_key(hkeys: list[str], hoff: list[int], row: int, count: int) -> bool:
     return any("\ufffd" in k for k in hkeys[hoff[row] : hoff[row + count]])
-
-
-def _sizes(column) -> list[int]:  # type: ignore[no-untyped-def]
-    """Byte length of each binary value, -1 for null (Kafka's keySize / valueSize)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
-    return pc.fill_null(pc.binary_length(column), -1).to_pylist()
 
 
 def dump_log(path: str, out: BinaryIO, opts: Options, findings: Findings) -> None:
@@ -509,13 +527,8 @@ def dump_log_bytes(
     if batches and all(b.magic >= 2 for b in batches) and (opts.deep or opts.print_data):
         lines = _fast_records(batches, data, valid, abs_name, opts, gaps)
         if lines is not None:
-            chunk: list[bytes] = []
-            for line in lines:
-                chunk.append(line)
-                if len(chunk) >= 4096:
-                    out.write(b"".join(chunk))
-                    chunk.clear()
-            out.write(b"".join(chunk))
+            for chunk in lines:
+                out.write(chunk)
     if lines is None:
         position = 0
         for b in batches:
