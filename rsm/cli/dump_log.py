@@ -118,6 +118,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     tiered.add_argument(
         "--topic-id", help="topic id (Kafka base64 or UUID) when several topics share the name"
     )
+    tiered.add_argument("--keyring", help="keyring file of an encrypted segment (else from --config)")
     tiered.add_argument(
         "--file-kind",
         choices=("log", "index", "timeindex", "txnindex", "snapshot", "leader-epoch-checkpoint"),
@@ -299,18 +300,21 @@ def _kafka_options(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     )
 
 
-def dump_text(path: str, out: BinaryIO, err: BinaryIO, opts: Any, findings: Any) -> None:
-    """One file as Kafka's DumpLogSegments prints it (``Dumping ...`` line included)."""
+def dump_text(
+    path: str, out: BinaryIO, err: BinaryIO, opts: Any, findings: Any, shown: str | None = None
+) -> None:
+    """One file as Kafka's DumpLogSegments prints it (``Dumping ...`` line included); ``shown`` is the
+    name printed for it (a tiered segment's object rather than its temporary copy)."""
     from rsm.cli import kafka_dump as k
 
-    out.write(b"Dumping " + k.java_file_name(path).encode("utf-8", "surrogateescape") + b"\n")
+    out.write(b"Dumping " + k.java_file_name(shown or path).encode("utf-8", "surrogateescape") + b"\n")
     kind = _kind(Path(path))
     if kind == ".log":
-        k.dump_log(path, out, opts, findings)
+        k.dump_log(path, out, opts, findings, shown)
     elif kind == ".index":
-        k.dump_index(path, out, opts, findings)
+        k.dump_index(path, out, opts, findings, shown)
     elif kind == ".timeindex":
-        k.dump_time_index(path, out, opts, findings)
+        k.dump_time_index(path, out, opts, findings, shown)
     elif kind == ".txnindex":
         k.dump_txn_index(path, out)
     elif kind == ".snapshot":
@@ -366,11 +370,11 @@ def run(args: argparse.Namespace) -> int:
             "prints them); use Kafka's kafka-dump-log for decoded coordinator or metadata records\n"
         )
         return 2
-    if args.config or args.topic or args.offset is not None or args.partition is not None:
+    files = _files(args)
+    if not files and (args.config or args.topic or args.offset is not None or args.partition is not None):
         from rsm.cli.dump_tiered import run_tiered
 
         return run_tiered(args)
-    files = _files(args)
     if not files:
         err.write("rsm dump-log: give the files to dump (FILE... or --files a,b), or --config with --topic, "
                   "--partition and --offset for a tiered segment\n")  # fmt: skip
@@ -406,7 +410,7 @@ def dump_files(args: argparse.Namespace, files: list[str], shown: dict[str, str]
                     if args.verify and "isValid" in item and not item["isValid"]:
                         status = 1
                 continue
-            dump_text(name, out, err.buffer, opts, findings)
+            dump_text(name, out, err.buffer, opts, findings, shown.get(name) if shown else None)
             if args.verify:
                 out.flush()
                 out.write((verify_file(path) + "\n").encode("utf-8", "surrogateescape"))

@@ -505,7 +505,9 @@ def _replaced_header_key(hkeys: list[str], hoff: list[int], row: int, count: int
     return any("\ufffd" in k for k in hkeys[hoff[row] : hoff[row + count]])
 
 
-def dump_log(path: str, out: BinaryIO, opts: Options, findings: Findings) -> None:
+def dump_log(
+    path: str, out: BinaryIO, opts: Options, findings: Findings, shown_as: str | None = None
+) -> None:
     """A ``.log`` file (or a KRaft ``.checkpoint``), as DumpLogSegments.dumpLog prints it."""
     name = os.path.basename(path)
     if name.endswith(".log"):
@@ -513,7 +515,7 @@ def dump_log(path: str, out: BinaryIO, opts: Options, findings: Findings) -> Non
     with open(path, "rb") as fh:
         whole = fh.read()
     data = memoryview(whole)[: max(0, min(len(whole), opts.max_bytes))]
-    dump_log_bytes(data, out, opts, findings, os.path.abspath(path), name)
+    dump_log_bytes(data, out, opts, findings, shown_as or os.path.abspath(path), name)
 
 
 def dump_log_bytes(
@@ -706,13 +708,15 @@ def _read_log(path: str) -> memoryview:
         raise DumpError(path) from None
 
 
-def dump_index(path: str, out: BinaryIO, opts: Options, findings: Findings) -> None:
+def dump_index(
+    path: str, out: BinaryIO, opts: Options, findings: Findings, shown_as: str | None = None
+) -> None:
     """DumpLogSegments.dumpIndex: entries checked against the sibling .log."""
     base = base_offset_of(os.path.basename(path))
     log = _read_log(_sibling(path, ".log"))
     raw_size = os.path.getsize(path)
     entries = _index_entries(path, 8)
-    shown = java_file_name(path).encode("utf-8", "surrogateescape")
+    shown = java_file_name(shown_as or path).encode("utf-8", "surrogateescape")
     if not entries:
         out.write(shown + b" is empty.\n")
         return
@@ -768,7 +772,9 @@ def _max_record_timestamp(b: _Batch, data: memoryview) -> int:
     return max((r.timestamp for r in batch.records()), default=-1)
 
 
-def dump_time_index(path: str, out: BinaryIO, opts: Options, findings: Findings) -> None:
+def dump_time_index(
+    path: str, out: BinaryIO, opts: Options, findings: Findings, shown_as: str | None = None
+) -> None:
     """DumpLogSegments.dumpTimeIndex: entries checked against the .index and .log beside it."""
     base = base_offset_of(os.path.basename(path))
     log = _read_log(_sibling(path, ".log"))
@@ -778,7 +784,7 @@ def dump_time_index(path: str, out: BinaryIO, opts: Options, findings: Findings)
     index = _index_entries(index_path, 8)
     entries = _index_entries(path, 12)
     raw_size = os.path.getsize(path)
-    shown = java_file_name(path).encode("utf-8", "surrogateescape")
+    shown = java_file_name(shown_as or path).encode("utf-8", "surrogateescape")
     name = os.path.abspath(path)
     if opts.index_sanity_check:
         if entries:
