@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from fixtures_data import fixture_path
+from fixtures_data import SEGMENTS, fixture_path
 from harness.maven import kafka_dump_log_command
 
 from segment_format import SegmentWriter, build_batch, build_control_batch
@@ -65,12 +65,14 @@ def assert_same_as_kafka(libs: Path, files: list[Path], *flags: str) -> bytes:
 
 
 def _partition_dirs() -> list[Path]:
-    root = fixture_path("public", "segments")
-    return sorted(d for d in root.glob("*/*") if d.is_dir() and _files(d))
+    """Collected without touching a missing ../shared (the test then skips, or fails under CI)."""
+    dirs = sorted(d for d in SEGMENTS.glob("*/*") if d.is_dir() and _files(d)) if SEGMENTS.is_dir() else []
+    return dirs or [SEGMENTS / "absent"]
 
 
 @pytest.mark.parametrize("directory", _partition_dirs(), ids=lambda d: f"{d.parent.name}/{d.name}")
 def test_real_partition_directories(kafka_dump_log: Path, directory: Path) -> None:
+    fixture_path("public", "segments", directory.parent.name, directory.name)
     for flags in FLAG_SETS:
         assert_same_as_kafka(kafka_dump_log, _files(directory), *flags)
 
