@@ -190,3 +190,40 @@ def test_verify_says_what_it_checked(capsys, segment: Path) -> None:  # type: ig
     assert "each entry points at the batch of the .log holding its offset" in out
     code, out, _ = run(capsys, "--index-sanity-check", str(segment.with_suffix(".index")))
     assert code == 0 and out.splitlines()[-1] == f"{segment.with_suffix('.index')} passed sanity check."
+
+
+def test_a_tiered_segment_dumps_as_its_local_file(capsysbinary, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Through the manifest, decrypted with the keyring: the same lines as the local file but the first."""
+    work = tmp_path / "qs"
+    assert rsm_main(["quickstart", "--dir", str(work), "--records", "60", "--no-spark"]) == 0
+    local = work / "kafka-logs" / "orders-0" / "00000000000000000240.log"
+    keyring = work / "secrets" / "keyring.json"
+    (stored,) = (work / "store" / "secure").rglob("00000000000000000240-*.log")
+    code, expected, err = _raw(capsysbinary, "--print-data-log", str(local))
+    assert code == 0, err
+    expected_body = expected.split(b"\n", 1)[1]
+    for obj in (stored, stored.with_suffix(".manifest"), stored.with_suffix(".indexes")):
+        code, out, err = _raw(capsysbinary, "--print-data-log", "--keyring", str(keyring), str(obj))
+        assert code == 0, err
+        assert out.split(b"\n", 1)[0] == f"Dumping {stored} (00000000000000000240.log)".encode()
+        assert out.split(b"\n", 1)[1] == expected_body
+    code, out, err = _raw(capsysbinary, "--print-data-log", str(stored))
+    assert code == 1 and b"is encrypted" in err and b"--keyring" in err and len(err.splitlines()) == 1
+    props = tmp_path / "server.properties"
+    props.write_text(
+        f"rsm.config.storage.backend=file\nrsm.config.storage.file.root={work / 'store'}\n"
+        f"rsm.config.bucket=tiered\nrsm.config.encryption.keyring.path={keyring}\n"
+    )
+    tiered = ["--config", str(props), "--topic", "payments", "--partition", "0"]
+    code, out, err = _raw(capsysbinary, "--print-data-log", *tiered, "--offset", "250")
+    assert code == 0, err
+    assert out.split(b"\n", 1)[1] == expected_body
+    txn_local = sorted((work / "kafka-logs" / "orders-0").glob("*.txnindex"))[-1]
+    code, expected_txn, _ = _raw(capsysbinary, str(txn_local))
+    code, out, err = _raw(
+        capsysbinary, *tiered, "--offset", txn_local.name[:20].lstrip("0") or "0", "--file-kind", "txnindex"
+    )
+    assert code == 0, err
+    assert out.split(b"\n", 1)[1] == expected_txn.split(b"\n", 1)[1] and b"producerId: " in out
+    code, out, err = _raw(capsysbinary, *tiered, "--offset", "99999")
+    assert code == 1 and b"no tiered segment holds offset 99999" in err
