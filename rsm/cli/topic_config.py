@@ -25,6 +25,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from rsm.bridge.server import load_properties, split_rsm_configs
+from rsm.cli.console import err_console, out_console
 from rsm.config import ConfigEntry, ConfigSource, RsmConfig
 from rsm.errors import ConfigException
 from rsm.keyring import Keyring
@@ -83,8 +84,7 @@ class _Error(Exception):
 
 
 def run(args: argparse.Namespace) -> int:
-    out = Console(highlight=False, soft_wrap=True)
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    out, err = out_console(), err_console()  # tables fit a terminal, and are never cut when piped
     if args.action is None:
         err.print("rsm topic-config: choose an action: " + ", ".join(ACTIONS))
         return 2
