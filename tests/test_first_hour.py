@@ -342,3 +342,16 @@ def test_build_plugin_force_really_rebuilds(tmp_path: Path, monkeypatch) -> None
     assert build_plugin(jvm).read_text() == first  # fresh: not rebuilt
     time.sleep(0.01)
     assert build_plugin(jvm, force=True).read_text() != first
+
+
+def test_dump_log_into_a_closed_pipe_is_quiet(tmp_path: Path) -> None:
+    from segment_format import SegmentWriter, build_batch
+
+    with SegmentWriter(tmp_path, 0) as w:
+        for i in range(0, 20_000, 100):
+            w.append(build_batch([(b"k", b"v" * 200, [], i + j) for j in range(100)], base_offset=i))
+    done = subprocess.run(
+        f"{sys.executable} -m rsm.cli.main dump-log --print-data-log {w.log_path} | head -n 1",
+        shell=True, capture_output=True, text=True, cwd=REPO, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.stdout == f"Dumping {w.log_path}\n" and done.stderr == ""

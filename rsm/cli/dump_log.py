@@ -421,6 +421,8 @@ def dump_files(args: argparse.Namespace, files: list[str], shown: dict[str, str]
                 doc = {"file": str(path), "error": exc.reason, "position": exc.position, "message": str(exc)}
                 out.write((json.dumps(doc) + "\n").encode())
             err.write(f"rsm dump-log: corrupt: {exc}\n")
+        except BrokenPipeError:
+            raise
         except (k.DumpError, OSError, ValueError) as exc:
             status = 1
             out.flush()

@@ -95,6 +95,17 @@ def describe_error(exc: BaseException) -> str:
     return f"{name}: {text}" if text and not isinstance(exc, RuntimeError | ValueError) else (text or name)
 
 
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not complain of the closed pipe."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     raw = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(raw)
@@ -108,6 +119,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `rsm dump-log ... | head`: the reader has all it wanted
+        _quiet_stdout()
+        return 141
     except Exception as exc:
         if args.debug:
             raise
