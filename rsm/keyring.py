@@ -37,6 +37,31 @@ def generate_key() -> str:
     return base64.b64encode(os.urandom(KEY_BYTES)).decode("ascii")
 
 
+_warned: set[tuple[str, int]] = set()
+
+
+def exposed_mode(mode: int) -> str | None:
+    """Who besides the owner may read or change a keyring file with this mode, or None."""
+    who = [name for bits, name in ((0o070, "its group"), (0o007, "other users")) if mode & bits]
+    return " and ".join(who) or None
+
+
+def warn_if_exposed(path: Path, mode: int) -> None:
+    """Warn loudly, once per file and mode in a process, that a keyring file is not owner-only."""
+    who = exposed_mode(mode)
+    if who is None or (str(path), mode) in _warned:
+        return
+    _warned.add((str(path), mode))
+    log.warning(
+        "keyring file %s is open to %s (mode %o): whoever can read it can decrypt every segment; "
+        "make it owner-only: chmod 600 %s",
+        path,
+        who,
+        mode & 0o777,
+        path,
+    )
+
+
 class Keyring:
     """Key-encryption keys loaded from a JSON file (or given directly, for tests and tools)."""
 
@@ -74,7 +99,9 @@ class Keyring:
         if self._path is None:
             return
         try:
-            mtime = self._path.stat().st_mtime
+            st = self._path.stat()
+            mtime = st.st_mtime
+            warn_if_exposed(self._path, st.st_mode)
         except OSError as exc:
             if force:
                 raise ConfigException(f"cannot read keyring file {self._path}: {exc.strerror}") from None

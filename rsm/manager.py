@@ -109,6 +109,20 @@ INDEX_ORDER = list(IndexType)  # piece numbers of indexes in the `.indexes` obje
 SKIP_COMPRESSION_FRACTION = 0.5  # chunks whose bytes are mostly compressed batches are stored as they are
 
 
+_warned_unknown: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def warn_unknown_keys(keys: list[str]) -> None:
+    """One warning per process naming the unknown keys not named before (not one per key per RSM
+    instance: a bridge configures one per connection). ``bridge.*`` keys belong to the bridge."""
+    with _warned_lock:
+        new = [k for k in keys if not k.startswith("bridge.") and k not in _warned_unknown]
+        _warned_unknown.update(new)
+    if new:
+        log.warning("ignoring unknown RSM config keys (said once per process): %s", ", ".join(new))
+
+
 class RemoteStorageManager:
     """Kafka's RemoteStorageManager in Python (see the module docstring for the copy protocol)."""
 
@@ -138,8 +152,7 @@ class RemoteStorageManager:
     def configure(self, configs: Mapping[str, str]) -> None:
         """Take the broker's `rsm.config.*` keys (prefix stripped, as Kafka passes them)."""
         config = RsmConfig(configs)
-        for key in config.unknown_keys:
-            log.warning("ignoring unknown RSM config key %s", key)
+        warn_unknown_keys(config.unknown_keys)
         keyring_path = config.get("encryption.keyring.path")
         keyring = Keyring(str(keyring_path)) if keyring_path else None
         default_key = config.get("encryption.key.id")

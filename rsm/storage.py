@@ -44,7 +44,7 @@ import fsspec
 from fsspec.exceptions import FSTimeoutError
 
 from rsm.config import Backend, RsmConfig
-from rsm.errors import InvalidArgumentException
+from rsm.errors import ConfigException, InvalidArgumentException
 from rsm.names import bucket_problem, key_problem
 from segment_format.buffers import copy_into, pread_into
 from segment_format.crc import crc32c
@@ -152,7 +152,13 @@ class ObjectStore:
             root = config.file_root
             assert root is not None  # checked by RsmConfig
             root = root.expanduser().resolve()
-            root.mkdir(parents=True, exist_ok=True)
+            try:
+                root.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:  # a file where the store should be, a read-only parent...
+                what = (
+                    "is a file, not a directory" if root.is_file() else f"cannot be created ({exc.strerror})"
+                )
+                raise ConfigException(f"config storage.file.root {root} {what}") from None
             fs = fsspec.filesystem("file", auto_mkdir=True, skip_instance_cache=True)
             return cls(fs, Backend.FILE, root, part_size)
         import s3fs  # imported here: the file store must not pay for botocore

@@ -18,7 +18,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness.kafka import KafkaBroker  # noqa: E402
-from harness.maven import JavaBuild, build_test_java  # noqa: E402
+from harness.maven import JavaBuild, build_dump_log_tool, build_test_java  # noqa: E402
 from harness.oracle import JavaOracle  # noqa: E402
 from harness.s3 import S3Server  # noqa: E402
 
@@ -34,6 +34,7 @@ FIXTURE_MARKERS: dict[str, str] = {
     "spark": "spark",
     "java_oracle": "oracle",
     "java_build": "oracle",
+    "kafka_dump_log": "oracle",
 }
 
 
@@ -55,6 +56,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def java_build() -> JavaBuild:
     """tests/java built with Maven (Kafka 4.4.0 jars + oracle jar), reused across runs via .cache/."""
     return build_test_java()
+
+
+@pytest.fixture(scope="session")
+def kafka_dump_log() -> Path:
+    """Kafka's kafka-dump-log (DumpLogSegments of kafka-tools 4.3.1) resolved by Maven: its libs directory.
+
+    Run it with ``harness.maven.kafka_dump_log_command(libs, *args)``."""
+    return build_dump_log_tool()
 
 
 @pytest.fixture(scope="session")

@@ -64,7 +64,7 @@ def test_index_files_and_human_output(capsys, segment: Path) -> None:  # type: i
     code, out, _ = run(capsys, "--print-data-log", str(segment))
     assert code == 0
     assert "baseOffset: 0 lastOffset: 0 count: 1" in out and "payload: value-3" in out
-    assert "controlType: COMMIT" in out
+    assert "endTxnMarker: COMMIT coordinatorEpoch: 4" in out
 
 
 def test_verify_fails_on_bad_crc_naming_file_and_byte(capsys, segment: Path) -> None:  # type: ignore[no-untyped-def]
@@ -113,3 +113,117 @@ def test_unknown_file_kind_is_an_error(capsys, tmp_path: Path) -> None:  # type:
     other.write_text("version: 0\n")
     code, _, err = run(capsys, str(other))
     assert code == 1 and "do not know how to dump" in err
+
+
+def _raw(capsysbinary, *args: str) -> tuple[int, bytes, bytes]:  # type: ignore[no-untyped-def]
+    capsysbinary.readouterr()
+    code = rsm_main(["dump-log", *args])
+    out = capsysbinary.readouterr()
+    return code, out.out, out.err
+
+
+def test_payloads_are_printed_byte_for_byte(capsysbinary, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """No markup, no escaping, no dropped control characters, no cut: the bytes Kafka's tool prints."""
+    awkward = b":smile: [bold]x[/bold]\ttab\x00nul\x1b[31mred\r"
+    long = b"y" * 1000
+    offsets_key = b"\x00\x01\x00\x05group"  # a __consumer_offsets key: leading zero bytes
+    with SegmentWriter(tmp_path, 0) as w:
+        w.append(build_batch([(offsets_key, awkward, [("h1", b"a"), ("h2", None)], 5)], base_offset=0))
+        w.append(build_batch([(None, long, [], 6)], base_offset=1))
+        w.append(build_batch([(b"k", b"\xff\xed\xa0\x80(\xf0\x9f\x98", [], 7)], base_offset=2))
+    code, out, err = _raw(capsysbinary, "--print-data-log", str(w.log_path))
+    assert code == 0, err
+    lines = out.split(b"\n")
+    assert lines[3] == (
+        b"| offset: 0 CreateTime: 5 keySize: 9 valueSize: 39 sequence: -1 headerKeys: [h1,h2] key: "
+        + offsets_key + b" payload: " + awkward
+    )  # fmt: skip
+    assert lines[5].endswith(b"keySize: -1 valueSize: 1000 sequence: -1 headerKeys: [] payload: " + long)
+    # malformed UTF-8 replaced as Java's new String(bytes, UTF_8) does: one U+FFFD for the surrogate
+    assert lines[7].endswith(b"payload: " + "\ufffd\ufffd(\ufffd".encode())
+
+
+def test_max_payload_cuts_only_when_asked_and_bad_values_are_refused(capsys, segment: Path) -> None:  # type: ignore[no-untyped-def]
+    code, out, _ = run(capsys, "--print-data-log", "--max-payload", "3", str(segment))
+    assert code == 0 and "payload: val... (7 bytes)" in out
+    for flag, value in (("--max-payload", "-5"), ("--max-bytes", "-1"), ("--max-message-size", "0"),
+                        ("--max-payload", "abc")):  # fmt: skip
+        with pytest.raises(SystemExit) as exc:
+            rsm_main(["dump-log", flag, value, str(segment)])
+        assert exc.value.code == 2
+        assert flag in capsys.readouterr().err
+
+
+def test_kafka_layout_for_each_kind(capsys, segment: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    code, out, _ = run(capsys, "--deep-iteration", "--files", f"{segment},{segment.with_suffix('.index')}")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == f"Dumping {segment}" and lines[1] == "Log starting offset: 0"
+    assert lines[2].startswith(
+        "baseOffset: 0 lastOffset: 0 count: 1 baseSequence: 0 lastSequence: 0 producerId: 3"
+    )
+    assert "deleteHorizonMs: OptionalLong.empty position: 0 CreateTime: 1000 size: " in lines[2]
+    assert lines[3] == "| offset: 0 CreateTime: 1000 keySize: 2 valueSize: 7 sequence: 0 headerKeys: [hk]"
+    assert "\noffset: 2 position: 166\n" in out
+    from segment_format import build_legacy_message_set
+
+    legacy = tmp_path / "legacy" / "00000000000000000000.log"
+    legacy.parent.mkdir()
+    legacy.write_bytes(build_legacy_message_set([(b"k", b"v", 9)], base_offset=0, magic=1))
+    code, out, _ = run(capsys, "--print-data-log", str(legacy))
+    assert code == 0
+    batch_line, record_line = out.splitlines()[2:4]
+    assert batch_line.startswith("offset: 0 position: 0 CreateTime: 9 size: ") and "magic: 1" in batch_line
+    assert (
+        "baseSequence" not in batch_line and "sequence" not in record_line and "headerKeys" not in record_line
+    )
+    assert record_line.startswith("| offset: 0 CreateTime: 9 keySize: 1 valueSize: 1 isValid: true crc: ")
+
+
+def test_verify_says_what_it_checked(capsys, segment: Path) -> None:  # type: ignore[no-untyped-def]
+    code, out, _ = run(capsys, "--verify", str(segment), str(segment.with_suffix(".index")))
+    assert code == 0
+    assert (
+        f"Verified {segment}: 11 batches, 11 records, offsets 0..10; every CRC, size and offset is intact"
+        in out
+    )
+    assert "each entry points at the batch of the .log holding its offset" in out
+    code, out, _ = run(capsys, "--index-sanity-check", str(segment.with_suffix(".index")))
+    assert code == 0 and out.splitlines()[-1] == f"{segment.with_suffix('.index')} passed sanity check."
+
+
+def test_a_tiered_segment_dumps_as_its_local_file(capsysbinary, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Through the manifest, decrypted with the keyring: the same lines as the local file but the first."""
+    work = tmp_path / "qs"
+    assert rsm_main(["quickstart", "--dir", str(work), "--records", "60", "--no-spark"]) == 0
+    local = work / "kafka-logs" / "orders-0" / "00000000000000000240.log"
+    keyring = work / "secrets" / "keyring.json"
+    (stored,) = (work / "store" / "secure").rglob("00000000000000000240-*.log")
+    code, expected, err = _raw(capsysbinary, "--print-data-log", str(local))
+    assert code == 0, err
+    expected_body = expected.split(b"\n", 1)[1]
+    for obj in (stored, stored.with_suffix(".manifest"), stored.with_suffix(".indexes")):
+        code, out, err = _raw(capsysbinary, "--print-data-log", "--keyring", str(keyring), str(obj))
+        assert code == 0, err
+        assert out.split(b"\n", 1)[0] == f"Dumping {stored} (00000000000000000240.log)".encode()
+        assert out.split(b"\n", 1)[1] == expected_body
+    code, out, err = _raw(capsysbinary, "--print-data-log", str(stored))
+    assert code == 1 and b"is encrypted" in err and b"--keyring" in err and len(err.splitlines()) == 1
+    props = tmp_path / "server.properties"
+    props.write_text(
+        f"rsm.config.storage.backend=file\nrsm.config.storage.file.root={work / 'store'}\n"
+        f"rsm.config.bucket=tiered\nrsm.config.encryption.keyring.path={keyring}\n"
+    )
+    tiered = ["--config", str(props), "--topic", "payments", "--partition", "0"]
+    code, out, err = _raw(capsysbinary, "--print-data-log", *tiered, "--offset", "250")
+    assert code == 0, err
+    assert out.split(b"\n", 1)[1] == expected_body
+    txn_local = sorted((work / "kafka-logs" / "orders-0").glob("*.txnindex"))[-1]
+    code, expected_txn, _ = _raw(capsysbinary, str(txn_local))
+    code, out, err = _raw(
+        capsysbinary, *tiered, "--offset", txn_local.name[:20].lstrip("0") or "0", "--file-kind", "txnindex"
+    )
+    assert code == 0, err
+    assert out.split(b"\n", 1)[1] == expected_txn.split(b"\n", 1)[1] and b"producerId: " in out
+    code, out, err = _raw(capsysbinary, *tiered, "--offset", "99999")
+    assert code == 1 and b"no tiered segment holds offset 99999" in err

@@ -47,7 +47,9 @@ def build_plugin(jvm_dir: Path = JVM_DIR, force: bool = False) -> Path:
     mvn = shutil.which("mvn")
     if mvn is None:
         raise RuntimeError("Maven (mvn) is not on PATH; install Maven 3.8+ and a JDK 17+ to build the plugin")
-    cmd = [mvn, "-B", "-q", "-f", str(jvm_dir / "pom.xml"), "package", "-DskipTests"]
+    # `package` alone keeps an up-to-date jar as it is: --force cleans first, so it really rebuilds
+    goals = ["clean", "package"] if force else ["package"]
+    cmd = [mvn, "-B", "-q", "-f", str(jvm_dir / "pom.xml"), *goals, "-DskipTests"]
     result = subprocess.run(cmd, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(

@@ -1,10 +1,17 @@
-"""``rsm dump-log FILE...``: the ``kafka-dump-log`` equivalent, built on :mod:`segment_format`.
+"""``rsm dump-log``: Kafka's ``kafka-dump-log`` (DumpLogSegments), built on :mod:`segment_format`.
 
-Understands ``.log``, ``.index``, ``.timeindex``, ``.txnindex``, producer ``.snapshot`` and
-``leader-epoch-checkpoint`` files. ``--json`` prints one JSON object per line with the field names Kafka
-uses (camelCase, as kafka-dump-log and the test oracle print them); otherwise a human listing. With
-``--verify`` every CRC, size and offset is checked (index entries against their ``.log``) and the exit
-status is non-zero on any corruption, with a message naming file and byte.
+Prints ``.log``, ``.index``, ``.timeindex``, ``.txnindex`` and producer ``.snapshot`` files with the
+text, field names and order of Kafka's own tool (its flags too: ``--files a,b``, ``--print-data-log``,
+``--deep-iteration``, ``--skip-record-metadata``, ``--verify-index-only``, ``--index-sanity-check``,
+``--max-message-size``, ``--max-bytes``), payloads byte for byte; ``leader-epoch-checkpoint`` files as
+``epoch: E startOffset: O`` lines. Ours on top: ``--verify`` checks every CRC, size and offset (index
+entries against their ``.log``), says what it checked, and exits 1 on any corruption; ``--json`` prints
+one JSON object per batch or entry; ``--max-payload N`` cuts keys and values (never cut by default).
+
+A tiered segment is dumped from the store, through its manifest (the keyring decrypts it), and printed
+as its local file would be: give the segment's ``.manifest`` (or any of its objects) in a file store, or
+``--config server.properties --topic T --partition P --offset O`` (``--file-kind`` picks the log or one
+of its indexes).
 """
 
 from __future__ import annotations
@@ -16,10 +23,7 @@ import logging
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
-
-from rich.console import Console
-from rich.markup import escape
+from typing import Any, BinaryIO
 
 from segment_format import (
     ControlRecordType,
@@ -38,27 +42,88 @@ from segment_format.records import AnyRecordBatch, Record
 log = logging.getLogger(__name__)
 
 SUFFIXES = (".log", ".index", ".timeindex", ".txnindex", ".snapshot")
+UNSUPPORTED_DECODERS = (
+    "offsets-decoder",
+    "transaction-log-decoder",
+    "cluster-metadata-decoder",
+    "remote-log-metadata-decoder",
+    "share-group-state-decoder",
+)
+
+
+def _non_negative(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {n}")
+    return n
+
+
+def _positive(text: str) -> int:
+    n = _non_negative(text)
+    if n == 0:
+        raise argparse.ArgumentTypeError("must be more than 0")
+    return n
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add the ``dump-log`` subcommand."""
     parser = subparsers.add_parser(
         "dump-log",
-        help="print the content of Kafka log, index, snapshot and checkpoint files",
+        help="print Kafka log, index, snapshot and checkpoint files as kafka-dump-log does",
         description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("files", nargs="+", type=Path, metavar="FILE", help="segment files to dump")
+    parser.add_argument("paths", nargs="*", type=str, metavar="FILE", help="files to dump")
+    parser.add_argument("--files", help="Kafka's form: a comma-separated list of files")
     parser.add_argument(
-        "--print-data-log",
+        "--print-data-log", action="store_true", help="print every record's key and value (implies deep)"
+    )
+    parser.add_argument("--deep-iteration", action="store_true", help="print every record's metadata")
+    parser.add_argument(
+        "--skip-record-metadata", action="store_true", help="with --print-data-log: keys and values only"
+    )
+    parser.add_argument(
+        "--verify-index-only", action="store_true", help="check index entries against the log, print none"
+    )
+    parser.add_argument(
+        "--index-sanity-check", action="store_true", help="the broker's start-up check of index files"
+    )
+    parser.add_argument(
+        "--max-message-size", type=_positive, default=5 * 1024 * 1024, help="largest batch (index checks)"
+    )
+    parser.add_argument(
+        "--max-bytes", type=_non_negative, default=0x7FFFFFFF, help="read at most this many bytes of a log"
+    )
+    parser.add_argument(
+        "--verify",
         action="store_true",
-        help="print every record (keys, values, headers) of .log files",
+        help="check CRCs, sizes and offsets, say what was checked; exit 1 on corruption",
     )
+    parser.add_argument("--json", action="store_true", help="one JSON object per batch or entry")
     parser.add_argument(
-        "--verify", action="store_true", help="check CRCs, sizes and offsets; exit 1 on corruption"
+        "--max-payload", type=_non_negative, default=None, help="cut keys and values to this many bytes"
     )
-    parser.add_argument("--json", action="store_true", help="one JSON object per line")
-    parser.add_argument(
-        "--max-payload", type=int, default=200, help="human output: truncate keys/values to this many bytes"
+    for name in UNSUPPORTED_DECODERS:
+        parser.add_argument(f"--{name}", action="store_true", help=argparse.SUPPRESS)
+    for name in ("key-decoder-class", "value-decoder-class"):
+        parser.add_argument(f"--{name}", nargs="?", const="", default=None, help=argparse.SUPPRESS)
+    tiered = parser.add_argument_group("a tiered segment, from the store")
+    tiered.add_argument("--config", type=Path, help="broker server.properties (its rsm.config.* keys)")
+    tiered.add_argument("--topic", help="topic of the tiered segment")
+    tiered.add_argument("--partition", type=_non_negative, help="partition of the tiered segment")
+    tiered.add_argument("--offset", type=_non_negative, help="an offset the tiered segment holds")
+    tiered.add_argument(
+        "--topic-id", help="topic id (Kafka base64 or UUID) when several topics share the name"
+    )
+    tiered.add_argument("--keyring", help="keyring file of an encrypted segment (else from --config)")
+    tiered.add_argument(
+        "--file-kind",
+        choices=("log", "index", "timeindex", "txnindex", "snapshot", "leader-epoch-checkpoint"),
+        default="log",
+        help="which of the tiered segment's files to dump (default log)",
     )
     parser.set_defaults(func=run)
 
@@ -220,79 +285,158 @@ def _verify_time_index(path: Path, tindex: TimeIndex) -> None:
             )
 
 
-def _human_batch(d: dict[str, Any]) -> str:
-    ts_label = d["timestampType"] if d["timestampType"] != "NoTimestampType" else "NoTimestamp"
-    return (
-        f"baseOffset: {d['baseOffset']} lastOffset: {d['lastOffset']} count: {d['count']} "
-        f"baseSequence: {d['baseSequence']} lastSequence: {d['lastSequence']} producerId: {d['producerId']} "
-        f"producerEpoch: {d['producerEpoch']} partitionLeaderEpoch: {d['partitionLeaderEpoch']} "
-        f"isTransactional: {str(d['isTransactional']).lower()} isControl: {str(d['isControl']).lower()} "
-        f"deleteHorizonMs: {d['deleteHorizonMs']} position: {d['position']} {ts_label}: {d['maxTimestamp']} "
-        f"size: {d['size']} magic: {d['magic']} compresscodec: {d['compressCodec']} crc: {d['crc']} "
-        f"isvalid: {str(d['isValid']).lower()}"
+def _kafka_options(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from rsm.cli.kafka_dump import Options
+
+    return Options(
+        print_data=args.print_data_log,
+        deep=args.deep_iteration or args.print_data_log,
+        skip_record_metadata=args.skip_record_metadata,
+        verify_index_only=args.verify_index_only,
+        index_sanity_check=args.index_sanity_check,
+        max_message_size=args.max_message_size,
+        max_bytes=args.max_bytes,
+        max_payload=args.max_payload,
     )
 
 
-def _payload(b64: str | None, limit: int) -> str:
-    if b64 is None:
-        return "null"
-    raw = base64.b64decode(b64)
-    text = raw[:limit].decode("utf-8", errors="backslashreplace")
-    return text + (f"... ({len(raw)} bytes)" if len(raw) > limit else "")
+def dump_text(
+    path: str, out: BinaryIO, err: BinaryIO, opts: Any, findings: Any, shown: str | None = None
+) -> None:
+    """One file as Kafka's DumpLogSegments prints it (``Dumping ...`` line included); ``shown`` is the
+    name printed for it (a tiered segment's object rather than its temporary copy)."""
+    from rsm.cli import kafka_dump as k
 
-
-def _human_record(r: dict[str, Any], limit: int) -> str:
-    parts = [f"| offset: {r['offset']} timestamp: {r['timestamp']} sequence: {r['sequence']}"]
-    if "controlType" in r:
-        parts.append(f"controlType: {r['controlType']}")
-        if "coordinatorEpoch" in r:
-            parts.append(f"coordinatorEpoch: {r['coordinatorEpoch']}")
+    out.write(b"Dumping " + k.java_file_name(shown or path).encode("utf-8", "surrogateescape") + b"\n")
+    kind = _kind(Path(path))
+    if kind == ".log":
+        k.dump_log(path, out, opts, findings, shown)
+    elif kind == ".index":
+        k.dump_index(path, out, opts, findings, shown)
+    elif kind == ".timeindex":
+        k.dump_time_index(path, out, opts, findings, shown)
+    elif kind == ".txnindex":
+        k.dump_txn_index(path, out)
+    elif kind == ".snapshot":
+        k.dump_producer_snapshot(path, out, err)
     else:
-        keys = [h["key"] for h in r["headers"]]
-        parts.append(f"headerKeys: {keys}")
-        parts.append(f"key: {_payload(r['key'], limit)}")
-        parts.append(f"payload: {_payload(r['value'], limit)}")
-    return " ".join(parts)
+        k.dump_leader_epoch_checkpoint(path, out)
+
+
+def verify_file(path: Path) -> str:
+    """``--verify``: check one file whole; the line saying what was checked (CorruptRecordError if bad)."""
+    kind = _kind(path)
+    if kind == ".log":
+        summary = LogSegment(path, base_offset=_base_offset_or_zero(path)).verify(deep=True)
+        if not summary.batch_count:
+            return f"Verified {path}: no batches"
+        return (
+            f"Verified {path}: {summary.batch_count} batches, {summary.record_count} records, offsets "
+            f"{summary.base_offset}..{summary.last_offset}; every CRC, size and offset is intact"
+        )
+    items = list(dump_file(path, verify=True))
+    what = {
+        ".index": "each entry points at the batch of the .log holding its offset",
+        ".timeindex": "each entry names an offset of the .log whose timestamp is reached by then",
+        ".txnindex": "entries parse",
+        ".snapshot": "the CRC matches and entries parse",
+        "leader-epoch-checkpoint": "entries parse",
+    }[kind]
+    if kind in (".index", ".timeindex") and not path.with_suffix(".log").exists():
+        what = "entries parse (no .log beside it to check them against)"
+    return f"Verified {path}: {len(items)} entries; {what}"
+
+
+def _files(args: argparse.Namespace) -> list[str]:
+    files = list(args.paths)
+    if args.files:
+        files += [f for f in args.files.split(",") if f]
+    return files
 
 
 def run(args: argparse.Namespace) -> int:
-    """Dump every file; 1 when any file is corrupt (with --verify, also any bad CRC), else 0."""
-    out = sys.stdout
-    console = Console(file=out, highlight=False, soft_wrap=True)
-    err_console = Console(file=sys.stderr, highlight=False, soft_wrap=True)
+    """Dump every file; 1 when any file cannot be read (with --verify, also on any corruption)."""
+
+    err = sys.stderr
+    used = [f"--{n}" for n in UNSUPPORTED_DECODERS if getattr(args, n.replace("-", "_"))]
+    used += [
+        f"--{n}"
+        for n in ("key-decoder-class", "value-decoder-class")
+        if getattr(args, n.replace("-", "_")) is not None
+    ]
+    if used:
+        err.write(
+            f"rsm dump-log: {used[0]} is not supported (payloads are printed as Kafka's default StringDecoder "
+            "prints them); use Kafka's kafka-dump-log for decoded coordinator or metadata records\n"
+        )
+        return 2
+    files = _files(args)
+    if not files and (args.config or args.topic or args.offset is not None or args.partition is not None):
+        from rsm.cli.dump_tiered import run_tiered
+
+        return run_tiered(args)
+    if not files:
+        err.write("rsm dump-log: give the files to dump (FILE... or --files a,b), or --config with --topic, "
+                  "--partition and --offset for a tiered segment\n")  # fmt: skip
+        return 2
+    if any(_is_tiered_object(f) for f in files):
+        from rsm.cli.dump_tiered import run_tiered_objects
+
+        return run_tiered_objects(args, files)
+    return dump_files(args, files)
+
+
+def _is_tiered_object(name: str) -> bool:
+    from rsm.cli.dump_tiered import is_tiered_object
+
+    return is_tiered_object(name)
+
+
+def dump_files(args: argparse.Namespace, files: list[str], shown: dict[str, str] | None = None) -> int:
+    """Dump local files (``shown`` maps a file to the name printed for it)."""
+    from rsm.cli import kafka_dump as k
+
+    out = sys.stdout.buffer
+    err = sys.stderr
     status = 0
-    for path in args.files:
-        if not args.json:
-            console.print(f"[bold]Dumping {escape(str(path))}[/bold]")
+    opts = _kafka_options(args)
+    findings = k.Findings()
+    for name in files:
+        path = Path(name)
         try:
-            for item in dump_file(path, print_data=args.print_data_log, verify=args.verify):
-                if args.json:
-                    out.write(json.dumps({"file": str(path), **item}) + "\n")
-                elif "baseOffset" in item:
-                    console.print(escape(_human_batch(item)))
-                    for r in item.get("records", ()):
-                        console.print(escape(_human_record(r, args.max_payload)))
-                else:
-                    console.print(escape(" ".join(f"{k}: {v}" for k, v in item.items())))
-                if args.verify and "isValid" in item and not item["isValid"]:
-                    status = 1
+            if args.json:
+                for item in dump_file(path, print_data=args.print_data_log, verify=args.verify):
+                    out.write((json.dumps({"file": str(path), **item}) + "\n").encode())
+                    if args.verify and "isValid" in item and not item["isValid"]:
+                        status = 1
+                continue
+            dump_text(name, out, err.buffer, opts, findings, shown.get(name) if shown else None)
+            if args.verify:
+                out.flush()
+                out.write((verify_file(path) + "\n").encode("utf-8", "surrogateescape"))
         except CorruptRecordError as exc:
             status = 1
+            out.flush()
             if args.json:
-                out.write(
-                    json.dumps(
-                        {
-                            "file": str(path),
-                            "error": exc.reason,
-                            "position": exc.position,
-                            "message": str(exc),
-                        }
-                    )
-                    + "\n"
-                )
-            err_console.print(f"[red]corrupt:[/red] {escape(str(exc))}")
-        except (OSError, ValueError) as exc:
+                doc = {"file": str(path), "error": exc.reason, "position": exc.position, "message": str(exc)}
+                out.write((json.dumps(doc) + "\n").encode())
+            err.write(f"rsm dump-log: corrupt: {exc}\n")
+        except BrokenPipeError:
+            raise
+        except (k.DumpError, OSError, ValueError) as exc:
             status = 1
-            err_console.print(f"[red]error:[/red] {escape(str(exc))}")
+            out.flush()
+            err.write(f"rsm dump-log: {shown.get(name, name) if shown else name}: {_reason(exc)}\n")
+        err.flush()
     out.flush()
+    for line in findings.lines():
+        err.write(line + "\n")
+    if args.verify and findings:
+        status = 1
     return status
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc)

@@ -22,6 +22,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from rsm.cli.console import err_console, out_console
 from segment_format import LogSegment
 
 log = logging.getLogger(__name__)
@@ -37,14 +38,75 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "--dir", type=Path, default=DEFAULT_DIR, help="working directory (default %(default)s)"
+        "--dir",
+        type=Path,
+        default=DEFAULT_DIR,
+        help="working directory: new, empty, or one an earlier quickstart made (default %(default)s)",
     )
-    parser.add_argument("--records", type=int, default=2000, help="records per segment (default %(default)s)")
-    parser.add_argument("--keep", action="store_true", help="keep an existing working directory's store")
+    parser.add_argument(
+        "--records", type=_positive, default=2000, help="records per segment (default %(default)s)"
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the store and keyring of an earlier run")
     parser.add_argument(
         "--no-spark", action="store_true", help="skip the Spark SQL query over the tiered topics"
     )
     parser.set_defaults(func=run)
+
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {n}")
+    return n
+
+
+MARKER = ".rsm-quickstart"
+# what a quickstart creates under its directory: the only things it ever deletes
+OURS = ("kafka-logs", "store", "secrets")
+KEPT_WITH_KEEP = ("store", "secrets")
+
+
+class _Refused(Exception):
+    """The working directory cannot be used: one line for the user."""
+
+
+def prepare_dir(root: Path, keep: bool) -> None:
+    """Make ``root`` ready, deleting nothing the quickstart did not create.
+
+    A new or empty directory is taken (and marked as ours); a directory an earlier quickstart marked has
+    only its own entries removed (the store and keyring stay with ``--keep``); anything else is refused.
+    """
+    if root.exists() and not root.is_dir():
+        raise _Refused(f"{root} is a file, not a directory")
+    if root.is_dir() and not (root / MARKER).is_file():
+        try:
+            entries = sorted(p.name for p in root.iterdir())
+        except OSError as exc:
+            raise _Refused(f"cannot read {root}: {exc.strerror}") from None
+        if entries:
+            shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+            raise _Refused(
+                f"{root} is not empty ({shown}) and was not made by rsm quickstart; "
+                "give --dir a new or empty directory (nothing is deleted)"
+            )
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        (root / MARKER).write_text(
+            "made by rsm quickstart: it deletes only kafka-logs/, store/ and secrets/ here\n"
+        )
+        for name in OURS:
+            if keep and name in KEPT_WITH_KEEP:
+                continue
+            target = root / name
+            if target.is_symlink() or target.is_file():
+                target.unlink()
+            elif target.is_dir():
+                shutil.rmtree(target)
+    except OSError as exc:
+        raise _Refused(f"cannot write in {exc.filename or root}: {exc.strerror}") from None
 
 
 def _write_keyring(path: Path) -> None:
@@ -68,17 +130,20 @@ def run(args: argparse.Namespace) -> int:
     )
     from rsm.demo import write_demo_partition
 
-    console = Console()
+    console = out_console()
     root: Path = args.dir.resolve()
-    if root.exists() and not args.keep:
-        shutil.rmtree(root)
+    try:
+        prepare_dir(root, args.keep)
+    except _Refused as exc:
+        err_console().print(f"rsm quickstart: {exc}", markup=False)
+        return 1
     partition_dir = root / "kafka-logs" / "orders-0"
     store_root = root / "store"
     keyring_path = root / "secrets" / "keyring.json"
 
     console.rule("[bold]1. A demo partition written with segment_format")
     segments = write_demo_partition(partition_dir, records_per_segment=args.records)
-    table = Table("segment", "codec", "offsets", "batches", "records", "bytes", "verified")
+    table = _table("segment", "codec", "offsets", "batches", "records", "bytes", "verified")
     for seg in segments:
         summary = LogSegment(seg.log).verify(seg.base_offset, seg.end_offset)
         table.add_row(
@@ -120,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
     }
     rng = random.Random(1)
     tiered: list[tuple[str, RemoteLogSegmentMetadata, object]] = []
-    table = Table("topic", "base offset", "custom metadata", "bucket/prefix (effective config)")
+    table = _table("topic", "base offset", "custom metadata", "bucket/prefix (effective config)")
     try:
         for topic, log_config in topics.items():
             tip = TopicIdPartition(uuid.UUID(int=rng.getrandbits(128), version=4), topic, 0)
@@ -157,7 +222,7 @@ def run(args: argparse.Namespace) -> int:
 
         console.rule("[bold]3. Fetch back and check against the originals")
         failures = 0
-        table = Table("topic", "base offset", "byte range fetched", "range matches", "time index matches")
+        table = _table("topic", "base offset", "byte range fetched", "range matches", "time index matches")
         for topic, metadata, seg in tiered:
             original = seg.log.read_bytes()
             start = len(original) // 3
@@ -234,7 +299,7 @@ def _spark_query(console: Console, store_root: Path, keyring_path: Path, segment
     finally:
         if ours:
             spark.stop()
-    table = Table(*(rows[0].__fields__ if rows else ["result"]))
+    table = _table(*(rows[0].__fields__ if rows else ["result"]))
     for row in rows:
         table.add_row(*(f"{v:,}" if isinstance(v, int) else str(v) for v in row))
     console.print(table)
@@ -274,6 +339,14 @@ def _aborted_records(segments: list):  # type: ignore[no-untyped-def,type-arg]
                     and txn.first_offset <= off <= txn.last_offset
                 ):
                     yield off
+
+
+def _table(*columns: str) -> Table:
+    """A table whose cells fold onto more lines rather than being cut (a name is never shortened)."""
+    table = Table()
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    return table
 
 
 def _mark(ok: bool, good: str = "yes") -> str:

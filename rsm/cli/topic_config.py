@@ -25,6 +25,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from rsm.bridge.server import load_properties, split_rsm_configs
+from rsm.cli.console import err_console, out_console
 from rsm.config import ConfigEntry, ConfigSource, RsmConfig
 from rsm.errors import ConfigException
 from rsm.keyring import Keyring
@@ -83,8 +84,7 @@ class _Error(Exception):
 
 
 def run(args: argparse.Namespace) -> int:
-    out = Console(highlight=False, soft_wrap=True)
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    out, err = out_console(), err_console()  # tables fit a terminal, and are never cut when piped
     if args.action is None:
         err.print("rsm topic-config: choose an action: " + ", ".join(ACTIONS))
         return 2
@@ -144,20 +144,55 @@ def _topic_id(args: argparse.Namespace) -> uuid.UUID:
 
 
 def lookup_topic_id(bootstrap: str, topic: str) -> uuid.UUID:
-    """The topic's id from a broker's metadata (needs kafka-python, a dev extra)."""
+    """The topic's id from a broker's metadata, through kafka-python (the ``kafka`` extra).
+
+    A broker that does not answer is one line within seconds: the address is tried first, and the
+    client's own retry logging is silenced (``--debug`` shows it).
+    """
     try:
         from kafka import KafkaAdminClient  # noqa: PLC0415 - optional dependency
+        from kafka.errors import KafkaError  # noqa: PLC0415
     except ImportError:
-        raise _Error("--bootstrap-server needs kafka-python installed; give --topic-id instead") from None
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15_000)
+        raise _Error(
+            "--bootstrap-server needs the Kafka client: pip install 'kafka-tiered-rsm[kafka]' "
+            "(kafka-python); or give --topic-id"
+        ) from None
+    _check_reachable(bootstrap)
+    kafka_log = logging.getLogger("kafka")
+    level = kafka_log.level
+    if not log.isEnabledFor(logging.DEBUG):
+        kafka_log.setLevel(logging.CRITICAL)
     try:
-        (description,) = admin.describe_topics([topic])
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15_000)
+        try:
+            (description,) = admin.describe_topics([topic])
+        finally:
+            admin.close()
+    except KafkaError as exc:
+        raise _Error(f"cannot look topic {topic!r} up on {bootstrap}: {type(exc).__name__}: {exc}") from None
     finally:
-        admin.close()
+        kafka_log.setLevel(level)
     tid = description.get("topic_id")
     if description.get("error_code") or tid is None:
         raise _Error(f"topic {topic!r} not found on {bootstrap} (error {description.get('error_code')})")
     return to_uuid(tid)
+
+
+def _check_reachable(bootstrap: str, timeout_s: float = 5.0) -> None:
+    """Refuse at once when no bootstrap address accepts a connection (the client would retry ~30 s)."""
+    import socket  # noqa: PLC0415
+
+    reasons = []
+    for address in (a.strip() for a in bootstrap.split(",") if a.strip()):
+        host, sep, port = address.rpartition(":")
+        if not sep or not port.isdigit():
+            raise _Error(f"--bootstrap-server {address!r}: expected HOST:PORT")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+            return
+        except OSError as exc:
+            reasons.append(f"{address}: {exc.strerror or type(exc).__name__}")
+    raise _Error(f"no broker answers at {'; '.join(reasons)}; start it, or give --topic-id")
 
 
 def _pairs(pairs: list[str]) -> dict[str, str]:
@@ -190,9 +225,8 @@ def _check_effective(
         )
     try:
         keyring = Keyring(keyring_path)
-    except Exception as exc:  # noqa: BLE001 - an unreadable keyring here is only a warning
-        log.warning("cannot read keyring %s to check key ids: %s", keyring_path, type(exc).__name__)
-        return
+    except ConfigException as exc:  # the RSM could not encrypt this topic's segments either
+        raise ConfigException(f"topic {topic}: encryption is enabled but {exc}") from None
     if settings.encryption_key_id not in keyring:
         raise ConfigException(
             f"config unchecked.rsm.encryption.key.id: key id {settings.encryption_key_id!r} is not in the "

@@ -164,3 +164,58 @@ def build_test_java(*, force: bool = False, cache_dir: Path = CACHE_DIR) -> Java
         stamp.write_text(digest + "\n")
         log.info("built tests/java in %.1fs", time.monotonic() - started)
         return build
+
+
+DUMP_LOG_PROJECT = JAVA_PROJECT / "dumplog"
+DUMP_LOG_MAIN_CLASS = "org.apache.kafka.tools.DumpLogSegments"
+
+
+def build_dump_log_tool(*, force: bool = False, cache_dir: Path = CACHE_DIR) -> Path:
+    """Kafka's kafka-dump-log (kafka-tools 4.3.1 and what it needs at run time) resolved by Maven into
+    ``.cache/dumplog-libs``; returns that directory (``<dir>/*`` on a classpath). Reused while the pom
+    is unchanged, like :func:`build_test_java`."""
+    libs = cache_dir / "dumplog-libs"
+    stamp = cache_dir / "dumplog-build" / "inputs.sha256"
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with (cache_dir / "dumplog-build.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        digest = hashlib.sha256((DUMP_LOG_PROJECT / "pom.xml").read_bytes()).hexdigest()
+        if (
+            not force
+            and stamp.is_file()
+            and stamp.read_text().strip() == digest
+            and any(libs.glob("kafka-tools-*.jar"))
+        ):
+            return libs
+        shutil.rmtree(libs, ignore_errors=True)
+        stamp.unlink(missing_ok=True)
+        run_maven(
+            DUMP_LOG_PROJECT / "pom.xml",
+            ["package"],
+            cache_dir / "logs" / "maven-dumplog.log",
+            properties={"rsm.cache.dir": str(cache_dir)},
+            offline_first=(
+                Path.home() / ".m2" / "repository" / "org" / "apache" / "kafka" / "kafka-tools"
+            ).is_dir(),
+        )
+        if not any(libs.glob("kafka-tools-*.jar")):
+            raise MavenError(f"Maven succeeded but {libs} holds no kafka-tools jar")
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(digest + "\n")
+        return libs
+
+
+def kafka_dump_log_command(libs: Path, *args: str, java: str = "java") -> list[str]:
+    """The command line of Kafka's own kafka-dump-log, printing UTF-8 whatever the locale."""
+    return [
+        java,
+        "-Xshare:auto",
+        "-XX:TieredStopAtLevel=1",
+        "-Dfile.encoding=UTF-8",
+        "-Dstdout.encoding=UTF-8",
+        "-Dstderr.encoding=UTF-8",
+        "-cp",
+        str(libs / "*"),
+        DUMP_LOG_MAIN_CLASS,
+        *args,
+    ]
