@@ -735,3 +735,32 @@ def test_stop_after_ends_the_answer_with_more_and_reads_nothing_past_it(sock_dir
         server.stop()
         t.join(15)
         rsm.close()
+
+
+def test_health_reports_record_validation_counters(sock_dir, tmp_path):
+    """An operator sees validation work in the bridge's stats: per topic, segments, records, violations."""
+    from test_rsm_helpers import make_segment as make_kafka_segment
+
+    from rsm import LogConfig, TopicIdPartition
+
+    rsm = plain_file_rsm(tmp_path, 1 << 20, {"record.validation.on.violation": "tier"})
+    server = BridgeServer(rsm, sock_dir / "v.sock")
+    server.bind()
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    client = BridgeClient(sock_dir / "v.sock")
+    try:
+        assert client.health()["record_validation"] == {}
+        seg = make_kafka_segment(tmp_path / "seg", TopicIdPartition(uuid.uuid4(), "checked", 0), batches=4)
+        lc = LogConfig({"unchecked.record.validation.policy": "header:h"})
+        client.copy_log_segment_data(seg.metadata, seg.data, lc)
+        stats = client.health()["record_validation"]["checked"]
+        records = seg.metadata.end_offset - seg.metadata.start_offset + 1
+        assert stats["segments"] == 1 and stats["records"] == records
+        # make_segment gives every other record of a batch the header "h"
+        assert 0 < stats["violations"] < records
+    finally:
+        client.close()
+        server.stop()
+        t.join(10)
+        rsm.close()

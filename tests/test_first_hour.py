@@ -190,11 +190,6 @@ def test_file_root_that_is_a_file(tmp_path: Path) -> None:
         one_line(done, "storage.file.root", problem)
 
 
-@pytest.mark.xfail(
-    reason="bridge.* settings are parsed in rsm/bridge/server.py, which the bridge limits work (issue: "
-    "bridge bounds) is rewriting; the one-line message naming the key belongs there",
-    strict=False,
-)
 def test_bad_bridge_setting_names_the_key(tmp_path: Path) -> None:
     props = properties(
         tmp_path / "p.properties",

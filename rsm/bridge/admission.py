@@ -66,10 +66,10 @@ class Limits:
     @classmethod
     def from_settings(cls, settings: Mapping[str, str]) -> Limits:
         """The limits from the ``bridge.*`` settings of the broker's properties (defaults for the rest)."""
-        pool = _int(settings, "bridge.pool.size", DEFAULT_POOL_SIZE)
+        pool = setting_int(settings, "bridge.pool.size", DEFAULT_POOL_SIZE)
         default = cls()
         return cls(
-            max_connections=_int(settings, "bridge.max.connections", 2 * pool),
+            max_connections=setting_int(settings, "bridge.max.connections", 2 * pool),
             handshake_timeout_s=_ms(settings, "bridge.handshake.timeout.ms", default.handshake_timeout_s),
             idle_timeout_s=_ms(settings, "bridge.idle.timeout.ms", default.idle_timeout_s),
             read_timeout_s=_ms(settings, "bridge.read.timeout.ms", default.read_timeout_s),
@@ -84,7 +84,8 @@ class Limits:
         return min(1.0, max(0.01, min(t for t in times if t > 0) / 4))
 
 
-def _int(settings: Mapping[str, str], key: str, default: int) -> int:
+def setting_int(settings: Mapping[str, str], key: str, default: int) -> int:
+    """A `bridge.*` integer setting; ValueError naming the key and the bad value (one line for the CLI)."""
     raw = settings.get(key, "").strip()
     if not raw:
         return default
@@ -95,7 +96,7 @@ def _int(settings: Mapping[str, str], key: str, default: int) -> int:
 
 
 def _ms(settings: Mapping[str, str], key: str, default_s: float) -> float:
-    return _int(settings, key, round(default_s * 1000)) / 1000.0
+    return setting_int(settings, key, round(default_s * 1000)) / 1000.0
 
 
 def set_receive_tick(sock: socket.socket, seconds: float) -> None:

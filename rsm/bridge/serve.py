@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rsm.bridge import shm
-from rsm.bridge.admission import Limits
+from rsm.bridge.admission import Limits, setting_int
 from rsm.bridge.memory import DEFAULT_MALLOC_ARENAS, DEFAULT_MMAP_THRESHOLD_BYTES, tune_allocator
 from rsm.bridge.properties import load_properties, mask_configs, split_rsm_configs
 from rsm.bridge.protocol import DEFAULT_DATA_FRAME_BYTES
@@ -46,12 +46,12 @@ def serve(
         if not raw:
             raise ValueError(f"no --socket given and no rsm.config.bridge.socket.path in {config_path}")
         socket_path = Path(raw)
-    frame_bytes = int(settings.get("bridge.frame.bytes", DEFAULT_DATA_FRAME_BYTES))
-    initial_frame_bytes = int(settings.get("bridge.frame.initial.bytes", DEFAULT_INITIAL_FRAME_BYTES))
-    grace = float(settings.get("bridge.shutdown.grace.ms", "10000")) / 1000.0
-    send_buffer = int(settings.get("bridge.socket.send.buffer.bytes", DEFAULT_SEND_BUFFER_BYTES))
-    mmap_threshold = int(settings.get("bridge.malloc.mmap.threshold.bytes", DEFAULT_MMAP_THRESHOLD_BYTES))
-    arenas = int(settings.get("bridge.malloc.arenas", DEFAULT_MALLOC_ARENAS))
+    frame_bytes = setting_int(settings, "bridge.frame.bytes", DEFAULT_DATA_FRAME_BYTES)
+    initial_frame_bytes = setting_int(settings, "bridge.frame.initial.bytes", DEFAULT_INITIAL_FRAME_BYTES)
+    grace = setting_int(settings, "bridge.shutdown.grace.ms", 10000) / 1000.0
+    send_buffer = setting_int(settings, "bridge.socket.send.buffer.bytes", DEFAULT_SEND_BUFFER_BYTES)
+    mmap_threshold = setting_int(settings, "bridge.malloc.mmap.threshold.bytes", DEFAULT_MMAP_THRESHOLD_BYTES)
+    arenas = setting_int(settings, "bridge.malloc.arenas", DEFAULT_MALLOC_ARENAS)
     transport = settings.get("bridge.transport", "shm").strip().lower()
     if transport not in ("shm", "socket"):
         raise ValueError(f"bridge.transport={transport!r}: expected 'shm' or 'socket'")
@@ -77,10 +77,10 @@ def serve(
         send_buffer_bytes=send_buffer,
         shm_enabled=transport == "shm",
         shm_dir=Path(shm_dir_raw) if shm_dir_raw else None,
-        shm_slots=int(settings.get("bridge.shm.slots", shm.DEFAULT_SLOTS)),
-        shm_slot_bytes=int(settings.get("bridge.shm.slot.bytes", shm.DEFAULT_SLOT_BYTES)),
-        fetch_permits=int(permits_raw) if permits_raw else None,
-        arena_blocks=int(arena_raw) if arena_raw else None,
+        shm_slots=setting_int(settings, "bridge.shm.slots", shm.DEFAULT_SLOTS),
+        shm_slot_bytes=setting_int(settings, "bridge.shm.slot.bytes", shm.DEFAULT_SLOT_BYTES),
+        fetch_permits=setting_int(settings, "bridge.fetch.permits", 0) if permits_raw else None,
+        arena_blocks=setting_int(settings, "bridge.arena.blocks", 0) if arena_raw else None,
         limits=Limits.from_settings(settings),
     )
     server.bind()

@@ -592,6 +592,8 @@ class BridgeServer:
             "shm_bytes_streamed": self._shm_bytes_streamed,
             "arena_bytes_streamed": self._arena_bytes_streamed,
             "arena_free_blocks": None if self.arena is None else self.arena.free_blocks,
+            # per topic: segments validated, records checked, violations, refusals, seconds (issue 14)
+            "record_validation": _validation_stats(self.rsm),
         }
 
     def _op_configure_info(self, ctx: RequestContext) -> dict[str, Any]:
@@ -631,6 +633,12 @@ class BridgeServer:
         if end is not None and (not isinstance(end, int) or isinstance(end, bool) or end < start):
             raise ValueError(f"end_position: expected an integer >= start_position {start}, got {end!r}")
         return self.rsm.fetch_log_segment(metadata, start, end, log_config)
+
+
+def _validation_stats(rsm: object) -> dict[str, Any] | None:
+    """The RSM's record validation counters, when it keeps them (test doubles do not)."""
+    stats = getattr(rsm, "validation_stats", None)
+    return stats() if callable(stats) else None
 
 
 def _store_bytes_read(rsm: Any) -> int | None:
