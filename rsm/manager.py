@@ -80,6 +80,7 @@ from rsm.metadata import (
     is_int,
 )
 from rsm.overlay import OverlayCache, TopicOverlayStore
+from rsm.redact import redact_text
 from rsm.storage import ObjectNotFound, ObjectStore
 from rsm.transform import (
     Codec,
@@ -814,8 +815,10 @@ def _fill(f: object, view: memoryview, n: int) -> int:
 
 
 def _safe(exc: BaseException) -> str:
-    """An exception's message without anything that looks like a credential."""
-    text = str(exc)
+    """An exception's message without anything that looks like a credential (`rsm.redact.redact_text`:
+    URLs' user information, signatures, tokens, the configured credentials), cut at anything else that
+    might introduce one."""
+    text = redact_text(str(exc))
     for marker in ("Signature=", "X-Amz-Credential=", "X-Amz-Security-Token=", "secret", "Authorization"):
         idx = text.find(marker)
         if idx >= 0:

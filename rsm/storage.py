@@ -13,7 +13,8 @@ Writes are atomic per object:
   PUT. S3 never shows a partial object.
 
 Credentials for S3 come from the config or, when absent, from the standard AWS chain (environment,
-shared files, instance roles) through botocore; they are never logged.
+shared files, instance roles) through botocore; they are never logged: the S3 store registers them with
+`rsm.redact` and installs its log redaction, which cleans botocore's and s3fs's DEBUG records too.
 
 Every S3 request has deadlines (`s3_deadlines`): connect and read timeouts and a number of attempts for
 botocore, and a wall-clock bound on the whole request, retries included, so an endpoint that stops answering
@@ -48,6 +49,7 @@ from fsspec.exceptions import FSTimeoutError
 from rsm.config import Backend, RsmConfig
 from rsm.errors import InvalidArgumentException
 from rsm.names import bucket_problem, key_problem
+from rsm.redact import install_log_redaction, redact_text, register_secrets, split_userinfo
 from segment_format.buffers import copy_into, pread_into
 from segment_format.crc import crc32c
 
@@ -198,14 +200,34 @@ class ObjectStore:
             return cls(fs, Backend.FILE, root, part_size)
         import s3fs  # imported here: the file store must not pay for botocore
 
+        install_log_redaction()  # botocore's DEBUG log shows the session token and the access key id
         client_kwargs: dict[str, Any] = {}
         endpoint = config.get("storage.s3.endpoint.url")
         region = config.get("storage.s3.region")
         if endpoint:
+            endpoint, userinfo = split_userinfo(str(endpoint))
+            if userinfo is not None:
+                # S3 requests are signed, and aiohttp refuses a URL's credentials beside the signature's
+                # Authorization header (every request would fail): they are dropped, and never shown
+                register_secrets(userinfo, *userinfo.split(":", 1))
+                log.warning(
+                    "config storage.s3.endpoint.url carries credentials (user information, not shown): they are "
+                    "not used; S3 requests are signed with storage.s3.access.key.id and secret.access.key"
+                )
             client_kwargs["endpoint_url"] = endpoint
         if region:
             client_kwargs["region_name"] = region
         kwargs: dict[str, Any] = {}
+        register_secrets(
+            *(
+                str(config.get(name)) if config.get(name) else None
+                for name in (
+                    "storage.s3.access.key.id",
+                    "storage.s3.secret.access.key",
+                    "storage.s3.session.token",
+                )
+            )
+        )
         if config.get("storage.s3.access.key.id"):
             kwargs["key"] = config.get("storage.s3.access.key.id")
             kwargs["secret"] = config.get("storage.s3.secret.access.key")
@@ -240,7 +262,8 @@ class ObjectStore:
             waited = time.monotonic() - started
             if waited < self.request_timeout:  # a timeout inside the request, reported by fsspec as its own
                 raise TimeoutError(
-                    f"{self.describe(bucket, key)}: timed out after {waited:.1f} s: {exc.__cause__ or exc}"
+                    f"{self.describe(bucket, key)}: timed out after {waited:.1f} s: "
+                    f"{redact_text(str(exc.__cause__ or exc))}"
                 ) from None
             raise TimeoutError(
                 f"{self.describe(bucket, key)}: no answer within {self.request_timeout:g} s "

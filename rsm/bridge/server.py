@@ -41,6 +41,7 @@ from rsm.bridge.protocol import (
     ProtocolError,
 )
 from rsm.errors import RemoteStorageException
+from rsm.redact import redact_configs
 from rsm.storage import ObjectStore
 from segment_format.buffers import copy_into
 
@@ -49,7 +50,6 @@ log = logging.getLogger(__name__)
 RSM_CONFIG_PREFIX = "rsm.config."
 BRIDGE_KEY_PREFIX = "bridge."  # keys for the plugin/bridge themselves, not passed to the RSM
 SERVER_NAME = "rsm-bridge-python/0.1.0"
-_SENSITIVE_MARKERS = ("password", "secret", "token", "credential", "access.key", "session", "private")
 _UNIX_PATH_MAX = 107
 SMALL_FRAMES_UNTIL = 1024 * 1024
 DEFAULT_INITIAL_FRAME_BYTES = 256 * 1024
@@ -161,10 +161,9 @@ def split_rsm_configs(props: Mapping[str, str]) -> tuple[dict[str, str], dict[st
 
 
 def mask_configs(configs: Mapping[str, str]) -> dict[str, str]:
-    """Configs with sensitive values replaced, safe for logs and the configure_info answer."""
-    return {
-        k: ("[hidden]" if any(m in k.lower() for m in _SENSITIVE_MARKERS) else v) for k, v in configs.items()
-    }
+    """Configs with sensitive values replaced, safe for logs and the configure_info answer (URLs'
+    credentials and secret-looking values too: `rsm.redact.redact_configs`)."""
+    return redact_configs(configs)
 
 
 def check_socket_path(path: Path) -> None:

@@ -11,6 +11,8 @@ import importlib
 import logging
 import sys
 
+from rsm.redact import install_log_redaction
+
 # module name under rsm.cli -> each exposes register(subparsers) which sets `func` on its parser
 SUBCOMMAND_MODULES = ("quickstart", "dump_log", "bridge", "topic_config")
 
@@ -35,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    install_log_redaction()  # -vv turns botocore's DEBUG on, which shows tokens and signatures
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
