@@ -422,16 +422,22 @@ class ObjectStore:
             by_dir.setdefault(directory, set()).add(name)
         found: list[UnfinishedWrite] = []
         for directory, names in sorted(by_dir.items()):
-            try:
-                entries = self.fs.ls(self._directory(bucket, directory), detail=True)
+            try:  # names only: a partition's directory may hold thousands of objects, not worth a stat each
+                entries = self.fs.ls(self._directory(bucket, directory), detail=False)
             except (FileNotFoundError, NotADirectoryError):
                 continue
             for entry in entries:
-                path = str(entry["name"])
+                path = str(entry)
                 target = temp_target(path.rpartition("/")[2])
-                if target in names and entry.get("type") == "file":
+                if target not in names:
+                    continue
+                try:
+                    info = self.fs.info(path)
+                except FileNotFoundError:
+                    continue  # removed meanwhile
+                if info.get("type") == "file":
                     key = f"{directory}/{target}" if directory else str(target)
-                    found.append(UnfinishedWrite(bucket, key, temp_path=path, started=entry.get("mtime")))
+                    found.append(UnfinishedWrite(bucket, key, temp_path=path, started=info.get("mtime")))
         return sorted(found, key=lambda w: (w.key, str(w.temp_path)))
 
     def _uploads(self, bucket: str, keys: list[str]) -> list[UnfinishedWrite]:
