@@ -31,6 +31,7 @@ from pathlib import Path
 from rsm.errors import ConfigException
 from rsm.log_config import LogConfig
 from rsm.names import S3_BUCKET_MIN_LENGTH, bucket_problem, prefix_problem
+from rsm.redact import HIDDEN_VALUE, looks_secret, redact_url, shown
 
 BROKER_PREFIX = "rsm.config."
 TOPIC_PREFIX = "unchecked.rsm."
@@ -68,7 +69,7 @@ def _bool(key: str, value: str) -> bool:
         return True
     if v in ("false", "0", "no", "off"):
         return False
-    raise ConfigException(f"config {key} must be true or false, got {value!r}")
+    raise ConfigException(f"config {key} must be true or false, got {shown(value)}")
 
 
 def _size(key: str, value: str, lo: int = 0, hi: int = 1 << 62) -> int:
@@ -83,7 +84,7 @@ def _size(key: str, value: str, lo: int = 0, hi: int = 1 << 62) -> int:
         n = int(text) * mult
     except ValueError:
         raise ConfigException(
-            f"config {key} must be a byte size (e.g. 4194304 or 4MiB), got {value!r}"
+            f"config {key} must be a byte size (e.g. 4194304 or 4MiB), got {shown(value)}"
         ) from None
     if not lo <= n <= hi:
         raise ConfigException(f"config {key} must be between {lo} and {hi} bytes, got {n}")
@@ -94,7 +95,7 @@ def _int(key: str, value: str, lo: int = 0, hi: int = 1 << 31) -> int:
     try:
         n = int(value.strip())
     except ValueError:
-        raise ConfigException(f"config {key} must be an integer, got {value!r}") from None
+        raise ConfigException(f"config {key} must be an integer, got {shown(value)}") from None
     if not lo <= n <= hi:
         raise ConfigException(f"config {key} must be between {lo} and {hi}, got {n}")
     return n
@@ -108,7 +109,7 @@ def _bucket(key: str, value: str) -> str:
     v = value.strip()
     problem = bucket_problem(v)
     if problem:
-        raise ConfigException(f"config {key} must be a bucket name, got {value!r}: it {problem}")
+        raise ConfigException(f"config {key} must be a bucket name, got {shown(value)}: it {problem}")
     return v
 
 
@@ -116,7 +117,7 @@ def _prefix(key: str, value: str) -> str:
     v = value.strip()
     problem = prefix_problem(v)
     if problem:
-        raise ConfigException(f"config {key} must be a relative key prefix, got {value!r}: it {problem}")
+        raise ConfigException(f"config {key} must be a relative key prefix, got {shown(value)}: it {problem}")
     return v
 
 
@@ -126,7 +127,7 @@ def _enum(kind: type[enum.Enum]) -> Callable[[str, str], enum.Enum]:
             return kind(value.strip().lower())
         except ValueError:
             allowed = ", ".join(str(m.value) for m in kind)
-            raise ConfigException(f"config {key} must be one of {allowed}, got {value!r}") from None
+            raise ConfigException(f"config {key} must be one of {allowed}, got {shown(value)}") from None
 
     return parse
 
@@ -237,6 +238,25 @@ SETTINGS: tuple[Setting, ...] = (
     ),
 )
 SETTINGS_BY_NAME = {s.name: s for s in SETTINGS}
+
+
+def parse_setting(setting: Setting, key: str, text: str) -> object:
+    """Parse `text` given under `key` for `setting`; ConfigException naming the key when it is refused.
+
+    A value that looks like a secret (`rsm.redact.looks_secret`: key material, an AWS key id, a random
+    token) is refused for every setting that is not a credential, without showing it: it is a secret pasted
+    into the wrong key, and the value of an ordinary key is shown by `describe`, `--dry-run` and the
+    configured-RSM log line, stored in bucket-readable overlays and, for a prefix, in object keys.
+    """
+    if not setting.sensitive and looks_secret(text):
+        raise ConfigException(
+            f"config {key}: refusing {HIDDEN_VALUE}; is it a credential pasted into the wrong key? Credentials "
+            "belong in storage.s3.access.key.id / secret.access.key / session.token, keys in the keyring file"
+        )
+    return setting.parse(key, text)
+
+
+_VALIDATION_POLICY_SETTING = Setting("record.validation.policy", None, _str, "the topic's validation policy")
 VALIDATION_POLICY_KEYS = ("record.validation.policy", "unchecked.record.validation.policy")
 UNCHECKED_VALIDATION_POLICY_KEY = "unchecked.record.validation.policy"
 TOPIC_KEYS: tuple[str, ...] = (
@@ -257,11 +277,11 @@ def parse_topic_config(key: str, value: str) -> object:
         v = value.strip()
         if not v:
             raise ConfigException(f"config {key} must name a policy, got an empty value")
-        return v
+        return parse_setting(_VALIDATION_POLICY_SETTING, key, v)
     if key.startswith(TOPIC_PREFIX):
         setting = SETTINGS_BY_NAME.get(key[len(TOPIC_PREFIX) :])
         if setting is not None and setting.topic:
-            return setting.parse(key, value)
+            return parse_setting(setting, key, value)
     raise ConfigException(f"unknown topic config {key!r}; known: {', '.join(TOPIC_KEYS)}")
 
 
@@ -306,7 +326,7 @@ class RsmConfig:
         self._values: dict[str, object] = {}
         for s in SETTINGS:
             text = raw.get(s.name, s.default)
-            self._values[s.name] = None if text is None else s.parse(s.name, text)
+            self._values[s.name] = None if text is None else parse_setting(s, s.name, text)
         self.backend: Backend = self._values["storage.backend"]  # type: ignore[assignment]
         if self.backend is Backend.FILE and not self._values["storage.file.root"]:
             raise ConfigException("config storage.file.root is required when storage.backend=file")
@@ -332,15 +352,16 @@ class RsmConfig:
         for layer, layer_source in layers if s.topic else ():
             if layer is not None and topic_key in layer:
                 text = layer[topic_key]
-                value, source, key = s.parse(topic_key, text), layer_source, topic_key
+                value, source, key = parse_setting(s, topic_key, text), layer_source, topic_key
                 break
         else:
             if name in self._raw:
                 value, source, key, text = self._values[name], ConfigSource.BROKER, name, self._raw[name]
             else:
                 value, source, key, text = self._values[name], ConfigSource.DEFAULT, name, s.default
-        shown = MASK if (s.sensitive and text is not None) else text
-        return value, ConfigEntry(name, shown, source, s.sensitive, key, s.doc)
+        # a URL's user information and secret query parameters never show (storage.s3.endpoint.url)
+        display = MASK if (s.sensitive and text is not None) else redact_url(text) if text else text
+        return value, ConfigEntry(name, display, source, s.sensitive, key, s.doc)
 
     def resolve(
         self,
@@ -394,6 +415,7 @@ class RsmConfig:
         )
         for i, (key, value) in enumerate(candidates):
             if value is not None and value.strip():
+                parse_setting(_VALIDATION_POLICY_SETTING, key, value)  # refuses a pasted secret
                 source = (
                     ConfigSource.TOPIC
                     if key == "record.validation.policy"
@@ -423,9 +445,9 @@ class RsmConfig:
         return entries
 
     def __repr__(self) -> str:
-        shown = {
+        values = {
             e.name: e.value
             for e in self.describe()
             if e.source is not ConfigSource.DEFAULT or e.value is not None
         }
-        return f"RsmConfig({shown!r})"
+        return f"RsmConfig({values!r})"

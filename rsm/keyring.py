@@ -24,6 +24,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from rsm.errors import ConfigException, RemoteStorageException
+from rsm.redact import looks_like_key_material, looks_secret
 
 log = logging.getLogger(__name__)
 
@@ -120,19 +121,38 @@ class Keyring:
                 f"keyring file {self._path} must hold a JSON object of key id -> base64 key"
             )
         keys: dict[str, bytes] = {}
-        for key_id, encoded in document.items():
-            try:
-                key = base64.b64decode(str(encoded), validate=True)
-            except (binascii.Error, ValueError):
-                raise ConfigException(f"keyring file {self._path}: key {key_id!r} is not base64") from None
-            if len(key) != KEY_BYTES:
-                raise ConfigException(
-                    f"keyring file {self._path}: key {key_id!r} is {len(key)} bytes, expected {KEY_BYTES}"
-                )
-            keys[str(key_id)] = key
+        for number, (key_id, encoded) in enumerate(document.items(), start=1):
+            keys[key_id] = self._entry(number, key_id, encoded)
         with self._lock:
             self._keys, self._mtime = keys, mtime
         log.info("keyring %s loaded: key ids %s", self._path, sorted(keys))
+
+    def _entry(self, number: int, key_id: str, encoded: object) -> bytes:
+        """The key of one `"id": "<base64 key>"` entry (the `number`-th of the file); ConfigException naming
+        the entry, never showing key material: neither a key, nor an id that looks like one (an entry whose
+        id and key were swapped holds the key as its id, and the message would print it)."""
+        where = f"keyring file {self._path}: entry {number}"
+        if looks_secret(key_id):
+            swapped = looks_like_key_material(key_id)
+            raise ConfigException(
+                f"{where} has its id and key swapped: its id is base64 of {KEY_BYTES} bytes, key material "
+                '(neither is shown); write {"<key id>": "<base64 key>"}'
+                if swapped
+                else f'{where}: its id looks like a secret (not shown); an id names a key, e.g. "k1"'
+            )
+        if not isinstance(encoded, str):
+            raise ConfigException(
+                f"{where}: the key of id {key_id!r} must be a base64 string, got {type(encoded).__name__}"
+            )
+        try:
+            key = base64.b64decode(encoded, validate=True)
+        except (binascii.Error, ValueError):
+            raise ConfigException(f"{where}: the key of id {key_id!r} is not base64 (not shown)") from None
+        if len(key) != KEY_BYTES:
+            raise ConfigException(
+                f"{where}: the key of id {key_id!r} is {len(key)} bytes, expected {KEY_BYTES}"
+            )
+        return key
 
     def _key(self, key_id: str) -> bytes:
         self._reload()

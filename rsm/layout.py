@@ -26,6 +26,7 @@ from rsm.metadata import RemoteLogSegmentMetadata, uuid_to_base64
 LOG_SUFFIX = ".log"
 INDEXES_SUFFIX = ".indexes"
 MANIFEST_SUFFIX = ".manifest"
+SEGMENT_SUFFIXES = (MANIFEST_SUFFIX, LOG_SUFFIX, INDEXES_SUFFIX)  # the order deletes go in: manifest first
 
 
 @dataclass(frozen=True)
@@ -77,4 +78,5 @@ class SegmentKeys:
         return self.stem + MANIFEST_SUFFIX
 
     def all(self) -> tuple[str, str, str]:
+        """The segment's keys, manifest first (the order they are deleted in)."""
         return (self.manifest, self.log, self.indexes)

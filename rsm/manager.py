@@ -17,8 +17,11 @@ Copy, in order (so that nothing a reader can mistake for a segment reaches the s
 3. delete a manifest left by an earlier attempt with the same segment id (so readers see "missing", never
    a mix of two attempts), then stream the `.log` object chunk by chunk (read, check the chunk's CRC
    against step 2 in case the file changed, compress, encrypt, upload part), then the `.indexes` object;
-4. write the manifest: the commit point. On failure, the partial objects are removed (best effort) and a
-   `RemoteStorageException` names the topic-partition, the segment and the object.
+4. write the manifest: the commit point. On failure, every object of the segment is removed (best effort;
+   a write whose answer was lost may have landed) and a `RemoteStorageException` names the topic-partition,
+   the segment and the object;
+5. failed or not, remove what unfinished writes of the segment's keys left (`rsm.debris`): temporary files
+   or multipart uploads of this attempt or of an earlier one killed mid-copy.
 
 Memory during a copy is bounded by a few chunks plus the S3 part buffer, whatever the segment size.
 Every method is thread-safe; the bridge calls them from many threads at once.
@@ -46,6 +49,7 @@ from rsm import custom_metadata as cm
 from rsm.cache import ByteLRU, IdentityMemo
 from rsm.catalog.locations import LocationRegistry
 from rsm.config import ConfigEntry, RsmConfig, TopicSettings, ViolationAction
+from rsm.debris import remove_segment_leftovers
 from rsm.errors import (
     ConfigException,
     InvalidArgumentException,
@@ -78,6 +82,7 @@ from rsm.metadata import (
 from rsm.overlay import OverlayCache, TopicOverlayStore
 from rsm.policies import BuiltinPolicies
 from rsm.record_validation import RecordValidator, ValidationResult, ValidationStats
+from rsm.redact import redact_text
 from rsm.storage import ObjectNotFound, ObjectStore
 from rsm.transform import (
     Codec,
@@ -423,12 +428,9 @@ class RemoteStorageManager:
         with self._errors("removal of an earlier attempt's manifest", metadata, keys.bucket, keys.manifest):
             self.store.delete(keys.bucket, keys.manifest)
         self._forget(keys)
-        written: list[str] = []
         try:
             chunk_index = self._upload_log(metadata, keys, log_path, settings, summary, chunk_crcs, cipher)
-            written.append(keys.log)
             index_entries = self._upload_indexes(metadata, keys, segment_data, settings, cipher)
-            written.append(keys.indexes)
             manifest = Manifest(
                 copy_id=uuid.uuid4().hex,
                 created_ms=int(time.time() * 1000),
@@ -454,11 +456,18 @@ class RemoteStorageManager:
             with self._errors("manifest write", metadata, keys.bucket, keys.manifest):
                 self.store.put(keys.bucket, keys.manifest, manifest.to_bytes(cipher))
         except BaseException:
-            # the manifest first: a manifest PUT that failed on our side may still have landed
-            for key in [keys.manifest, *written]:
+            # every key of the segment, the manifest first, whether or not its write seemed to succeed: a PUT
+            # or CompleteMultipartUpload whose answer was lost (a timeout, a reset connection) may have
+            # landed although it failed here. Only this copy writes these keys (Kafka runs one copy of a
+            # segment id at a time), so nothing removed here belongs to anyone else
+            for key in keys.all():
                 with contextlib.suppress(Exception):
                     self.store.delete(keys.bucket, key)
+            self._sweep_leftovers(metadata, keys)
             raise
+        # a botocore retry of CreateMultipartUpload whose first answer was lost leaves an upload nobody
+        # completes, and an earlier attempt killed mid-copy leaves its own: both are this segment's
+        self._sweep_leftovers(metadata, keys)
         elapsed = time.monotonic() - started
         log.info(
             "copied segment %s (%d bytes, offsets %d..%d) to %s in %.2fs: %d chunks, %d bytes stored%s",
@@ -777,7 +786,13 @@ class RemoteStorageManager:
     def delete_log_segment_data(
         self, metadata: RemoteLogSegmentMetadata, log_config: Mapping[str, str] | None = None
     ) -> None:
-        """Remove the segment's objects; the manifest first, so readers never see a half-deleted segment."""
+        """Remove the segment's objects, the manifest first so readers never see a half-deleted segment, then
+        whatever unfinished writes of them left (`rsm.debris`).
+
+        Why the leftovers too: Kafka deletes a segment whose copy never finished (a broker or bridge killed
+        mid-copy) through this call, and nothing else would ever find its temporary files or incomplete
+        multipart uploads. A failure to remove them fails the delete, so Kafka retries it.
+        """
         self._check_call(metadata, log_config)
         location = self._location(metadata, log_config)
         keys = SegmentKeys.of(location, metadata)
@@ -785,11 +800,22 @@ class RemoteStorageManager:
         for key in keys.all():
             with self._errors("delete", metadata, keys.bucket, key):
                 self.store.delete(keys.bucket, key)
+        with self._errors("removal of unfinished writes", metadata, keys.bucket, keys.stem):
+            remove_segment_leftovers(self.store, keys.bucket, keys.stem)
         log.info(
             "deleted segment %s from %s",
             metadata.remote_log_segment_id,
             self.store.describe(keys.bucket, keys.stem),
         )
+
+    def _sweep_leftovers(self, metadata: RemoteLogSegmentMetadata, keys: SegmentKeys) -> None:
+        """Remove the segment's unfinished writes at the end of a copy; a failure only warns: the copy's
+        outcome stands, and `delete_log_segment_data` (or `rsm migrate gc`) tries again later."""
+        try:
+            with self._errors("removal of unfinished writes", metadata, keys.bucket, keys.stem):
+                remove_segment_leftovers(self.store, keys.bucket, keys.stem)
+        except Exception as exc:  # noqa: BLE001 - see the docstring
+            log.warning("%s", exc)
 
     def _forget(self, keys: SegmentKeys) -> None:
         hit = self._manifests.get((keys.bucket, keys.manifest))
@@ -856,8 +882,10 @@ def _fill(f: object, view: memoryview, n: int) -> int:
 
 
 def _safe(exc: BaseException) -> str:
-    """An exception's message without anything that looks like a credential."""
-    text = str(exc)
+    """An exception's message without anything that looks like a credential (`rsm.redact.redact_text`:
+    URLs' user information, signatures, tokens, the configured credentials), cut at anything else that
+    might introduce one."""
+    text = redact_text(str(exc))
     for marker in ("Signature=", "X-Amz-Credential=", "X-Amz-Security-Token=", "secret", "Authorization"):
         idx = text.find(marker)
         if idx >= 0:

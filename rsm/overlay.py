@@ -36,6 +36,7 @@ from rsm.config import TOPIC_KEYS, parse_topic_config
 from rsm.errors import ConfigException
 from rsm.metadata import to_uuid, uuid_to_base64
 from rsm.names import topic_problem
+from rsm.redact import is_sensitive_key, shown
 from rsm.storage import ObjectNotFound, ObjectStore
 
 log = logging.getLogger(__name__)
@@ -44,8 +45,6 @@ OVERLAY_VERSION = 1
 OVERLAY_DIR = "_rsm/topic-configs/"
 OVERLAY_SUFFIX = ".json"
 MAX_OVERLAY_BYTES = 64 * 1024
-# key fragments that mark a credential: such keys are refused, never stored in a bucket-readable document
-SENSITIVE_MARKERS = ("password", "secret", "token", "credential", "private", "passphrase", "key.material")
 
 __all__ = [
     "OVERLAY_DIR",
@@ -75,9 +74,9 @@ def validate_overlay_configs(configs: Mapping[str, str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for key, value in configs.items():
         if not isinstance(key, str) or not key.startswith("unchecked."):
-            raise ConfigException(f"overlay key {key!r} is not an unchecked.* topic config")
-        lowered = key.lower()
-        if any(marker in lowered for marker in SENSITIVE_MARKERS):
+            raise ConfigException(f"overlay key {shown(key)} is not an unchecked.* topic config")
+        # a key that names a credential is refused: nothing secret goes into a bucket-readable document
+        if is_sensitive_key(key):
             raise ConfigException(
                 f"overlay key {key!r} looks sensitive: secrets are never stored in the overlay "
                 "(keep them in the broker's rsm.config.* or the keyring)"

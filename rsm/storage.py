@@ -13,7 +13,8 @@ Writes are atomic per object:
   PUT. S3 never shows a partial object.
 
 Credentials for S3 come from the config or, when absent, from the standard AWS chain (environment,
-shared files, instance roles) through botocore; they are never logged.
+shared files, instance roles) through botocore; they are never logged: the S3 store registers them with
+`rsm.redact` and installs its log redaction, which cleans botocore's and s3fs's DEBUG records too.
 
 Every S3 request has deadlines (`s3_deadlines`): connect and read timeouts and a number of attempts for
 botocore, and a wall-clock bound on the whole request, retries included, so an endpoint that stops answering
@@ -32,11 +33,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -46,6 +49,7 @@ from fsspec.exceptions import FSTimeoutError
 from rsm.config import Backend, RsmConfig
 from rsm.errors import ConfigException, InvalidArgumentException
 from rsm.names import bucket_problem, key_problem
+from rsm.redact import install_log_redaction, redact_text, register_secrets, split_userinfo
 from segment_format.buffers import copy_into, pread_into
 from segment_format.crc import crc32c
 
@@ -84,6 +88,45 @@ def s3_deadlines(config: RsmConfig) -> tuple[dict[str, Any], float]:
 
 class ObjectNotFound(Exception):
     """The object does not exist (the manager turns it into RemoteResourceNotFoundException)."""
+
+
+TEMP_MARK = ".tmp-"
+# `.<name>.tmp-<12 hex>`: the only names the file store's writer gives its temporary files, so a file is
+# taken for an unfinished write only when it has exactly this shape (nothing else is ever removed as one)
+_TEMP_NAME = re.compile(r"\.(.+)" + re.escape(TEMP_MARK) + r"[0-9a-f]{12}")
+
+
+def temp_name(name: str) -> str:
+    """The hidden name a file-store write of `name` goes to before its rename: `.<name>.tmp-<12 hex>`."""
+    return f".{name}{TEMP_MARK}{uuid.uuid4().hex[:12]}"
+
+
+def temp_target(filename: str) -> str | None:
+    """The name whose unfinished write `filename` is the temporary file of, or None (see `temp_name`)."""
+    found = _TEMP_NAME.fullmatch(filename)
+    return found.group(1) if found else None
+
+
+@dataclass(frozen=True)
+class UnfinishedWrite:
+    """What an interrupted write of one object left: a temporary file (file store) or an incomplete
+    multipart upload (S3). Neither is visible as the object, but both take space (S3 bills upload parts)
+    until removed (`ObjectStore.discard`).
+
+    `started` (epoch seconds: the file's mtime, the upload's initiation) is for a grace period: a tool that
+    sweeps a whole store must not take a write still under way for a leftover.
+    """
+
+    bucket: str
+    key: str  # the object the write was for
+    temp_path: str | None = None  # file store: the temporary file
+    upload_id: str | None = None  # S3: the multipart upload
+    started: float | None = None
+
+    def __str__(self) -> str:
+        if self.upload_id is not None:
+            return f"incomplete multipart upload {self.upload_id[:16]} of s3://{self.bucket}/{self.key}"
+        return f"temporary file {self.temp_path} of file:{self.bucket}/{self.key}"
 
 
 class ObjectWriter(Protocol):
@@ -163,14 +206,34 @@ class ObjectStore:
             return cls(fs, Backend.FILE, root, part_size)
         import s3fs  # imported here: the file store must not pay for botocore
 
+        install_log_redaction()  # botocore's DEBUG log shows the session token and the access key id
         client_kwargs: dict[str, Any] = {}
         endpoint = config.get("storage.s3.endpoint.url")
         region = config.get("storage.s3.region")
         if endpoint:
+            endpoint, userinfo = split_userinfo(str(endpoint))
+            if userinfo is not None:
+                # S3 requests are signed, and aiohttp refuses a URL's credentials beside the signature's
+                # Authorization header (every request would fail): they are dropped, and never shown
+                register_secrets(userinfo, *userinfo.split(":", 1))
+                log.warning(
+                    "config storage.s3.endpoint.url carries credentials (user information, not shown): they are "
+                    "not used; S3 requests are signed with storage.s3.access.key.id and secret.access.key"
+                )
             client_kwargs["endpoint_url"] = endpoint
         if region:
             client_kwargs["region_name"] = region
         kwargs: dict[str, Any] = {}
+        register_secrets(
+            *(
+                str(config.get(name)) if config.get(name) else None
+                for name in (
+                    "storage.s3.access.key.id",
+                    "storage.s3.secret.access.key",
+                    "storage.s3.session.token",
+                )
+            )
+        )
         if config.get("storage.s3.access.key.id"):
             kwargs["key"] = config.get("storage.s3.access.key.id")
             kwargs["secret"] = config.get("storage.s3.secret.access.key")
@@ -205,7 +268,8 @@ class ObjectStore:
             waited = time.monotonic() - started
             if waited < self.request_timeout:  # a timeout inside the request, reported by fsspec as its own
                 raise TimeoutError(
-                    f"{self.describe(bucket, key)}: timed out after {waited:.1f} s: {exc.__cause__ or exc}"
+                    f"{self.describe(bucket, key)}: timed out after {waited:.1f} s: "
+                    f"{redact_text(str(exc.__cause__ or exc))}"
                 ) from None
             raise TimeoutError(
                 f"{self.describe(bucket, key)}: no answer within {self.request_timeout:g} s "
@@ -325,7 +389,7 @@ class ObjectStore:
         for path in found:
             path = str(path)
             key = path[len(base) :] if path.startswith(base) else path.split("/", 1)[1]
-            if key.startswith(prefix) and ".tmp-" not in key.rsplit("/", 1)[-1]:
+            if key.startswith(prefix) and TEMP_MARK not in key.rsplit("/", 1)[-1]:
                 keys.append(key)
         return sorted(keys)
 
@@ -337,6 +401,112 @@ class ObjectStore:
             return True
         except FileNotFoundError:
             return False
+
+    # -- unfinished writes -------------------------------------------------------------------------------
+    def unfinished_writes(self, bucket: str, keys: Iterable[str]) -> list[UnfinishedWrite]:
+        """What interrupted writes of exactly these keys left behind: temporary files beside them (file
+        store) or incomplete multipart uploads of them (S3), whoever wrote them (a process killed with
+        `kill -9` runs no cleanup).
+
+        Only leftovers of the given keys are answered, never another object's: a file counts only when its
+        name is `temp_name()`'s shape for one of the keys, an upload only when its key is one of them. A
+        write in progress is answered too: callers run this when no write of these keys can be under way.
+        Costs one listing per directory of keys (file store) or one ListMultipartUploads per page (S3).
+        """
+        wanted = sorted(set(keys))
+        if not wanted:
+            return []
+        if self.backend is Backend.FILE:
+            return self._temp_files(bucket, wanted)
+        return self._uploads(bucket, wanted)
+
+    def _temp_files(self, bucket: str, keys: list[str]) -> list[UnfinishedWrite]:
+        by_dir: dict[str, set[str]] = {}
+        for key in keys:
+            self.path(bucket, key)  # checks the name
+            directory, _, name = key.rpartition("/")
+            by_dir.setdefault(directory, set()).add(name)
+        found: list[UnfinishedWrite] = []
+        for directory, names in sorted(by_dir.items()):
+            try:  # names only: a partition's directory may hold thousands of objects, not worth a stat each
+                entries = self.fs.ls(self._directory(bucket, directory), detail=False)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            for entry in entries:
+                path = str(entry)
+                target = temp_target(path.rpartition("/")[2])
+                if target not in names:
+                    continue
+                try:
+                    info = self.fs.info(path)
+                except FileNotFoundError:
+                    continue  # removed meanwhile
+                if info.get("type") == "file":
+                    key = f"{directory}/{target}" if directory else str(target)
+                    found.append(UnfinishedWrite(bucket, key, temp_path=path, started=info.get("mtime")))
+        return sorted(found, key=lambda w: (w.key, str(w.temp_path)))
+
+    def _uploads(self, bucket: str, keys: list[str]) -> list[UnfinishedWrite]:
+        for key in keys:
+            self.path(bucket, key)  # checks the names
+        wanted = set(keys)
+        prefix = os.path.commonprefix(keys)
+        found: list[UnfinishedWrite] = []
+        markers: dict[str, str] = {}
+        while True:
+            page = self._remote(
+                bucket,
+                prefix,
+                self.fs.call_s3,
+                "list_multipart_uploads",
+                Bucket=bucket,
+                Prefix=prefix,
+                **markers,
+            )
+            for upload in page.get("Uploads", []):
+                if upload["Key"] in wanted:
+                    initiated = upload.get("Initiated")
+                    found.append(
+                        UnfinishedWrite(
+                            bucket,
+                            upload["Key"],
+                            upload_id=str(upload["UploadId"]),
+                            started=initiated.timestamp() if initiated is not None else None,
+                        )
+                    )
+            if not page.get("IsTruncated"):
+                break
+            markers = {"KeyMarker": page["NextKeyMarker"], "UploadIdMarker": page["NextUploadIdMarker"]}
+        return sorted(found, key=lambda w: (w.key, str(w.upload_id)))
+
+    def discard(self, write: UnfinishedWrite) -> bool:
+        """Remove what an unfinished write left; False when it was already gone."""
+        if write.upload_id is not None:
+            try:
+                self._remote(
+                    write.bucket,
+                    write.key,
+                    self.fs.call_s3,
+                    "abort_multipart_upload",
+                    Bucket=write.bucket,
+                    Key=write.key,
+                    UploadId=write.upload_id,
+                )
+            except FileNotFoundError:  # s3fs's translation of NoSuchUpload
+                return False
+            return True
+        assert write.temp_path is not None
+        directory, _, filename = write.temp_path.rpartition("/")
+        key_dir = write.key.rpartition("/")[0]
+        if directory != self._directory(write.bucket, key_dir) or temp_target(filename) is None:
+            raise InvalidArgumentException(
+                f"refusing to remove {write.temp_path}: not a temporary file of {self.describe(write.bucket, write.key)}"
+            )
+        try:
+            self.fs.rm_file(write.temp_path)
+        except FileNotFoundError:
+            return False
+        return True
 
 
 class BackgroundWriter:
@@ -402,7 +572,7 @@ class _FileWriter:
         self._store = store
         self._path = path
         directory, _, name = path.rpartition("/")
-        self._tmp = f"{directory}/.{name}.tmp-{uuid.uuid4().hex[:12]}"
+        self._tmp = f"{directory}/{temp_name(name)}"
         self._file = store.fs.open(self._tmp, "wb")
         self._size = 0
 
@@ -493,6 +663,8 @@ class _S3Writer:
             return
         try:
             self._call("abort_multipart_upload", UploadId=self._upload_id)
+        except FileNotFoundError:  # NoSuchUpload: completed after all (its answer was lost) or aborted
+            log.debug("the multipart upload of s3://%s/%s is gone already", self._bucket, self._key)
         except Exception:  # noqa: BLE001 - the upload already failed; S3 lifecycle rules reap leftovers
             log.warning(
                 "could not abort the multipart upload of s3://%s/%s", self._bucket, self._key, exc_info=True

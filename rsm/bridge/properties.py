@@ -12,7 +12,6 @@ from pathlib import Path
 
 RSM_CONFIG_PREFIX = "rsm.config."
 BRIDGE_KEY_PREFIX = "bridge."  # keys for the plugin/bridge themselves, not passed to the RSM
-_SENSITIVE_MARKERS = ("password", "secret", "token", "credential", "access.key", "session", "private")
 
 
 def load_properties(path: Path) -> dict[str, str]:
@@ -106,7 +105,8 @@ def split_rsm_configs(props: Mapping[str, str]) -> tuple[dict[str, str], dict[st
 
 
 def mask_configs(configs: Mapping[str, str]) -> dict[str, str]:
-    """Configs with sensitive values replaced, safe for logs and the configure_info answer."""
-    return {
-        k: ("[hidden]" if any(m in k.lower() for m in _SENSITIVE_MARKERS) else v) for k, v in configs.items()
-    }
+    """Configs with sensitive values replaced, safe for logs and the configure_info answer (URLs'
+    credentials and secret-looking values too: `rsm.redact.redact_configs`)."""
+    from rsm.redact import redact_configs
+
+    return redact_configs(configs)

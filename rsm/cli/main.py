@@ -17,6 +17,8 @@ import logging
 import sys
 from typing import NoReturn
 
+from rsm.redact import install_log_redaction
+
 # command name -> module under rsm.cli; each exposes register(subparsers) which sets `func` on its parser
 SUBCOMMANDS = {
     "quickstart": "quickstart",
@@ -112,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(raw)
     level = logging.DEBUG if args.debug else logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    install_log_redaction()  # -vv turns botocore's DEBUG on, which shows tokens and signatures
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

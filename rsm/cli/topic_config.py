@@ -31,6 +31,7 @@ from rsm.errors import ConfigException
 from rsm.keyring import Keyring
 from rsm.metadata import to_uuid, uuid_to_base64
 from rsm.overlay import TopicOverlay, TopicOverlayStore, known_keys, validate_overlay_configs
+from rsm.redact import redact_text, shown
 from rsm.storage import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -118,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
             args, out, config, overlays, topic_id, proposed, current_configs, written=not args.dry_run
         )
     except (_Error, ConfigException, ValueError, OSError) as exc:
-        err.print(f"rsm topic-config: {escape(str(exc))}")
+        err.print(f"rsm topic-config: {escape(redact_text(str(exc)))}")
         return 1
 
 
@@ -200,7 +201,7 @@ def _pairs(pairs: list[str]) -> dict[str, str]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise _Error(f"expected KEY=VALUE, got {pair!r}")
+            raise _Error(f"expected KEY=VALUE, got {shown(pair)}")
         out[key.strip()] = value
     return out
 
