@@ -345,6 +345,11 @@ def test_a_schedule_is_its_seed() -> None:
 # -- a copy whose last requests fail -------------------------------------------------------------------------
 
 
+LEAK = pytest.mark.xfail(
+    strict=True, reason="a data object whose PUT landed but failed is not removed (written only on success)"
+)
+
+
 @pytest.mark.parametrize(
     ("kind", "suffix"),
     [
@@ -352,15 +357,17 @@ def test_a_schedule_is_its_seed() -> None:
         ("stall", ".manifest"),
         ("error500", ".manifest"),
         ("truncate", ".manifest"),
+        pytest.param("reset_before", ".log", marks=LEAK),
+        pytest.param("error500", ".indexes", marks=LEAK),
     ],
 )
 def test_a_copy_failing_at_its_commit_leaves_no_manifest(
     s3_server: Any, proxy_for: Callable[[FaultSchedule | None], FaultProxy], keyring: Path,
     tmp_path: Path, kind: str, suffix: str,
 ) -> None:  # fmt: skip
-    """Every attempt at one PUT fails after it reached the store (the manifest landed, the client saw a
+    """Every attempt at one PUT fails after it reached the store (the object landed, the client saw a
     reset, a stall, a 500 or half an answer): the copy raises within the deadline, and its cleanup removes
-    what landed, the manifest first, so no reader sees the segment."""
+    what landed, the manifest first, so no reader sees the segment and nothing is left behind."""
     bucket = s3_server.make_bucket()
     proxy = proxy_for(None)
     proxy.stall_seconds = STALL_SECONDS
