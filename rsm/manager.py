@@ -406,12 +406,9 @@ class RemoteStorageManager:
         with self._errors("removal of an earlier attempt's manifest", metadata, keys.bucket, keys.manifest):
             self.store.delete(keys.bucket, keys.manifest)
         self._forget(keys)
-        written: list[str] = []
         try:
             chunk_index = self._upload_log(metadata, keys, log_path, settings, summary, chunk_crcs, cipher)
-            written.append(keys.log)
             index_entries = self._upload_indexes(metadata, keys, segment_data, settings, cipher)
-            written.append(keys.indexes)
             manifest = Manifest(
                 copy_id=uuid.uuid4().hex,
                 created_ms=int(time.time() * 1000),
@@ -437,8 +434,9 @@ class RemoteStorageManager:
             with self._errors("manifest write", metadata, keys.bucket, keys.manifest):
                 self.store.put(keys.bucket, keys.manifest, manifest.to_bytes(cipher))
         except BaseException:
-            # the manifest first: a manifest PUT that failed on our side may still have landed
-            for key in [keys.manifest, *written]:
+            # the manifest first. Every object, whether or not its upload returned: a PUT that failed on our
+            # side (a reset or a timeout after the request went out) may still have landed
+            for key in [keys.manifest, keys.log, keys.indexes]:
                 with contextlib.suppress(Exception):
                     self.store.delete(keys.bucket, key)
             raise

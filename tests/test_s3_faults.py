@@ -345,11 +345,6 @@ def test_a_schedule_is_its_seed() -> None:
 # -- a copy whose last requests fail -------------------------------------------------------------------------
 
 
-LEAK = pytest.mark.xfail(
-    strict=True, reason="a data object whose PUT landed but failed is not removed (written only on success)"
-)
-
-
 @pytest.mark.parametrize(
     ("kind", "suffix"),
     [
@@ -357,8 +352,8 @@ LEAK = pytest.mark.xfail(
         ("stall", ".manifest"),
         ("error500", ".manifest"),
         ("truncate", ".manifest"),
-        pytest.param("reset_before", ".log", marks=LEAK),
-        pytest.param("error500", ".indexes", marks=LEAK),
+        ("reset_before", ".log"),
+        ("error500", ".indexes"),
     ],
 )
 def test_a_copy_failing_at_its_commit_leaves_no_manifest(
