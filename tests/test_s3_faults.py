@@ -377,3 +377,72 @@ def test_a_copy_failing_at_its_commit_leaves_no_manifest(
     keys = SegmentKeys.of(Location(bucket, ""), seg.metadata)
     listed = s3_server.boto3_client().list_objects_v2(Bucket=bucket, Prefix=keys.stem).get("Contents", [])
     assert not listed, [o["Key"] for o in listed]
+
+
+# -- a GET whose body fails after its headers --------------------------------------------------------------
+
+
+def _copied(s3_server: Any, endpoint: str, bucket: str, keyring: Path, tmp_path: Path) -> Tiered:
+    """One encrypted segment of several chunks copied through ``endpoint`` with no faults."""
+    seg = make_segment(tmp_path / "seg", TopicIdPartition(uuid.uuid4(), "body", 0), batches=30)
+    lc = LogConfig({"unchecked.rsm.encryption.enabled": "true", "unchecked.rsm.encryption.key.id": "k1",
+                    "unchecked.rsm.chunk.size": "4096"})  # fmt: skip
+    with _rsm(s3_server, endpoint, bucket, keyring) as rsm:
+        custom = rsm.copy_log_segment_data(seg.metadata, seg.data, lc)
+    md = dataclasses.replace(seg.metadata, custom_metadata=custom)
+    indexes = {IndexType(k): v for k, v in seg.files().items()}
+    return Tiered(seg.metadata, seg.data, lc, seg.data.log_segment.read_bytes(), indexes, md)
+
+
+NOT_RETRIED = pytest.mark.xfail(
+    strict=True,
+    reason="a GET whose body fails after its headers is not attempted again (botocore stops at the headers)",
+)
+
+
+@NOT_RETRIED
+@pytest.mark.parametrize("kind", ["truncate", "reset_after", "stall_body"])
+@pytest.mark.parametrize("suffix", [".manifest", ".log", ".indexes"])
+def test_a_get_whose_body_fails_is_attempted_again(
+    s3_server: Any, proxy_for: Callable[[FaultSchedule | None], FaultProxy], keyring: Path,
+    tmp_path: Path, kind: str, suffix: str,
+) -> None:  # fmt: skip
+    """botocore retries a GET until its headers arrive; a body cut short or stalled after them was not
+    attempted again at all (s3fs's own retries are off, on purpose). It is now, within the attempts and
+    the request deadline: one such fault no longer fails the fetch."""
+    bucket = s3_server.make_bucket()
+    proxy = proxy_for(None)
+    proxy.stall_seconds = STALL_SECONDS
+    seg = _copied(s3_server, proxy.endpoint_url, bucket, keyring, tmp_path)
+    assert seg.copied is not None
+    with _rsm(s3_server, proxy.endpoint_url, bucket, keyring) as rsm:
+        proxy.fail_next(kind, "GET", suffix, times=2)  # attempts 3: the third gets through
+        got, exc, _ = _timed(
+            lambda: (
+                read_all(rsm.fetch_log_segment(seg.copied, 0, None, seg.log_config)),
+                read_all(rsm.fetch_index(seg.copied, IndexType.TIMESTAMP, seg.log_config)),
+            ),
+            OPERATION_BOUND,
+        )
+    assert exc is None, f"{kind} of a {suffix} GET failed the fetch: {exc}"
+    assert got == (seg.original, seg.indexes[IndexType.TIMESTAMP])
+    assert proxy.stats.faults == {kind: 2} and proxy.stats.retries == 2, proxy.stats
+
+
+@NOT_RETRIED
+def test_body_failures_on_every_attempt_fail_the_fetch_cleanly(
+    s3_server: Any, proxy_for: Callable[[FaultSchedule | None], FaultProxy], keyring: Path, tmp_path: Path
+) -> None:
+    """As many body failures as attempts: a RemoteStorageException naming the object, no more requests."""
+    bucket = s3_server.make_bucket()
+    proxy = proxy_for(None)
+    seg = _copied(s3_server, proxy.endpoint_url, bucket, keyring, tmp_path)
+    with _rsm(s3_server, proxy.endpoint_url, bucket, keyring) as rsm:
+        before = proxy.stats.requests
+        proxy.fail_next("truncate", "GET", ".log", times=3)
+        _, exc, _ = _timed(
+            lambda: read_all(rsm.fetch_log_segment(seg.copied, 0, None, seg.log_config)), OPERATION_BOUND
+        )
+    assert isinstance(exc, RemoteStorageException) and ".log" in str(exc), repr(exc)
+    assert proxy.stats.faults == {"truncate": 3}
+    assert proxy.stats.requests - before == 4  # the manifest, then three attempts at the first chunk
