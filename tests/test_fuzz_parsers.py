@@ -438,13 +438,6 @@ def test_mutated_manifest_bytes_raise_only_manifest_error(data: st.DataObject) -
     only_manifest_error(data.draw(mutated(data.draw(st.sampled_from(manifests()), label="seed"))))
 
 
-READER_LEAKS = pytest.mark.xfail(
-    strict=True,
-    reason="Manifest.from_bytes lets AttributeError, OverflowError and RecursionError out of hostile documents",
-)
-
-
-@READER_LEAKS
 @FUZZ
 @given(st.data(), st.booleans())
 def test_edited_manifests_raise_only_manifest_error(data: st.DataObject, reseal: bool) -> None:
@@ -460,9 +453,9 @@ DEEP = b'{"format":"kafka-tiered-rsm/segment-manifest","version":1,"segment":' +
 @pytest.mark.parametrize(
     "raw",
     [
-        pytest.param(b"[" * 100_000, id="deep-array", marks=READER_LEAKS),
-        pytest.param(b'{"a":' * 100_000, id="deep-object", marks=READER_LEAKS),
-        pytest.param(DEEP, id="deep-field", marks=READER_LEAKS),
+        pytest.param(b"[" * 100_000, id="deep-array"),
+        pytest.param(b'{"a":' * 100_000, id="deep-object"),
+        pytest.param(DEEP, id="deep-field"),
         pytest.param(b"\xff\xfe{}", id="utf-16-bom"),
         pytest.param(b"", id="empty"),
         pytest.param(b"null", id="null"),
@@ -485,16 +478,17 @@ WRONG_SHAPES: dict[str, Callable[[dict[str, Any]], object]] = {
     "log size infinite": lambda d: d["log"].update(size=float("inf")),
     "created_ms infinite": lambda d: d.update(created_ms=float("-inf")),
     "a stored size infinite": lambda d: d["log"]["stored_sizes"].__setitem__(0, float("inf")),
+    "a segment member named with a line break": lambda d: d["segment"].update({"x\nforged log line": 1}),
 }
 
 
-@READER_LEAKS
 @pytest.mark.parametrize("version", [1, 2], ids=["v1", "v2-resealed"])
 @pytest.mark.parametrize("edit", sorted(WRONG_SHAPES))
 def test_manifest_fields_of_the_wrong_shape_raise_only_manifest_error(edit: str, version: int) -> None:
     """What the fuzzer found: a field of another JSON type than the format's (or a number too large for an
     int) escaped the reader as AttributeError or OverflowError; a catalog reading manifests alone expects
-    ManifestError (CatalogError naming the object), and got a traceback."""
+    ManifestError (CatalogError naming the object), and got a traceback. And a member's name quoted in the
+    message could break it into lines (a forged line in the broker's log)."""
     doc = json.loads(V1_MANIFESTS[0] if version == 1 else v2_manifests()[0])
     WRONG_SHAPES[edit](doc)
     only_manifest_error(stored(doc, reseal=True))
