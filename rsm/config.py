@@ -179,7 +179,8 @@ SETTINGS: tuple[Setting, ...] = (
         "storage.s3.retry.max.attempts",
         "3",
         lambda k, v: _int(k, v, 1, 20),
-        "S3: attempts per request, the first included (botocore's standard retry mode)",
+        "S3: attempts per request, the first included (botocore's standard retry mode; a GET whose body "
+        "fails after its headers is tried again as often)",
     ),
     Setting(
         "storage.s3.request.timeout.ms",

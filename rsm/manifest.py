@@ -423,7 +423,7 @@ class Manifest:
         """Parse a stored manifest; one of version 2 must be stored exactly in canonical form."""
         try:
             doc = json.loads(data)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than the stack allows
             raise ManifestError(f"{source} is not JSON: {exc}") from None
         manifest = cls.from_json(doc, source)
         if manifest.version >= 2 and bytes(data) != _serialize(doc):
@@ -471,8 +471,11 @@ class Manifest:
             manifest.segment_uuid  # noqa: B018 - a malformed segment id is refused here, not at first use
         except ManifestError as exc:  # from the parts' parsers, which do not know the object
             raise ManifestError(f"{source} is malformed: {exc}") from None
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ManifestError(f"{source} is malformed: {type(exc).__name__}: {exc}") from None
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+            # a member of another JSON type than the format's (AttributeError), Infinity as an int (Overflow);
+            # the message may quote the document (a key): escaped, so it stays one line of the broker's log
+            detail = str(exc).encode("unicode_escape").decode("ascii")
+            raise ManifestError(f"{source} is malformed: {type(exc).__name__}: {detail}") from None
         manifest._check_consistency()
         _check_location(manifest.segment, manifest.location, source)
         return manifest

@@ -86,6 +86,17 @@ def s3_deadlines(config: RsmConfig) -> tuple[dict[str, Any], float]:
     return botocore, seconds("storage.s3.request.timeout.ms")
 
 
+def _s3_body_errors() -> tuple[type[BaseException], ...]:
+    """What reading a response body raises when the connection fails after the headers (never before
+    them: botocore has retried those): a body cut short or reset (aiohttp's payload error, botocore's
+    streaming and incomplete-read errors) or stalled past the read timeout (aiobotocore's body timeout)."""
+    from aiobotocore.response import AioReadTimeoutError
+    from aiohttp import ClientPayloadError
+    from botocore.exceptions import IncompleteReadError, ResponseStreamingError
+
+    return (ClientPayloadError, ResponseStreamingError, IncompleteReadError, AioReadTimeoutError)
+
+
 class ObjectNotFound(Exception):
     """The object does not exist (the manager turns it into RemoteResourceNotFoundException)."""
 
@@ -170,11 +181,17 @@ class ObjectStore:
         root: Path | None = None,
         part_size: int = 8 << 20,
         request_timeout: float | None = None,
+        attempts: int = 1,
     ) -> None:
-        """`request_timeout`: seconds one S3 request may take, retries included (None: no bound)."""
+        """`request_timeout`: seconds one S3 request may take, retries included (None: no bound);
+        `attempts`: how often a GET whose body failed after its headers is tried in all (see `_remote`)."""
         self.fs = fs
         self.backend = backend
         self.request_timeout = request_timeout if backend is Backend.S3 else None
+        self.attempts = attempts
+        self._body_errors: tuple[type[BaseException], ...] = (
+            _s3_body_errors() if backend is Backend.S3 else ()
+        )
         # resolved once: symlinks in the root's own path are the operator's; any below it are refused
         self.root = root.expanduser().resolve() if root is not None else None
         self.part_size = part_size
@@ -250,31 +267,54 @@ class ObjectStore:
         )
         # s3fs retries in loops of its own, nested (cat_file's around _call_s3's), each around botocore's
         # attempts: 5 x 5 x botocore's made a stalled read last minutes. botocore's attempts are the only ones
+        # (and, for a GET whose body fails after botocore returned, `_remote`'s: the same number, one loop)
         fs.retries = 1
-        return cls(fs, Backend.S3, None, part_size, request_timeout)
+        attempts = int(config.get("storage.s3.retry.max.attempts"))  # type: ignore[arg-type]
+        return cls(fs, Backend.S3, None, part_size, request_timeout, attempts)
 
-    def _remote(self, bucket: str, key: str, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    def _remote(
+        self, bucket: str, key: str, call: Callable[..., T], *args: Any, read: bool = False, **kwargs: Any
+    ) -> T:
         """Run one blocking fsspec call; on S3 bounded by `request_timeout`, retries included.
 
         fsspec runs the call's coroutine on its event loop and, given `timeout`, cancels it when the time is
         up (the connection is dropped); that is reported as a TimeoutError naming the object and the setting.
+
+        ``read``: the call is a GET, whose body is read after botocore has returned the response. botocore
+        retries until the headers have arrived, not after; so a body cut short, reset or stalled past the
+        read timeout is tried again here (a GET is idempotent), `attempts` times in all, within the same
+        deadline. Without it one such fault failed the fetch while botocore still had attempts left.
         """
         if self.request_timeout is None:
             return call(*args, **kwargs)
         started = time.monotonic()
-        try:
-            return call(*args, timeout=self.request_timeout, **kwargs)
-        except FSTimeoutError as exc:
-            waited = time.monotonic() - started
-            if waited < self.request_timeout:  # a timeout inside the request, reported by fsspec as its own
-                raise TimeoutError(
-                    f"{self.describe(bucket, key)}: timed out after {waited:.1f} s: "
-                    f"{redact_text(str(exc.__cause__ or exc))}"
-                ) from None
-            raise TimeoutError(
-                f"{self.describe(bucket, key)}: no answer within {self.request_timeout:g} s "
-                "(storage.s3.request.timeout.ms, retries included)"
-            ) from None
+        attempt = 1
+        while True:
+            try:
+                remaining = self.request_timeout - (time.monotonic() - started)
+                return call(*args, timeout=max(remaining, 0.001), **kwargs)
+            except FSTimeoutError as exc:
+                waited = time.monotonic() - started
+                if waited >= self.request_timeout:
+                    raise TimeoutError(
+                        f"{self.describe(bucket, key)}: no answer within {self.request_timeout:g} s "
+                        "(storage.s3.request.timeout.ms, retries included)"
+                    ) from None
+                # a timeout inside the request, reported by fsspec as its own (a body read timeout too)
+                if not (read and attempt < self.attempts and isinstance(exc.__cause__, self._body_errors)):
+                    raise TimeoutError(
+                        f"{self.describe(bucket, key)}: timed out after {waited:.1f} s: "
+                        f"{redact_text(str(exc.__cause__ or exc))}"
+                    ) from None
+                failure: BaseException = exc.__cause__ or exc
+            except self._body_errors as exc:
+                if not (read and attempt < self.attempts):
+                    raise
+                failure = exc
+            attempt += 1
+            log.debug(
+                "%s: the body of a GET failed (%s); attempt %d", self.describe(bucket, key), failure, attempt
+            )
 
     # -- naming ------------------------------------------------------------------------------------------
     def path(self, bucket: str, key: str) -> str:
@@ -334,7 +374,7 @@ class ObjectStore:
     def get(self, bucket: str, key: str) -> bytes:
         try:
             with self.network_wait():
-                data = self._remote(bucket, key, self.fs.cat_file, self.path(bucket, key))
+                data = self._remote(bucket, key, self.fs.cat_file, self.path(bucket, key), read=True)
         except FileNotFoundError:
             raise ObjectNotFound(self.describe(bucket, key)) from None
         self.stats.read(len(data))
@@ -347,7 +387,7 @@ class ObjectStore:
         try:
             with self.network_wait():
                 data = self._remote(
-                    bucket, key, self.fs.cat_file, self.path(bucket, key), start=start, end=end
+                    bucket, key, self.fs.cat_file, self.path(bucket, key), start=start, end=end, read=True
                 )
         except FileNotFoundError:
             raise ObjectNotFound(self.describe(bucket, key)) from None
