@@ -2,10 +2,10 @@
 
 Spark's Kafka source (KafkaRecordToRowConverter) yields `key` binary, `value` binary, `topic` string,
 `partition` int, `offset` long, `timestamp` timestamp, `timestampType` int, and with `includeHeaders`
-`headers` array<struct<key string, value binary>>; every field nullable. Spark's Arrow reader wants each
-yielded batch to match `to_arrow_schema(schema)` exactly (`binary`, not `large_binary`;
-`timestamp('us', tz='UTC')`), so the conversion below re-types the decoder's columns without copying
-keys, values or headers (their buffers are reused as they are).
+`headers` array<struct<key string, value binary>> (null for a record without headers); every field
+nullable. Spark's Arrow reader wants each yielded batch to match `to_arrow_schema(schema)` exactly
+(`binary`, not `large_binary`; `timestamp('us', tz='UTC')`), so the conversion below re-types the
+decoder's columns without copying keys, values or headers (their buffers are reused as they are).
 """
 
 from __future__ import annotations
@@ -75,12 +75,15 @@ def constant_string(value: str, n: int) -> pa.Array:
 
 
 def _headers(column: pa.Array) -> pa.Array:
-    """The decoder's non-null header lists re-typed as Spark's nullable array<struct<...>> (no copy)."""
+    """The decoder's header lists re-typed as Spark's nullable array<struct<...>> (headers not copied),
+    null for a record without headers: Spark's Kafka source (KafkaRecordToRowConverter) gives null there,
+    not an empty array, and a query such as `where headers is null` must mean the same on both."""
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
     items = column.values
     struct = pa.StructArray.from_arrays([items.field("key"), items.field("value")], names=["key", "value"])
-    return pa.ListArray.from_arrays(column.offsets, struct, type=HEADERS_ARROW_TYPE)
+    empty = pc.equal(pc.list_value_length(column), 0)
+    return pa.ListArray.from_arrays(column.offsets, struct, type=HEADERS_ARROW_TYPE, mask=empty)
 
 
 def to_spark_batch(

@@ -21,6 +21,7 @@ from harness.kafka import KafkaBroker  # noqa: E402
 from harness.maven import JavaBuild, build_dump_log_tool, build_test_java  # noqa: E402
 from harness.oracle import JavaOracle  # noqa: E402
 from harness.s3 import S3Server  # noqa: E402
+from harness.spark_cluster import SparkCluster  # noqa: E402
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -32,6 +33,7 @@ FIXTURE_MARKERS: dict[str, str] = {
     "kafka_libs": "kafka",
     "s3_server": "s3",
     "spark": "spark",
+    "spark_cluster": "spark",
     "java_oracle": "oracle",
     "java_build": "oracle",
     "kafka_dump_log": "oracle",
@@ -140,6 +142,18 @@ def spark() -> Iterator[SparkSession]:
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
+    """A Spark standalone cluster: a master and two workers (1 core, 512 MiB each) from pyspark's own
+    ``bin/spark-class`` on 127.0.0.1; connect a driver (in a subprocess) to ``master_url``."""
+    cluster = SparkCluster(tmp_path_factory.mktemp("spark-cluster"))
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture(scope="session")

@@ -5,8 +5,10 @@ One broker (KRaft), our plugin as its RemoteStorageManager, the default topic-ba
 transaction go to a 3-partition topic; the bridge is killed with SIGKILL while segments are being
 tiered. Then: every partition is tiered and trimmed locally, the store holds only encrypted, complete
 segments, a read_committed consumer from offset 0 gets exactly the committed records (read back from
-S3), ListOffsets by timestamp lands on the right offset through the remote time index, and deleting
-the topic deletes its remote objects.
+S3), ListOffsets by timestamp lands on the right offset through the remote time index, `format
+("kafka-tiered")` reading the bucket with the broker's own server.properties gives exactly the rows a
+consumer from offset 0 reads (read_committed and read_uncommitted alike), and deleting the topic
+deletes its remote objects.
 """
 
 from __future__ import annotations
@@ -25,12 +27,17 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+import pyarrow as pa
 import pytest
 from harness.waiting import wait_until
 from test_bridge_plugin import bridge_command, bridge_plugin_jar  # noqa: F401 - session fixture
 
 from rsm.bridge.client import BridgeClient
+
+if TYPE_CHECKING:
+    from kafka.consumer.fetcher import ConsumerRecord
 
 pytestmark = [pytest.mark.kafka, pytest.mark.s3, pytest.mark.timeout(900)]
 
@@ -41,6 +48,7 @@ CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 TXN_RECORDS = 500
 VALUE_SIZE = 160
 T0 = int(time.time() * 1000) - 3_600_000  # record timestamps: an hour ago, one ms apart
+SPARK_COLUMNS = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers"]
 
 
 def value_of(key: bytes) -> bytes:
@@ -155,7 +163,77 @@ def produce(bootstrap: str, expected: dict[bytes, tuple[int, int, int]], stop_ea
     tail.close()
 
 
-def test_tiering_through_the_bridge(bridge_plugin_jar, kafka_broker_factory, s3_server, short_dir):  # noqa: F811
+def read_from_zero(bootstrap: str, isolation_level: str, timeout: float = 240) -> list[ConsumerRecord]:
+    """Everything a consumer with ``isolation_level`` reads from offset 0 to the end it sees at the start
+    (the last stable offset under read_committed), in every partition."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        isolation_level=isolation_level,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        max_partition_fetch_bytes=1024 * 1024,
+    )
+    try:
+        tps = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        end = consumer.end_offsets(tps)
+        records: list[ConsumerRecord] = []
+        deadline = time.monotonic() + timeout
+        while any(consumer.position(tp) < end[tp] for tp in tps):
+            assert time.monotonic() < deadline, f"{isolation_level} consumer stuck at {len(records)} records"
+            for batch in consumer.poll(timeout_ms=2000, max_records=5000).values():
+                records.extend(batch)
+        return records
+    finally:
+        consumer.close()
+
+
+def spark_table(spark, store_options: dict[str, str], isolation_level: str) -> pa.Table:  # noqa: ANN001
+    """What format("kafka-tiered") reads of the topic from the bucket alone (no broker), every column,
+    the timestamp as Kafka's milliseconds (exact, whatever the driver's time zone), by partition and offset."""
+    df = (
+        spark.read.format("kafka-tiered")
+        .options(**store_options)
+        .option("subscribe", TOPIC)
+        .option("includeHeaders", "true")
+        .option("kafka.isolation.level", isolation_level)
+        .load()
+    )
+    assert df.columns == SPARK_COLUMNS
+    table = df.selectExpr(
+        *SPARK_COLUMNS[:5], "unix_millis(timestamp) AS timestamp", *SPARK_COLUMNS[6:]
+    ).toArrow()
+    return table.sort_by([("partition", "ascending"), ("offset", "ascending")])
+
+
+def consumer_table(records: list[ConsumerRecord], schema: pa.Schema) -> pa.Table:
+    """Consumer records as the rows Spark's Kafka source makes of them: headers null when there are none."""
+    rows = [
+        {"key": r.key, "value": r.value, "topic": r.topic, "partition": r.partition, "offset": r.offset,
+         "timestamp": r.timestamp, "timestampType": r.timestamp_type,
+         "headers": [{"key": k, "value": v} for k, v in r.headers] or None}
+        for r in sorted(records, key=lambda r: (r.partition, r.offset))
+    ]  # fmt: skip
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def first_difference(got: pa.Table, want: pa.Table) -> str:
+    """One line on where two long tables part (pytest's own diff of 100k rows takes minutes)."""
+    if got.schema != want.schema:
+        return f"schemas differ: {got.schema} vs {want.schema}"
+    for n, (g, w) in enumerate(zip(got.to_pylist(), want.to_pylist(), strict=False)):
+        if g != w:
+            fields = [k for k in g if g[k] != w[k]]
+            return (
+                f"row {n} (partition {w['partition']} offset {w['offset']}) differs in {fields}: {g} vs {w}"
+            )
+    return f"the source has {got.num_rows} rows, the consumer {want.num_rows}"
+
+
+def test_tiering_through_the_bridge(bridge_plugin_jar, kafka_broker_factory, s3_server, short_dir, spark):  # noqa: F811, ANN001
     from harness.ports import free_ports
     from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
     from kafka.admin import NewTopic
@@ -252,8 +330,14 @@ def test_tiering_through_the_bridge(bridge_plugin_jar, kafka_broker_factory, s3_
         assert killed and killed[0] > 0, "the bridge was not killed mid-tiering"
 
         # tiering resumes with a fresh bridge: every partition ends with only its active segment locally
+        # Kafka 4.4 also rolls an active segment past local.retention.ms so that it gets tiered: wait for
+        # that too, so every record is read from S3 below (what stays local is one empty segment)
         def all_tiered() -> bool:
-            return all(len(local_segments(broker, p)) == 1 for p in range(PARTITIONS))
+            segments = [local_segments(broker, p) for p in range(PARTITIONS)]
+            return all(
+                len(s) == 1 and (broker.partition_dir(TOPIC, p) / f"{s[0]:020d}.log").stat().st_size == 0
+                for p, s in enumerate(segments)
+            )
 
         wait_until("local segments tiered and deleted", all_tiered, 300, 2)
         health = BridgeClient(sock).health()
@@ -284,40 +368,23 @@ def test_tiering_through_the_bridge(bridge_plugin_jar, kafka_broker_factory, s3_
         # reading from offset 0 goes to S3: local logs start later
         local_start = {p: local_segments(broker, p)[0] for p in range(PARTITIONS)}
         assert all(v > 0 for v in local_start.values()), local_start
-        consumer = KafkaConsumer(
-            bootstrap_servers=bootstrap,
-            isolation_level="read_committed",
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            max_partition_fetch_bytes=1024 * 1024,
-            consumer_timeout_ms=1000,
-        )
-        tps = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
-        consumer.assign(tps)
-        consumer.seek_to_beginning(*tps)
+        committed = read_from_zero(bootstrap, "read_committed")
         got: Counter[bytes] = Counter()
         bad_values = 0
         headers_seen = 0
-        deadline = time.monotonic() + 240
-        while sum(got.values()) < len(expected) and time.monotonic() < deadline:
-            for records in consumer.poll(timeout_ms=2000, max_records=5000).values():
-                for r in records:
-                    got[r.key] += 1
-                    bad_values += r.value != value_of(r.key)
-                    want = expected.get(r.key)
-                    if want is not None:
-                        assert (r.partition, r.offset, r.timestamp) == want, r.key
-                    if r.headers:
-                        headers_seen += 1
-                        if r.key.startswith(b"tx-"):
-                            assert r.headers == [("tx", b"commit")]
-                        elif not r.key.startswith(b"tail-"):
-                            codec, n = r.key.decode().split("-")
-                            assert r.headers == [("codec", codec.encode()), ("n", n.encode())]
-        time.sleep(2)
-        for records in consumer.poll(timeout_ms=2000).values():
-            for r in records:
-                got[r.key] += 1
+        for r in committed:
+            got[r.key] += 1
+            bad_values += r.value != value_of(r.key)
+            want = expected.get(r.key)
+            if want is not None:
+                assert (r.partition, r.offset, r.timestamp) == want, r.key
+            if r.headers:
+                headers_seen += 1
+                if r.key.startswith(b"tx-"):
+                    assert r.headers == [("tx", b"commit")]
+                elif not r.key.startswith(b"tail-"):
+                    codec, n = r.key.decode().split("-")
+                    assert r.headers == [("codec", codec.encode()), ("n", n.encode())]
         assert bad_values == 0
         assert not [k for k, c in got.items() if c > 1], "duplicates"
         assert not [k for k in got if k.startswith(b"tx-abort")], "aborted records delivered"
@@ -325,6 +392,10 @@ def test_tiering_through_the_bridge(bridge_plugin_jar, kafka_broker_factory, s3_
         assert not missing, f"{len(missing)} committed records missing, e.g. {sorted(missing)[:5]}"
         assert set(got) == set(expected)
         assert headers_seen > 0
+        uncommitted = read_from_zero(bootstrap, "read_uncommitted")
+        assert len(uncommitted) == len(committed) + TXN_RECORDS
+        extra = {r.key for r in uncommitted} - {r.key for r in committed}
+        assert len(extra) == TXN_RECORDS and all(k.startswith(b"tx-abort") for k in extra)
         # Kafka's remote reads went through the plugin's shared-memory transport (the default), every byte
         streamed = BridgeClient(sock).health()
         assert streamed["shm_bytes_streamed"] > 0, streamed
@@ -337,6 +408,8 @@ def test_tiering_through_the_bridge(bridge_plugin_jar, kafka_broker_factory, s3_
         )
 
         # ListOffsets by timestamp, inside tiered segments: answered through the remote time index
+        tps = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
+        consumer = KafkaConsumer(bootstrap_servers=bootstrap)
         for p in range(PARTITIONS):
             mine = sorted((off, ts) for part, off, ts in expected.values() if part == p)
             target_off, target_ts = mine[len(mine) // 5]
@@ -345,6 +418,31 @@ def test_tiering_through_the_bridge(bridge_plugin_jar, kafka_broker_factory, s3_
             want = min(off for off, ts in mine if ts >= target_ts)
             assert found is not None and found.offset == want, (p, found, want)
         consumer.close()
+
+        # format("kafka-tiered") reads the bucket with the broker's own server.properties (its rsm.config.*
+        # keys; the credentials the broker takes from its environment come as options) and gives exactly
+        # the rows a consumer from offset 0 reads, every one of which the broker served from S3
+        import spark_reader
+
+        assert all(r.offset < local_start[r.partition] for r in uncommitted)
+        spark_reader.register(spark)
+        store_options = {
+            "rsm.properties": str(broker.config_file),
+            "storage.s3.access.key.id": s3_server.access_key,
+            "storage.s3.secret.access.key": s3_server.secret_key,
+        }
+        for isolation, records in (("read_committed", committed), ("read_uncommitted", uncommitted)):
+            started = time.monotonic()
+            got_table = spark_table(spark, store_options, isolation)
+            want_table = consumer_table(records, got_table.schema)
+            if not got_table.equals(want_table):
+                difference = first_difference(got_table, want_table)
+                pytest.fail(f"{isolation}: format kafka-tiered differs from the consumer: {difference}")
+            print(
+                f"spark {isolation}: {got_table.num_rows} rows equal the consumer's "
+                f"({time.monotonic() - started:.1f}s)",
+                file=sys.stderr,
+            )
 
         # deleting the topic deletes its remote objects
         admin.delete_topics([TOPIC])
