@@ -52,6 +52,9 @@ def test_a_one_percent_offset_range_downloads_under_two_percent(tmp_path: Path) 
     ((store, _),) = partition_reader._clients.values()
     planning = reader.last_planner.catalog.store.stats.bytes_read  # manifests and indexes
     downloaded = store.stats.bytes_read + planning
+    print(
+        f"downloaded {downloaded:,} of {total:,} stored bytes ({downloaded / total:.2%}): chunks {store.stats.bytes_read:,}, planning {planning:,}"
+    )
     assert downloaded <= 0.02 * total, (store.stats.bytes_read, planning, total)
 
 
