@@ -27,6 +27,7 @@ from rsm.catalog import TopicCatalog
 from rsm.catalog.segments import CatalogError
 from rsm.catalog.usage import topic_usage
 from rsm.cli.console import err_console, out_console
+from rsm.cli.options import config_and_json
 from rsm.config import RsmConfig
 from rsm.errors import ConfigException
 from rsm.metadata import to_uuid, uuid_to_base64
@@ -41,28 +42,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _common(parser, None)
+    config_and_json(parser, None)
     actions = parser.add_subparsers(dest="action", metavar="ACTION")
     p = actions.add_parser("du", help="segments, bytes, offsets per topic, partition and location")
     p.add_argument("--topic", help="one topic (default: every topic in the store)")
-    _common(p, argparse.SUPPRESS)
+    config_and_json(p, argparse.SUPPRESS)
     p = actions.add_parser("ls", help="the segments of a topic (or one partition) and their history")
     p.add_argument("--topic", required=True)
     p.add_argument("--partition", type=int)
     p.add_argument("--topic-id", help="a topic id other than the live (newest) one")
-    _common(p, argparse.SUPPRESS)
+    config_and_json(p, argparse.SUPPRESS)
     p = actions.add_parser("locate", help="every location of a topic's segments")
     p.add_argument("--topic", help="one topic (default: every topic in the store)")
     p.add_argument("--record", action="store_true", help="write scanned locations into the location record")
-    _common(p, argparse.SUPPRESS)
+    config_and_json(p, argparse.SUPPRESS)
     parser.set_defaults(func=run, config=None, json=False, action=None)
-
-
-def _common(parser: argparse.ArgumentParser, default: Any) -> None:
-    parser.add_argument(
-        "--config", type=Path, default=default, help="broker server.properties (rsm.config.* keys)"
-    )
-    parser.add_argument("--json", action="store_true", default=default, help="JSON output for scripts")
 
 
 def _catalog(path: Path) -> TopicCatalog:

@@ -26,6 +26,7 @@ from rich.table import Table
 
 from rsm.bridge.server import load_properties, split_rsm_configs
 from rsm.cli.console import err_console, out_console
+from rsm.cli.options import config_and_json
 from rsm.config import ConfigEntry, ConfigSource, RsmConfig
 from rsm.errors import ConfigException
 from rsm.keyring import Keyring
@@ -47,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _common(parser, argparse.SUPPRESS)
+    config_and_json(parser, argparse.SUPPRESS)
     actions = parser.add_subparsers(dest="action", metavar="ACTION")
     topic = argparse.ArgumentParser(add_help=False)
     topic.add_argument("--topic", required=True, help="topic name")
@@ -58,26 +59,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     topic.add_argument("--bootstrap-server", help="broker to look the topic id up from")
 
     p = actions.add_parser("describe", parents=[topic], help="every effective setting with its source")
-    _common(p, argparse.SUPPRESS)
+    config_and_json(p, argparse.SUPPRESS)
     p = actions.add_parser("set", parents=[topic], help="set overlay keys (KEY=VALUE ...)")
     p.add_argument("pairs", nargs="+", metavar="KEY=VALUE", help=f"keys: {', '.join(known_keys())}")
     p.add_argument("--dry-run", action="store_true", help="validate and show the result; write nothing")
-    _common(p, argparse.SUPPRESS)
+    config_and_json(p, argparse.SUPPRESS)
     p = actions.add_parser("unset", parents=[topic], help="remove overlay keys")
     p.add_argument("keys", nargs="+", metavar="KEY")
     p.add_argument("--dry-run", action="store_true", help="validate and show the result; write nothing")
-    _common(p, argparse.SUPPRESS)
+    config_and_json(p, argparse.SUPPRESS)
     p = actions.add_parser("list", help="every topic overlay in the store")
-    _common(p, argparse.SUPPRESS)
+    config_and_json(p, argparse.SUPPRESS)
     parser.set_defaults(func=run, config=None, json=False, action=None)
-
-
-def _common(parser: argparse.ArgumentParser, default: Any) -> None:
-    """--config and --json, accepted before or after the action."""
-    parser.add_argument(
-        "--config", type=Path, default=default, help="broker server.properties (rsm.config.* keys)"
-    )
-    parser.add_argument("--json", action="store_true", default=default, help="JSON output for scripts")
 
 
 class _Error(Exception):
