@@ -16,6 +16,7 @@ properties, e.g. the bridge's socket path::
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -121,7 +122,15 @@ class KafkaCluster:
         return self
 
     def stop(self) -> None:
-        for node in self.nodes.values():
+        """Stop every node at once: one by one, the last nodes wait for a quorum that is gone."""
+        threads = [
+            threading.Thread(target=n.stop, daemon=True) for n in self.nodes.values() if n.is_running()
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for node in self.nodes.values():  # a node whose thread failed (stop() is idempotent)
             node.stop()
 
     def kill(self, node_id: int) -> None:
