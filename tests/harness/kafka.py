@@ -72,12 +72,13 @@ def tiered_storage_props(
     *,
     task_interval_ms: int = 500,
     retention_check_interval_ms: int = 1000,
+    metadata_replication_factor: int = 1,
 ) -> dict[str, str]:
     """Broker properties enabling tiered storage on this single-node broker with ``rsm_class``.
 
     ``rsm_config`` keys are passed to the RSM's ``configure`` (Kafka strips the ``rsm.config.`` prefix).
-    The metadata manager is Kafka's default topic-based one, with a one-partition, replication-factor-1
-    ``__remote_log_metadata`` topic; copy/expiry tasks run every ``task_interval_ms`` and local
+    The metadata manager is Kafka's default topic-based one, with a one-partition ``__remote_log_metadata``
+    topic of replication factor ``metadata_replication_factor`` (1: a single node; min ISR 2 above that); copy/expiry tasks run every ``task_interval_ms`` and local
     retention is checked every ``retention_check_interval_ms`` so tests see segments move quickly.
     Topics opt in with ``remote.storage.enable=true`` (and e.g. ``local.retention.ms``).
     """
@@ -85,9 +86,9 @@ def tiered_storage_props(
         "remote.log.storage.system.enable": "true",
         "remote.log.storage.manager.class.name": rsm_class,
         "remote.log.metadata.manager.listener.name": "PLAINTEXT",
-        "rlmm.config.remote.log.metadata.topic.replication.factor": "1",
+        "rlmm.config.remote.log.metadata.topic.replication.factor": str(metadata_replication_factor),
         "rlmm.config.remote.log.metadata.topic.num.partitions": "1",
-        "rlmm.config.remote.log.metadata.topic.min.isr": "1",
+        "rlmm.config.remote.log.metadata.topic.min.isr": str(min(2, metadata_replication_factor)),
         "remote.log.manager.task.interval.ms": str(task_interval_ms),
         "remote.log.manager.copier.thread.pool.size": "2",
         "remote.log.manager.expiration.thread.pool.size": "2",
@@ -192,12 +193,20 @@ class KafkaBroker:
         return self._process is not None and self._process.poll() is None
 
     # ------------------------------------------------------------------ lifecycle
+    # Overridden by a node of a multi-node cluster (harness.kafka_cluster): one voter, RF 1 here.
+    replication_factor = 1
+
+    def _quorum_voters(self) -> str:
+        """``controller.quorum.voters``: this node alone."""
+        return f"{self.node_id}@{LOOPBACK}:{self.controller_port}"
+
     def _properties(self) -> dict[str, str]:
         assert self.port is not None and self.controller_port is not None
+        min_isr = min(2, self.replication_factor)
         props = {
             "process.roles": "broker,controller",
             "node.id": str(self.node_id),
-            "controller.quorum.voters": f"{self.node_id}@{LOOPBACK}:{self.controller_port}",
+            "controller.quorum.voters": self._quorum_voters(),
             "listeners": f"PLAINTEXT://{LOOPBACK}:{self.port},CONTROLLER://{LOOPBACK}:{self.controller_port}",
             "advertised.listeners": f"PLAINTEXT://{LOOPBACK}:{self.port}",
             "controller.listener.names": "CONTROLLER",
@@ -205,14 +214,14 @@ class KafkaBroker:
             "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
             "log.dirs": str(self.data_dir),
             "num.partitions": "1",
-            "default.replication.factor": "1",
-            "offsets.topic.replication.factor": "1",
+            "default.replication.factor": str(self.replication_factor),
+            "offsets.topic.replication.factor": str(self.replication_factor),
             "offsets.topic.num.partitions": "4",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.replication.factor": str(self.replication_factor),
+            "transaction.state.log.min.isr": str(min_isr),
             "transaction.state.log.num.partitions": "4",
-            "share.coordinator.state.topic.replication.factor": "1",
-            "share.coordinator.state.topic.min.isr": "1",
+            "share.coordinator.state.topic.replication.factor": str(self.replication_factor),
+            "share.coordinator.state.topic.min.isr": str(min_isr),
             "group.initial.rebalance.delay.ms": "0",
             "num.network.threads": "2",
             "num.io.threads": "2",
@@ -238,6 +247,17 @@ class KafkaBroker:
 
     def start(self) -> KafkaBroker:
         """Format storage, start the broker and wait until it answers metadata requests."""
+        if self.is_running():
+            return self
+        self.launch()
+        return self.wait_until_ready()
+
+    def launch(self) -> KafkaBroker:
+        """Format storage (first start only) and start the JVM without waiting for it to be ready.
+
+        A multi-node cluster launches every node first: no node is ready before a quorum of
+        controllers is up.
+        """
         if self.is_running():
             return self
         classpath = self._classpath()
@@ -272,6 +292,10 @@ class KafkaBroker:
             stdout.close()
         with _RUNNING_LOCK:
             _RUNNING.add(self)
+        return self
+
+    def wait_until_ready(self) -> KafkaBroker:
+        """Wait until the launched broker answers metadata requests (stops it and raises if it does not)."""
         try:
             self._wait_until_ready()
         except BaseException:
@@ -283,7 +307,7 @@ class KafkaBroker:
         return self
 
     def _format(self, classpath: str, java_opts: list[str]) -> None:
-        self.cluster_id = new_cluster_id()
+        self.cluster_id = self.cluster_id or new_cluster_id()
         format_log = self.logs_dir / "format.log"
         cmd = dies_with_parent(
             [
@@ -362,6 +386,7 @@ class KafkaBroker:
         configs: Mapping[str, str] | None = None,
         *,
         timeout: float = 60.0,
+        replication_factor: int | None = None,
     ) -> dict[str, Any]:
         """Create ``topic`` and wait until every partition has a leader; returns its description.
 
@@ -377,7 +402,7 @@ class KafkaBroker:
                     NewTopic(
                         topic,
                         num_partitions=partitions,
-                        replication_factor=1,
+                        replication_factor=replication_factor or self.replication_factor,
                         topic_configs=dict(configs or {}),
                     )
                 ]
@@ -413,6 +438,18 @@ class KafkaBroker:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=30)
+        self._process = None
+        with _RUNNING_LOCK:
+            _RUNNING.discard(self)
+
+    def kill(self) -> None:
+        """``kill -9``: SIGKILL to the JVM's whole process group (the bridge it started included), no shutdown."""
+        proc = self._process
+        if proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
         self._process = None
         with _RUNNING_LOCK:
             _RUNNING.discard(self)
