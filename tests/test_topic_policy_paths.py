@@ -277,8 +277,12 @@ def test_bridge_validate_alter_config(bridge: BridgeClient, rsm: RemoteStorageMa
     # KRaft asks the alter policy for a topic being created too: no id, no current configs -> pending by name
     rsm.pending_overlays.write("pci-new", ENCRYPTED)
     bridge.call("validate_alter_config", {**turn_on, "resource_name": "pci-new"})
-    with pytest.raises(PolicyViolationException, match="must be encrypted"):
+    with pytest.raises(PolicyViolationException, match="pci-other: change refused .*must be encrypted"):
         bridge.call("validate_alter_config", {**turn_on, "resource_name": "pci-other"})
+    # ... and when the plugin knows the topic does not exist yet, it is judged (and worded) as a creation
+    with pytest.raises(PolicyViolationException, match="pci-other: creation refused .*must be encrypted"):
+        bridge.call("validate_alter_config", {**turn_on, "resource_name": "pci-other", "exists": False})
+    bridge.call("validate_alter_config", {**turn_on, "resource_name": "pci-new", "exists": False})
     with pytest.raises(RemoteStorageException, match="INVALID_REQUEST.*configs"):
         bridge.call("validate_alter_config", {**turn_on, "configs": {"a": 1}})
 

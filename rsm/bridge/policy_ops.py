@@ -5,7 +5,9 @@ and the RSM's copies all ask one policy.
 
 The request carries what Kafka hands the policy class (see PROTOCOL.md, "Topic policy"); the topic's
 overlay joins it here: the pending overlay of the name for a topic being created (`rsm.policy.pending`),
-the topic id's overlay (adopting a pending one) for an existing topic. A refusal is an `ERROR` frame with
+the topic id's overlay (adopting a pending one) for an existing topic. KRaft also asks the alter policy
+about a new topic's configs, just before the create policy: when the plugin found that the topic does not
+exist yet (`"exists": false`), that request is judged, and worded, as the creation it is. A refusal is an `ERROR` frame with
 code `POLICY_VIOLATION` and the policy's message, which the plugin throws as Kafka's
 `PolicyViolationException`; an accepted request answers the effective RSM settings (secrets masked).
 """
@@ -80,6 +82,13 @@ def _entry_json(e: ConfigEntry) -> dict[str, Any]:
     }
 
 
+class _Context:
+    """The part of a RequestContext the operations read."""
+
+    def __init__(self, header: dict[str, Any]) -> None:
+        self.header = header
+
+
 class PolicyOps:
     """The two operations, over an RSM that has a topic policy and overlays (ours)."""
 
@@ -116,6 +125,9 @@ class PolicyOps:
             return {}  # broker and other resources: not the topic policy's business
         topic = str(_text(h, "resource_name"))
         altered = _strings(h, "configs", nulls=True)
+        if h.get("exists") is False:  # KRaft asks the alter policy for a new topic's configs: a creation
+            requested = {k: v for k, v in altered.items() if v is not None}
+            return self.validate_create_topic(_Context({**h, "topic": topic, "configs": requested}))
         current_kafka = h.get("current_configs")
         current = _strings(h, "current_configs")
         raw_id = _text(h, "topic_id", optional=True)

@@ -171,6 +171,7 @@ public class BridgeTopicPolicy implements CreateTopicPolicy, AlterConfigPolicy {
         h.put("configs", new TreeMap<>(altered)); // null values: keys removed
         h.put("current_configs", current.configs);
         h.put("topic_id", current.topicId);
+        h.put("exists", current.exists); // false: KRaft asks this policy for a topic being created too
         h.put("broker_configs", brokerConfigs);
         bridge.call("validate_alter_config", h, "change of topic " + topic + "'s configs");
     }
@@ -190,17 +191,20 @@ public class BridgeTopicPolicy implements CreateTopicPolicy, AlterConfigPolicy {
     private static final class TopicLookup {
         final String topicId;
         final Map<String, String> configs;
+        /** Whether the topic exists; null when not known (no Admin client, or it did not answer). */
+        final Boolean exists;
 
-        TopicLookup(String topicId, Map<String, String> configs) {
+        TopicLookup(String topicId, Map<String, String> configs, Boolean exists) {
             this.topicId = topicId;
             this.configs = configs;
+            this.exists = exists;
         }
     }
 
     /** The topic's id and explicitly set configs, when an Admin client is configured and answers in time. */
     private TopicLookup lookup(String topic) {
         if (adminProps == null) {
-            return new TopicLookup(null, null);
+            return new TopicLookup(null, null, null);
         }
         ConfigResource res = new ConfigResource(ConfigResource.Type.TOPIC, topic);
         try {
@@ -218,18 +222,18 @@ public class BridgeTopicPolicy implements CreateTopicPolicy, AlterConfigPolicy {
                 }
             } catch (java.util.concurrent.ExecutionException e) {
                 if (e.getCause() instanceof UnknownTopicOrPartitionException) {
-                    return new TopicLookup(null, Map.of()); // being created (KRaft asks this policy then too)
+                    return new TopicLookup(null, null, false); // being created (KRaft asks this policy then too)
                 }
                 throw e;
             }
-            return new TopicLookup(id, found);
+            return new TopicLookup(id, found, true);
         } catch (Exception e) {
             if (e instanceof InterruptedException) {
                 Thread.currentThread().interrupt();
             }
             LOG.warn("cannot read topic {}'s id and configs ({}); the policy judges the change without them", topic,
                     e.toString());
-            return new TopicLookup(null, null);
+            return new TopicLookup(null, null, null);
         }
     }
 
