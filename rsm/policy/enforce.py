@@ -22,7 +22,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 
-from rsm.errors import RemoteStorageException
+from rsm.errors import ConfigException, RemoteStorageException
 from rsm.metadata import RemoteLogSegmentMetadata, TopicIdPartition
 from rsm.policy.api import (
     AlterTopicRequest,
@@ -60,7 +60,8 @@ class PolicyGate:
     def check_copy(
         self, tip: TopicIdPartition, log_config: Mapping[str, str] | None, overlay: Mapping[str, str] | None
     ) -> None:
-        """RemoteStorageException with the policy's message when the topic may not be tiered as it is."""
+        """ConfigException (a RemoteStorageException) with the policy's message when the topic may not be
+        tiered as it is."""
         configs = {**topic_configs(log_config, overlay), "remote.storage.enable": "true"}
         key = (tip.topic, tip.topic_id, frozenset(configs.items()))
         now = self._clock()
@@ -87,8 +88,8 @@ class PolicyGate:
                     if len(self._answers) >= MAX_CACHED:
                         self._answers.clear()
                     self._answers[key] = (now + self.ttl, message)
-        if message is not None:
-            raise RemoteStorageException(f"copy of {tip} to tiered storage refused: {message}")
+        if message is not None:  # the topic's configuration is at fault: a ConfigException, as the RSM's own
+            raise ConfigException(f"copy of {tip} to tiered storage refused: {message}")
 
     def check_delete(
         self,
