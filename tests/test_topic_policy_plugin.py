@@ -198,6 +198,10 @@ def test_the_policy_class_asks_the_bridge_and_refuses_when_it_cannot(
     assert driver("close")["ok"]
     wait_gone(pid, 20)
     assert not (short_dir / "b.sock").exists()
+    # the refusals are in the bridge's log; the secret is in neither log
+    log = (short_dir / "bridge.log").read_text()
+    assert "validate_create_topic: topic pci-cards: creation refused" in log
+    assert SECRET not in log and SECRET not in driver.err.read_text()
 
 
 def test_an_external_bridge_that_is_down_is_named_in_the_refusal(
