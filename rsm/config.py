@@ -23,7 +23,9 @@ a broker setting, `record.validation.policy.class.name`.
 
 from __future__ import annotations
 
+import difflib
 import enum
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,6 +121,13 @@ def _prefix(key: str, value: str) -> str:
     if problem:
         raise ConfigException(f"config {key} must be a relative key prefix, got {shown(value)}: it {problem}")
     return v
+
+
+def _regex(key: str, value: str) -> re.Pattern[str]:
+    try:
+        return re.compile(value.strip())
+    except re.error as exc:
+        raise ConfigException(f"config {key} must be a regular expression, got {value!r}: {exc}") from None
 
 
 def _enum(kind: type[enum.Enum]) -> Callable[[str, str], enum.Enum]:
@@ -232,6 +241,36 @@ SETTINGS: tuple[Setting, ...] = (
         topic=True,
     ),
     Setting(
+        "legal.hold",
+        "false",
+        _bool,
+        "the topic is under legal hold: the topic policy refuses deleting it or its records, and the RSM keeps "
+        "its tiered segments",
+        topic=True,
+    ),
+    # the topic management policy (rsm.policy): the built-in one's rules, or a class of your own
+    Setting(
+        "policy.class.name",
+        None,
+        _str,
+        "TopicManagementPolicy class (module:Class) replacing the built-in policy (rsm.policy.builtin)",
+    ),
+    Setting(
+        "policy.buckets.allowed",
+        None,
+        _str,
+        "comma-separated bucket names or glob patterns topics may tier to (any valid bucket when unset)",
+    ),
+    Setting(
+        "policy.prefix.pattern", None, _regex, "regular expression every topic's prefix must match in full"
+    ),
+    Setting(
+        "policy.encryption.required.topics",
+        None,
+        _regex,
+        "regular expression of topic names whose tiered segments must be encrypted",
+    ),
+    Setting(
         "topic.overlay.cache.ms",
         "5000",
         lambda k, v: _int(k, v, 0, 3_600_000),
@@ -266,6 +305,22 @@ TOPIC_KEYS: tuple[str, ...] = (
 )
 
 
+def closest_topic_key(key: str) -> str | None:
+    """The topic-level key `key` most likely misspells (`unchecked.rsm.bukcet` -> `unchecked.rsm.bucket`)."""
+    # compared without the shared "unchecked." so that it does not make every key look alike
+    names = {k.removeprefix("unchecked."): k for k in TOPIC_KEYS}
+    matches = difflib.get_close_matches(key.removeprefix("unchecked."), list(names), n=1, cutoff=0.8)
+    return names[matches[0]] if matches else None
+
+
+def unknown_topic_key(key: str) -> str:
+    """The message refusing an unknown topic-level key: the closest valid name, else every valid name."""
+    guess = closest_topic_key(key)
+    if guess:
+        return f"unknown topic config {key!r}: did you mean {guess!r}?"
+    return f"unknown topic config {key!r}; known: {', '.join(TOPIC_KEYS)}"
+
+
 def parse_topic_config(key: str, value: str) -> object:
     """Parse one topic-level `unchecked.*` key with the parser the RSM itself uses for it.
 
@@ -283,7 +338,7 @@ def parse_topic_config(key: str, value: str) -> object:
         setting = SETTINGS_BY_NAME.get(key[len(TOPIC_PREFIX) :])
         if setting is not None and setting.topic:
             return parse_setting(setting, key, value)
-    raise ConfigException(f"unknown topic config {key!r}; known: {', '.join(TOPIC_KEYS)}")
+    raise ConfigException(unknown_topic_key(key))
 
 
 @dataclass(frozen=True)
@@ -311,6 +366,7 @@ class TopicSettings:
     chunk_size: int
     validation_policy: str | None
     on_violation: ViolationAction
+    legal_hold: bool = False
 
 
 class RsmConfig:
@@ -392,6 +448,7 @@ class RsmConfig:
             chunk_size=int(v["chunk.size"]),  # type: ignore[arg-type]
             validation_policy=policy,
             on_violation=v["record.validation.on.violation"],  # type: ignore[arg-type]
+            legal_hold=bool(v["legal.hold"]),
         )
 
     def _check_backend_bucket(self, bucket: str, key: str) -> None:

@@ -11,7 +11,8 @@ the settings: an existing segment is found through its custom metadata (where it
 changed bucket or prefix never orphans it.
 
 Copy, in order (so that nothing a reader can mistake for a segment reaches the store):
-1. resolve the topic's settings and the location; encode the custom metadata (refused if over 128 bytes);
+1. resolve the topic's settings and the location; ask the topic policy about the topic's state (a violation
+   refuses the copy: `rsm.policy.enforce`); encode the custom metadata (refused if over 128 bytes);
 2. read the whole segment once, checking every batch (`rsm.validation`), computing a CRC-32C per chunk and
    noting which chunks are mostly already-compressed batches; run the topic's record validation policy;
 3. delete a manifest left by an earlier attempt with the same segment id (so readers see "missing", never
@@ -79,8 +80,12 @@ from rsm.metadata import (
     TopicIdPartition,
     is_int,
 )
+from rsm.names import topic_problem
 from rsm.overlay import OverlayCache, TopicOverlayStore
 from rsm.policies import BuiltinPolicies
+from rsm.policy.api import TopicManagementPolicy, load_topic_policy
+from rsm.policy.enforce import PolicyGate
+from rsm.policy.pending import PendingAdopter, PendingOverlayStore
 from rsm.record_validation import RecordValidator, ValidationResult, ValidationStats
 from rsm.redact import redact_text
 from rsm.storage import ObjectNotFound, ObjectStore
@@ -140,6 +145,8 @@ class RemoteStorageManager:
         self._policy: RecordValidationPolicy | None = None
         self._validation_stats = ValidationStats()
         self._overlays: OverlayCache | None = None
+        self._pending: PendingOverlayStore | None = None
+        self._gate: PolicyGate | None = None
         self._registry: LocationRegistry | None = None
         self._registry_warned = False
         self._manifests: ByteLRU[tuple[Manifest, int]] = ByteLRU(8 << 20, sizeof=lambda v: v[1])
@@ -172,15 +179,24 @@ class RemoteStorageManager:
             if policy_class
             else BuiltinPolicies()  # topics name a built-in policy (rsm.policies)
         )
-        overlays = OverlayCache(
-            TopicOverlayStore(store, str(config.get("bucket")), str(config.get("prefix"))),
-            int(config.get("topic.overlay.cache.ms")),  # type: ignore[arg-type]
-        )
         registry = LocationRegistry(store, str(config.get("bucket")), str(config.get("prefix")))
+        # a topic's overlay, adopted from the pending overlay of its name before its first copy (rsm.policy)
+        overlay_store = TopicOverlayStore(store, str(config.get("bucket")), str(config.get("prefix")))
+        pending = PendingOverlayStore(store, str(config.get("bucket")), str(config.get("prefix")))
+        overlay_ttl = int(config.get("topic.overlay.cache.ms"))  # type: ignore[arg-type]
+        overlays = OverlayCache(
+            overlay_store, overlay_ttl, adopt=PendingAdopter(overlay_store, pending, registry)
+        )
+        topic_policy = load_topic_policy(
+            str(config.get("policy.class.name") or "") or None, {k: str(v) for k, v in configs.items()}
+        )
         with self._lock:
             old_policy = self._policy
+            old_gate = self._gate
             self._config, self._keyring, self._store, self._policy = config, keyring, store, policy
             self._overlays = overlays
+            self._pending = pending
+            self._gate = PolicyGate(topic_policy, overlay_ttl)
             self._registry = registry
             self._manifests = ByteLRU(int(config.get("cache.manifest.bytes")), sizeof=lambda v: v[1])  # type: ignore[arg-type]
             self._chunks = ByteLRU(int(config.get("cache.chunk.bytes")))  # type: ignore[arg-type]
@@ -193,6 +209,8 @@ class RemoteStorageManager:
                 )
         if old_policy is not None and old_policy is not policy:
             old_policy.close()
+        if old_gate is not None:
+            old_gate.policy.close()
         log.info("RemoteStorageManager configured: %r", config)
 
     def close(self) -> None:
@@ -200,12 +218,14 @@ class RemoteStorageManager:
             if self._closed:
                 return
             self._closed = True
-            executor, policy = self._executor, self._policy
+            executor, policy, gate = self._executor, self._policy, self._gate
             self._executor = None
         if executor is not None:
             executor.shutdown(wait=True, cancel_futures=True)
         if policy is not None:
             policy.close()
+        if gate is not None:
+            gate.policy.close()
         self._manifests.clear()
         self._chunks.clear()
         self._readers.clear()
@@ -254,6 +274,21 @@ class RemoteStorageManager:
         if self._overlays is None:
             raise RemoteStorageException("RemoteStorageManager is not configured")
         return self._overlays
+
+    @property
+    def pending_overlays(self) -> PendingOverlayStore:
+        """Settings of topics not created yet, adopted before their first copy (`rsm.policy.pending`)."""
+        if self._pending is None:
+            raise RemoteStorageException("RemoteStorageManager is not configured")
+        return self._pending
+
+    @property
+    def topic_policy(self) -> TopicManagementPolicy:
+        """The topic management policy (`policy.class.name`, or the built-in one), configured like the RSM:
+        the bridge answers the broker's policy classes with it, and copies and deletions ask it too."""
+        if self._gate is None:
+            raise RemoteStorageException("RemoteStorageManager is not configured")
+        return self._gate.policy
 
     def topic_overlay(self, topic_id_partition: TopicIdPartition) -> Mapping[str, str]:
         """The topic's overlay keys (cached); RemoteStorageException if the store cannot be read."""
@@ -371,6 +406,8 @@ class RemoteStorageManager:
             )
         seg = metadata.remote_log_segment_id
         settings = self._settings(log_config, seg.topic_id_partition)
+        assert self._gate is not None
+        self._gate.check_copy(seg.topic_id_partition, log_config, self.topic_overlay(seg.topic_id_partition))
         location = Location(settings.bucket, settings.prefix)
         custom = cm.encode(location)
         keys = SegmentKeys.of(location, metadata)
@@ -794,6 +831,8 @@ class RemoteStorageManager:
         multipart uploads. A failure to remove them fails the delete, so Kafka retries it.
         """
         self._check_call(metadata, log_config)
+        assert self._gate is not None  # a legal hold keeps the segment (rsm.policy.enforce)
+        self._gate.check_delete(metadata, log_config, self._delete_overlay(metadata.topic_id_partition))
         location = self._location(metadata, log_config)
         keys = SegmentKeys.of(location, metadata)
         self._forget(keys)
@@ -816,6 +855,13 @@ class RemoteStorageManager:
                 remove_segment_leftovers(self.store, keys.bucket, keys.stem)
         except Exception as exc:  # noqa: BLE001 - see the docstring
             log.warning("%s", exc)
+
+    def _delete_overlay(self, tip: TopicIdPartition) -> Mapping[str, str]:
+        """The overlay a deletion's legal-hold check reads. A topic name Kafka refuses (only a forged value
+        gets here) can have no overlay: the store refuses its keys just below, naming them."""
+        if topic_problem(tip.topic):
+            return {}
+        return self.topic_overlay(tip)
 
     def _forget(self, keys: SegmentKeys) -> None:
         hit = self._manifests.get((keys.bucket, keys.manifest))

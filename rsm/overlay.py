@@ -221,6 +221,10 @@ class OverlayCache:
 
     Absent overlays are cached too (most topics have none), so a copy costs at most one small GET per
     topic per TTL. A read failure is not cached: the caller fails its operation and Kafka retries.
+
+    `adopt(topic, topic_id)`, when given, is asked for a topic id without an overlay: it may adopt one (a
+    pending overlay written before the topic existed, `rsm.policy.pending`) and return it. When it does not,
+    the id's overlay is read once more: another broker may have adopted it meanwhile.
     """
 
     def __init__(
@@ -228,10 +232,12 @@ class OverlayCache:
         overlays: TopicOverlayStore,
         ttl_ms: int = 5000,
         clock: Callable[[], float] = time.monotonic,
+        adopt: Callable[[str, uuid.UUID], TopicOverlay | None] | None = None,
     ) -> None:
         self.overlays = overlays
         self.ttl = ttl_ms / 1000.0
         self._clock = clock
+        self._adopt = adopt
         self._entries: dict[tuple[str, uuid.UUID], tuple[float, Mapping[str, str]]] = {}
         self._lock = threading.Lock()
 
@@ -244,6 +250,8 @@ class OverlayCache:
         if hit is not None and now < hit[0]:
             return hit[1]
         overlay = self.overlays.read(topic, tid)
+        if overlay is None and self._adopt is not None:
+            overlay = self._adopt(topic, tid) or self.overlays.read(topic, tid)
         configs: Mapping[str, str] = overlay.configs if overlay is not None else MappingProxyType({})
         if self.ttl > 0:
             with self._lock:

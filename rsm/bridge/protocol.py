@@ -97,6 +97,7 @@ class ErrorCode(enum.StrEnum):
     VERSION_MISMATCH = "VERSION_MISMATCH"  # handshake failed
     SHUTTING_DOWN = "SHUTTING_DOWN"  # server stopping; the call may be retried on a fresh bridge
     BUSY = "BUSY"  # connection refused: the bridge serves bridge.max.connections already; retry later
+    POLICY_VIOLATION = "POLICY_VIOLATION"  # the topic policy refused the request -> PolicyViolationException
     INTERNAL = "INTERNAL"  # anything else -> RemoteStorageException
 
 
@@ -109,7 +110,7 @@ class Op(enum.StrEnum):
     FETCH_LOG_SEGMENT = "fetch_log_segment"
     FETCH_INDEX = "fetch_index"
     DELETE_LOG_SEGMENT_DATA = "delete_log_segment_data"
-    # Reserved for the topic policy classes (CreateTopicPolicy / AlterConfigPolicy) of a later issue.
+    # The topic policy classes of the JVM plugin (CreateTopicPolicy / AlterConfigPolicy): rsm.bridge.policy_ops
     VALIDATE_CREATE_TOPIC = "validate_create_topic"
     VALIDATE_ALTER_CONFIG = "validate_alter_config"
 
@@ -525,7 +526,10 @@ def negotiate_version(hello: Mapping[str, Any]) -> int:
 def error_code_for(exc: BaseException) -> ErrorCode:
     """Map an exception raised by the RSM (or by request decoding) to an ERROR frame code."""
     from rsm import RemoteResourceNotFoundException, RemoteStorageException
+    from rsm.policy.api import PolicyViolationException
 
+    if isinstance(exc, PolicyViolationException):
+        return ErrorCode.POLICY_VIOLATION
     if isinstance(exc, RemoteResourceNotFoundException):
         return ErrorCode.RESOURCE_NOT_FOUND
     if isinstance(exc, RemoteStorageException):
@@ -538,7 +542,10 @@ def error_code_for(exc: BaseException) -> ErrorCode:
 def exception_for(code: str, message: str) -> Exception:
     """Map an ERROR frame back to the RSM exception a Python client raises."""
     from rsm import RemoteResourceNotFoundException, RemoteStorageException
+    from rsm.policy.api import PolicyViolationException
 
     if code == ErrorCode.RESOURCE_NOT_FOUND:
         return RemoteResourceNotFoundException(message)
+    if code == ErrorCode.POLICY_VIOLATION:
+        return PolicyViolationException(message)
     return RemoteStorageException(f"bridge error {code}: {message}")

@@ -16,6 +16,7 @@ from typing import Any
 from rsm.bridge import shm
 from rsm.bridge.admission import Limits, setting_int
 from rsm.bridge.memory import DEFAULT_MALLOC_ARENAS, DEFAULT_MMAP_THRESHOLD_BYTES, tune_allocator
+from rsm.bridge.policy_ops import policy_handlers
 from rsm.bridge.properties import load_properties, mask_configs, split_rsm_configs
 from rsm.bridge.protocol import DEFAULT_DATA_FRAME_BYTES
 from rsm.bridge.server import DEFAULT_INITIAL_FRAME_BYTES, DEFAULT_SEND_BUFFER_BYTES, BridgeServer
@@ -82,6 +83,7 @@ def serve(
         fetch_permits=setting_int(settings, "bridge.fetch.permits", 0) if permits_raw else None,
         arena_blocks=setting_int(settings, "bridge.arena.blocks", 0) if arena_raw else None,
         limits=Limits.from_settings(settings),
+        handlers=policy_handlers(rsm),  # the broker's topic policy classes ask the RSM's policy
     )
     server.bind()
 

@@ -567,6 +567,8 @@ class BridgeServer:
         if code == ErrorCode.INTERNAL:
             log.exception("%s failed with an unexpected error", op)
             message = f"{type(exc).__name__}: {message}"
+        elif code == ErrorCode.POLICY_VIOLATION:  # an answer, not a failure of the bridge
+            log.info("%s: %s", op, message)
         elif code != ErrorCode.RESOURCE_NOT_FOUND:
             log.warning("%s failed: %s", op, message)
         self.send_error(conn, rid, code, message)

@@ -18,6 +18,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -100,6 +101,12 @@ def tiered_storage_props(
     }
     props.update({f"rsm.config.{k}": v for k, v in (rsm_config or {}).items()})
     return props
+
+
+def python_path() -> str:
+    """The test process's import path as PYTHONPATH (relative entries made absolute, missing ones left out)."""
+    entries = (os.path.abspath(p) if p else os.getcwd() for p in sys.path)
+    return os.pathsep.join(dict.fromkeys(p for p in entries if os.path.isdir(p)))
 
 
 class KafkaStartError(RuntimeError):
@@ -238,6 +245,9 @@ class KafkaBroker:
         env.pop("CLASSPATH", None)
         env.pop("JAVA_TOOL_OPTIONS", None)
         env.update(self.extra_env)
+        # a bridge the broker starts (`python -m rsm.cli.main ...`) imports what the tests import: this
+        # checkout, not another editable install of the package (extra_env's PYTHONPATH, if any, first)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (self.extra_env.get("PYTHONPATH"), python_path()) if p)
         return env
 
     def _classpath(self) -> str:

@@ -151,7 +151,7 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
     }
 
     /** The bridge gets the same rsm.config.* settings the broker gave us, in an owner-only file. */
-    private static void writeBridgeConfig(Path file, Map<String, String> all) {
+    static void writeBridgeConfig(Path file, Map<String, String> all) {
         StringBuilder sb = new StringBuilder("# written by the rsm bridge plugin; do not edit\n");
         all.forEach((k, v) -> {
             if (!BROKER_KEYS.contains(k)) {

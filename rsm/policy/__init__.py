@@ -1,0 +1,32 @@
+"""The topic management policy (seeds 000, 001, 003): the API (`api`), the built-in rules (`builtin`),
+settings written before a topic exists (`pending`) and the RSM's own use of the policy (`enforce`)."""
+
+from rsm.policy.api import (
+    AlterTopicRequest,
+    BrokerState,
+    ClusterState,
+    CreateTopicRequest,
+    DeleteRecordsRequest,
+    DeleteTopicRequest,
+    PolicyViolationException,
+    RequestedTopicState,
+    StaticClusterState,
+    TopicManagementPolicy,
+    TopicState,
+    load_topic_policy,
+)
+
+__all__ = [
+    "AlterTopicRequest",
+    "BrokerState",
+    "ClusterState",
+    "CreateTopicRequest",
+    "DeleteRecordsRequest",
+    "DeleteTopicRequest",
+    "PolicyViolationException",
+    "RequestedTopicState",
+    "StaticClusterState",
+    "TopicManagementPolicy",
+    "TopicState",
+    "load_topic_policy",
+]
