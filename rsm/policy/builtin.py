@@ -46,7 +46,6 @@ from rsm.config import (
 from rsm.errors import ConfigException
 from rsm.keyring import Keyring
 from rsm.names import topic_problem
-from rsm.overlay import SENSITIVE_MARKERS
 from rsm.policy.api import (
     AlterTopicRequest,
     ClusterState,
@@ -57,17 +56,13 @@ from rsm.policy.api import (
     RequestedTopicState,
     TopicManagementPolicy,
 )
+from rsm.redact import is_sensitive_key
 
 __all__ = ["BuiltinTopicPolicy"]
 
 REMOTE_STORAGE_ENABLE = "remote.storage.enable"
 HOUR_MS = 3_600_000
 FIX = "rsm topic-config --config server.properties"
-
-
-def _looks_sensitive(key: str) -> bool:
-    lowered = key.lower()
-    return any(marker in lowered for marker in SENSITIVE_MARKERS)
 
 
 def _flag(value: str | None) -> bool | None:
@@ -163,7 +158,7 @@ class BuiltinTopicPolicy(TopicManagementPolicy):
         for key, value in configs.items():
             if not key.startswith("unchecked."):
                 continue
-            if _looks_sensitive(key):
+            if is_sensitive_key(key):
                 problems.append(
                     f"topic config {key!r} looks like a secret: secrets are never topic configs "
                     "(keep them in the broker's rsm.config.* settings or the keyring)"
