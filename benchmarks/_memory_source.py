@@ -1,11 +1,12 @@
 """The ceiling of benchmarks/spark_read.py: a Python data source yielding prebuilt Arrow batches from memory.
 
     spark.dataSource.register(MemoryBatchesDataSource)
-    spark.read.format("bench-memory-batches").option("batches", json.dumps([[rows, rows, ...], ...])).load()
+    spark.read.format("bench-memory-batches").option("batches", json.dumps([[rows, rows, ...], ...]))
+         .option("topic", "t").load()
 
 One input partition per inner list, yielding one batch of each size: the same partitions and batch
 sizes as `format("kafka-tiered")` yields for a topic, in its schema (Spark's Kafka source's, no
-headers), with 100-byte values and null keys. Nothing is read or decoded: each Python worker builds
+headers), with the topic's name, 100-byte values and null keys. Nothing is read or decoded: each Python worker builds
 one batch once (kept in this module while Spark reuses the worker) and yields zero-copy slices of it,
 so what is measured is the cost of a Python data source handing Arrow batches to Spark, plus the query.
 
@@ -30,9 +31,9 @@ VALUE_SIZE = 100
 _template: list[pa.RecordBatch] = []  # this worker's batch, built on first use
 
 
-def template(rows: int, topic: str = "bench") -> pa.RecordBatch:
+def template(rows: int, topic: str) -> pa.RecordBatch:
     """A batch of at least ``rows`` rows of the source's schema (random 100-byte values, null keys)."""
-    if _template and _template[0].num_rows >= rows:
+    if _template and _template[0].num_rows >= rows and _template[0].column("topic")[0].as_py() == topic:
         return _template[0]
     rng = np.random.default_rng(rows)
     values = rng.integers(0, 256, rows * VALUE_SIZE, dtype=np.uint8).tobytes()
@@ -59,8 +60,9 @@ class MemoryPartition(InputPartition):
 
 
 class MemoryBatchesReader(DataSourceReader):
-    def __init__(self, batches: list[list[int]]) -> None:
+    def __init__(self, batches: list[list[int]], topic: str) -> None:
         self.batches = batches
+        self.topic = topic
 
     def partitions(self) -> Sequence[InputPartition]:
         return [MemoryPartition(sizes) for sizes in self.batches]
@@ -69,13 +71,13 @@ class MemoryBatchesReader(DataSourceReader):
         assert isinstance(partition, MemoryPartition)
         if not partition.sizes:
             return
-        batch = template(max(partition.sizes))
+        batch = template(max(partition.sizes), self.topic)
         for n in partition.sizes:
             yield batch.slice(0, n)
 
 
 class MemoryBatchesDataSource(DataSource):
-    """`format("bench-memory-batches")`, option `batches`: JSON list (partitions) of lists (batch rows)."""
+    """`format("bench-memory-batches")`: `batches`, a JSON list (partitions) of lists (batch rows); `topic`."""
 
     @classmethod
     def name(cls) -> str:
@@ -85,4 +87,4 @@ class MemoryBatchesDataSource(DataSource):
         return spark_schema(False)
 
     def reader(self, schema) -> DataSourceReader:  # noqa: ANN001 - pyspark's StructType
-        return MemoryBatchesReader(json.loads(self.options["batches"]))
+        return MemoryBatchesReader(json.loads(self.options["batches"]), self.options.get("topic", "bench"))

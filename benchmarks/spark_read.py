@@ -12,8 +12,9 @@ One run, one topic, everything real (issue 12):
   (org.apache.kafka.tools.ProducerPerformance, batch.size 64 KiB, linger.ms 10, acks=all); segment.bytes
   is chosen from the values' zstd ratio so the topic has about ``--segments`` segments;
 - the active segments are then rolled (segment.ms 1 and one more record per partition, outside the range
-  read), and the benchmark waits until every record of the range is tiered and its local segment deleted:
-  the broker can then serve the range from the remote tier only, through the plugin;
+  read), local.retention.ms set to 1 s, and the benchmark waits until every record of the range is tiered
+  and its local segment deleted: the broker can then serve the range from the remote tier only, through
+  the plugin;
 - one ``local[2]`` Spark session (Spark's Kafka source jars from Maven Central in spark.jars) runs the same
   two queries on the same offset range, in interleaved rounds (the fastest round of each counts):
   ``count()`` and ``sum(crc32(value))`` (touches every value byte; its result must be equal across the two
@@ -167,7 +168,9 @@ def roll_and_wait_tiered(
     """Roll every partition's active segment, wait until [0, end) is remote only; returns {partition: end}.
 
     Kafka rolls on append: with segment.ms=1 one more record per partition opens a new segment, so every
-    produced record sits in a closed segment that gets tiered, then deleted locally (local.retention).
+    produced record sits in a closed segment that gets tiered; local.retention.ms=1000 then deletes the
+    local copies. (Set while producing, that local retention would roll segments early: records reach the
+    broker more than a second after their CreateTime when the machine is busy.)
     """
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
     from kafka.admin import ConfigResource, ConfigResourceType
@@ -177,7 +180,8 @@ def roll_and_wait_tiered(
     ends = {tp.partition: off for tp, off in consumer.end_offsets(tps).items()}
     consumer.close()
     admin = broker.admin_client()
-    rolling = {**topic_configs, "segment.ms": "1"}  # AlterConfigs replaces the topic's whole config
+    # AlterConfigs replaces the topic's whole config
+    rolling = {**topic_configs, "segment.ms": "1", "local.retention.ms": "1000"}
     admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, TOPIC, configs=rolling)])
     admin.close()
     time.sleep(2)  # the new config reaches the log; the segments' age passes 1 ms
@@ -333,7 +337,6 @@ def main(argv: list[str] | None = None) -> int:
         topic_configs = {
             "remote.storage.enable": "true",
             "segment.bytes": str(segment_bytes),
-            "local.retention.ms": "1000",
             "retention.ms": "-1",
         }
         broker.create_topic(TOPIC, args.partitions, topic_configs)
@@ -398,6 +401,7 @@ def main(argv: list[str] | None = None) -> int:
             .load(),
             "ceiling (memory)": spark.read.format("bench-memory-batches")
             .option("batches", json.dumps(batch_sizes))
+            .option("topic", TOPIC)
             .load(),
         }
         queries: dict[str, Callable[[Any], Any]] = {
