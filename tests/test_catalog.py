@@ -216,3 +216,20 @@ def test_an_end_offset_past_the_last_batch_does_not_hide_the_next_segment(tmp_pa
     b = _catalog(tmp_path).segments("holes", tip.topic_id)[1]
     h = resolve_history(0, [a, b])
     assert _offsets(h) == [(0, 9), (10, 19)] and h.gaps == ()
+
+
+def test_an_older_segment_with_several_epochs_is_read_whole(rsm: RemoteStorageManager, tmp_path: Path) -> None:
+    """Epochs 0 then 3 in one segment, 5 in the next: every epoch of the older segment is in the lineage
+    (its epochs were once taken lowest first, so epoch 0 hid epoch 3 and its records were never read)."""
+    tip = TopicIdPartition(uuid.uuid4(), "orders", 0)
+    log = PartitionLog(rsm, tip, tmp_path / "w")
+    log.append(30)
+    log.new_epoch(3)
+    log.append(30)
+    log.roll()
+    log.new_epoch(5)
+    log.append(30)
+    log.roll()
+    h = _catalog(tmp_path).histories("orders", tip.topic_id)[0]
+    assert h.lineage == ((0, 0), (3, 30), (5, 60))
+    assert _offsets(h) == [(0, 59), (60, 89)] and not h.gaps and not h.superseded

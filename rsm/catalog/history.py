@@ -71,7 +71,8 @@ def _lineage(segments: list[StoredSegment]) -> dict[int, int]:
         return {}
     lineage = dict(ordered[0].epochs)  # the newest leader's chain, whole
     for seg in ordered[1:]:
-        for epoch, start in seg.epochs:
+        # highest epoch first: an older segment's epochs each extend the lineage below the one above
+        for epoch, start in sorted(seg.epochs, reverse=True):
             if epoch in lineage:
                 lineage[epoch] = min(lineage[epoch], start)  # an epoch's start may be clamped to a segment's
             elif epoch < min(lineage) and start < lineage[min(lineage)]:
