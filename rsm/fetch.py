@@ -22,6 +22,7 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
+from typing import TYPE_CHECKING
 
 from rsm.cache import ByteLRU
 from rsm.errors import RemoteStorageException
@@ -33,6 +34,9 @@ from rsm.metadata import IndexType
 from rsm.storage import ObjectStore
 from rsm.transform import Codec, PieceKind, SegmentCipher, check_piece, decode_piece, decode_piece_into
 from segment_format.buffers import Buffer, copy_into
+
+if TYPE_CHECKING:
+    from rsm.metrics import RsmMetrics
 
 log = logging.getLogger(__name__)
 
@@ -114,13 +118,18 @@ class SegmentReader:
         cipher: SegmentCipher | None,
         chunk_cache: ByteLRU[bytes] | None = None,
         allocate: ChunkAllocator | None = None,
+        metrics: RsmMetrics | None = None,
     ) -> None:
+        """``metrics``: where chunk cache hits, misses and downloaded bytes are counted (the RSM's fetches;
+        None for readers without a broker)."""
         self.store = store
         self.bucket = bucket
         self.manifest = manifest
         self.cipher = cipher
         self.cache = chunk_cache
         self.allocate = allocate
+        self.metrics = metrics if metrics is not None and metrics.enabled else None
+        self._partition = (manifest.segment.topic, manifest.segment.partition)
 
     @property
     def size(self) -> int:
@@ -131,6 +140,8 @@ class SegmentReader:
         if self.cache is not None:
             hit = self.cache.get(key)
             if hit is not None:
+                if self.metrics is not None:
+                    self.metrics.chunk(*self._partition, None)
                 return hit
         index = self.manifest.log
         lo, hi = index.stored_span(i)
@@ -147,6 +158,8 @@ class SegmentReader:
                 stored, kind=PieceKind.LOG, number=i, codec=index.codecs[i], size=end - start,
                 cipher=self.cipher, crc=crc, tag=tag,
             )  # fmt: skip
+        if self.metrics is not None:
+            self.metrics.chunk(*self._partition, hi - lo)
         if self.cache is not None:
             self.cache.put(key, data)
         return data
@@ -207,8 +220,9 @@ class SegmentReader:
         executor: Executor | None,
         prefetch: int,
         on_error: Callable[[BaseException], BaseException] | None = None,
+        on_close: Callable[[int], None] | None = None,
     ) -> SegmentStream:
-        return SegmentStream(self, start, end, executor, prefetch, on_error)
+        return SegmentStream(self, start, end, executor, prefetch, on_error, on_close)
 
 
 class SegmentStream(io.RawIOBase):
@@ -228,7 +242,9 @@ class SegmentStream(io.RawIOBase):
         executor: Executor | None,
         prefetch: int,
         on_error: Callable[[BaseException], BaseException] | None = None,
+        on_close: Callable[[int], None] | None = None,
     ) -> None:
+        """``on_close(bytes read)``: called once, when the stream closes (the RSM counts the fetch)."""
         super().__init__()
         size = reader.size
         last = size - 1 if end is None else min(end, size - 1)
@@ -239,6 +255,7 @@ class SegmentStream(io.RawIOBase):
         self._executor = executor
         self._prefetch = prefetch if executor is not None else 0
         self._on_error = on_error
+        self._on_close = on_close
         self._futures: dict[int, Future[bytes]] = {}
         self._current: tuple[int, bytes] | None = None
         self._lock = threading.Lock()
@@ -345,4 +362,7 @@ class SegmentStream(io.RawIOBase):
                 fut.cancel()
             self._futures.clear()
             self._current = None
+            on_close, self._on_close = self._on_close, None
+        if on_close is not None:
+            on_close(self._pos - self._start)
         super().close()

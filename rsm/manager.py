@@ -43,6 +43,7 @@ from types import TracebackType
 from typing import BinaryIO
 
 from rsm import custom_metadata as cm
+from rsm import metrics
 from rsm.cache import ByteLRU, IdentityMemo
 from rsm.catalog.locations import LocationRegistry
 from rsm.config import ConfigEntry, RsmConfig, TopicSettings, ViolationAction
@@ -134,6 +135,7 @@ class RemoteStorageManager:
         self._keyring: Keyring | None = None
         self._policy: RecordValidationPolicy | None = None
         self._validation_stats = ValidationStats()
+        self._metrics: metrics.RsmMetrics = metrics.NoMetrics()  # rsm.metrics, chosen at configure
         self._overlays: OverlayCache | None = None
         self._registry: LocationRegistry | None = None
         self._registry_warned = False
@@ -181,6 +183,10 @@ class RemoteStorageManager:
             self._chunks = ByteLRU(int(config.get("cache.chunk.bytes")))  # type: ignore[arg-type]
             self._readers.clear()  # they hold the old store and chunk cache
             self._prefetch = int(config.get("fetch.prefetch.chunks"))  # type: ignore[arg-type]
+            self._metrics = metrics.for_config(bool(config.get("metrics.enabled")))
+            if self._metrics.enabled:
+                chunks = self._chunks
+                self._metrics.registry.gauge("chunk-cache-size-bytes", lambda: chunks.bytes)
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(
                     max_workers=int(config.get("fetch.threads")),  # type: ignore[arg-type]
@@ -323,7 +329,9 @@ class RemoteStorageManager:
         except RemoteStorageException:
             self._forget(keys)  # a manifest refused now may be rewritten by a retried copy: reread it
             raise
-        reader = SegmentReader(self.store, keys.bucket, manifest, cipher, self._chunks, self._allocate)
+        reader = SegmentReader(
+            self.store, keys.bucket, manifest, cipher, self._chunks, self._allocate, self._metrics
+        )
         if plain:
             self._readers.put(manifest, reader)
         return reader, keys
@@ -352,6 +360,7 @@ class RemoteStorageManager:
         self._readers.clear()  # they decode with the allocator they were made with
 
     # -- copy --------------------------------------------------------------------------------------------
+    @metrics.counts_failures("copy")
     def copy_log_segment_data(
         self,
         metadata: RemoteLogSegmentMetadata,
@@ -453,6 +462,7 @@ class RemoteStorageManager:
             )
             with self._errors("manifest write", metadata, keys.bucket, keys.manifest):
                 self.store.put(keys.bucket, keys.manifest, manifest.to_bytes(cipher))
+            stored = chunk_index.stored_size + sum(e.stored_size for e in index_entries.values())
         except BaseException:
             # the manifest first: a manifest PUT that failed on our side may still have landed
             for key in [keys.manifest, *written]:
@@ -460,17 +470,26 @@ class RemoteStorageManager:
                     self.store.delete(keys.bucket, key)
             raise
         elapsed = time.monotonic() - started
+        tip = seg.topic_id_partition
+        self._metrics.copied(tip.topic, tip.partition, summary.size, stored, 3, elapsed)
+        # one line per copy, the same fields as the delete's, to search for (never one per fetch at INFO)
         log.info(
-            "copied segment %s (%d bytes, offsets %d..%d) to %s in %.2fs: %d chunks, %d bytes stored%s",
-            seg,
-            summary.size,
+            "copied segment topic=%s partition=%d segment=%s offsets=%d..%d bytes=%d stored_bytes=%d "
+            "chunks=%d time_ms=%d location=%s key_id=%s%s",
+            tip.topic,
+            tip.partition,
+            seg.id_base64,
             metadata.start_offset,
             metadata.end_offset,
-            self.store.describe(keys.bucket, keys.stem),
-            elapsed,
+            summary.size,
+            stored,
             chunk_index.count,
-            chunk_index.stored_size,
-            f", encrypted under key id {key_id}" if key_id else "",
+            round(elapsed * 1000),
+            self.store.describe(keys.bucket, keys.stem),
+            key_id or "-",
+            ""
+            if validation is None
+            else f" validated_records={validation['records']} violations={validation['violation_count']}",
         )
         return custom
 
@@ -542,7 +561,10 @@ class RemoteStorageManager:
         count, violations = result.violation_count, result.violations
         refuse = bool(count) and settings.on_violation is ViolationAction.FAIL
         totals = self._validation_stats.add(tip.topic, result, refuse)
-        log.info(
+        self._metrics.validated(tip.topic, tip.partition, result.records, count, refuse, result.seconds)
+        # the copy's line names the records checked; a segment with violations gets its own line
+        log.log(
+            logging.INFO if count else logging.DEBUG,
             "validated segment %s of %s with policy %r: %d records, %d violation(s), %.3fs%s "
             "(topic totals: %d segments, %d records, %d violations, %.3fs)",
             metadata.remote_log_segment_id.id_base64,
@@ -708,6 +730,7 @@ class RemoteStorageManager:
         return entries
 
     # -- fetch -------------------------------------------------------------------------------------------
+    @metrics.counts_failures("fetch")
     def fetch_log_segment(
         self,
         metadata: RemoteLogSegmentMetadata,
@@ -732,10 +755,15 @@ class RemoteStorageManager:
                 f"{metadata.remote_log_segment_id} ({self.store.describe(keys.bucket, keys.log)})"
             )
 
+        tip = metadata.remote_log_segment_id.topic_id_partition
+        recorder = self._metrics
+        started = recorder.clock()
+
         def on_error(exc: BaseException) -> BaseException:
             # the cached manifest may describe a copy another process has since replaced or deleted:
             # forget it so the next fetch reads the store afresh
             self._forget(keys)
+            recorder.failed("fetch", tip.topic, tip.partition, exc)
             try:
                 with self._errors("fetch", metadata, keys.bucket, keys.log):
                     raise exc
@@ -743,8 +771,14 @@ class RemoteStorageManager:
                 return mapped
             return exc  # pragma: no cover - _errors always maps
 
-        return reader.stream(start_position, end_position, self._executor, self._prefetch, on_error)  # type: ignore[return-value]
+        def on_close(delivered: int) -> None:
+            recorder.fetched(tip.topic, tip.partition, delivered, recorder.clock() - started)
 
+        return reader.stream(  # type: ignore[return-value]
+            start_position, end_position, self._executor, self._prefetch, on_error, on_close
+        )
+
+    @metrics.counts_failures("index-fetch")
     def fetch_index(
         self,
         metadata: RemoteLogSegmentMetadata,
@@ -771,23 +805,37 @@ class RemoteStorageManager:
             )
         with self._errors(f"{index_type.name} index fetch", metadata, keys.bucket, keys.indexes):
             data = reader.index(index_type)
+        tip = metadata.remote_log_segment_id.topic_id_partition
+        self._metrics.index_fetched(tip.topic, tip.partition)
         return io.BytesIO(data)
 
     # -- delete ------------------------------------------------------------------------------------------
+    @metrics.counts_failures("delete")
     def delete_log_segment_data(
         self, metadata: RemoteLogSegmentMetadata, log_config: Mapping[str, str] | None = None
     ) -> None:
         """Remove the segment's objects; the manifest first, so readers never see a half-deleted segment."""
         self._check_call(metadata, log_config)
+        started = time.monotonic()
         location = self._location(metadata, log_config)
         keys = SegmentKeys.of(location, metadata)
         self._forget(keys)
         for key in keys.all():
             with self._errors("delete", metadata, keys.bucket, key):
                 self.store.delete(keys.bucket, key)
+        elapsed = time.monotonic() - started
+        seg = metadata.remote_log_segment_id
+        tip = seg.topic_id_partition
+        self._metrics.deleted(tip.topic, tip.partition, metadata.segment_size_in_bytes, elapsed)
         log.info(
-            "deleted segment %s from %s",
-            metadata.remote_log_segment_id,
+            "deleted segment topic=%s partition=%d segment=%s offsets=%d..%d bytes=%d time_ms=%d location=%s",
+            tip.topic,
+            tip.partition,
+            seg.id_base64,
+            metadata.start_offset,
+            metadata.end_offset,
+            metadata.segment_size_in_bytes,
+            round(elapsed * 1000),
             self.store.describe(keys.bucket, keys.stem),
         )
 
