@@ -219,7 +219,7 @@ class Stat:
         self._sum = 0.0
         self._n = 0
         self._max = float("-inf")
-        self._pstart = now - WINDOW_S  # previous sample (empty)
+        self._pstart = now  # previous sample (empty): the rate's time starts with the series
         self._psum = 0.0
         self._pn = 0
         self._pmax = float("-inf")
@@ -239,7 +239,7 @@ class Stat:
         if now - self._start < 2 * WINDOW_S:  # the current sample becomes the previous one
             self._pstart, self._psum, self._pn, self._pmax = self._start, self._sum, self._n, self._max
         else:  # both are too old
-            self._pstart, self._psum, self._pn, self._pmax = now - WINDOW_S, 0.0, 0, float("-inf")
+            self._pstart, self._psum, self._pn, self._pmax = now, 0.0, 0, float("-inf")
         self._start, self._sum, self._n, self._max = now, 0.0, 0, float("-inf")
 
     def window(self, now: float) -> tuple[float, float, float, int, float]:
@@ -651,7 +651,8 @@ class S3Hooks:
         http, parsed = response
         code = (parsed or {}).get("Error", {}).get("Code") if isinstance(parsed, dict) else None
         status = getattr(http, "status_code", None)
-        if code in THROTTLE_CODES or status == 429 or (status == 503 and not code):
+        # S3 answers "slow down" with 503 (its code only in a body: a HEAD has none) or 429
+        if code in THROTTLE_CODES or status in (429, 503):
             self.registry.record("s3-throttles", (self._operation(operation, event_name),))
         return None
 
