@@ -62,8 +62,6 @@ final class BridgeMetrics implements AutoCloseable {
 
         void add(MetricName name, MetricValueProvider<?> value);
 
-        Sensor sensor(String name);
-
         @Override
         void close();
     }
@@ -81,10 +79,6 @@ final class BridgeMetrics implements AutoCloseable {
 
         public void add(MetricName name, MetricValueProvider<?> value) {
             metrics.addMetric(name, value);
-        }
-
-        public Sensor sensor(String name) {
-            return metrics.addSensor(name);
         }
 
         public void close() {
@@ -112,10 +106,6 @@ final class BridgeMetrics implements AutoCloseable {
             metrics.addMetric(name, value);
         }
 
-        public Sensor sensor(String name) {
-            return metrics.sensor(name);
-        }
-
         public void close() {
             metrics.close();
         }
@@ -138,14 +128,35 @@ final class BridgeMetrics implements AutoCloseable {
     private volatile int pidChanges;
     private volatile boolean warnedUnsupported;
 
-    private Sensor queueTime;
-    private Sensor requests;
-    private Sensor requestErrors;
+    /**
+     * The plugin's own windowed figures, computed by Kafka's stats from the first call on (before the broker's
+     * registry is known) and shown through gauges in whichever registry is chosen. No reporter: not in JMX.
+     */
+    private final Metrics own = new Metrics();
+    private final Sensor queueTime = own.sensor("queue-time");
+    private final Sensor requests = own.sensor("requests");
+    private final Sensor requestErrors = own.sensor("request-errors");
+    private static final String[][] OWN_STATS = {
+        {"bridge-queue-time-avg", "ms a call waited for a pooled connection (avg over 30-60 s)"},
+        {"bridge-queue-time-max", "ms a call waited for a pooled connection (max over 30-60 s)"},
+        {"bridge-requests-rate", "requests to the bridge per second (the metrics polls not counted)"},
+        {"bridge-requests-total", "requests to the bridge (the metrics polls not counted)"},
+        {"bridge-request-errors-rate", "calls whose bridge connection failed, per second"},
+        {"bridge-request-errors-total", "calls whose bridge connection failed"},
+    };
 
     BridgeMetrics(BridgeRemoteStorageManager owner, long pollMs) {
         this.owner = owner;
         this.pollMs = pollMs;
         this.className = owner.getClass().getSimpleName();
+        queueTime.add(ownName(OWN_STATS[0][0]), new Avg());
+        queueTime.add(ownName(OWN_STATS[1][0]), new Max());
+        requests.add(new Meter(ownName(OWN_STATS[2][0]), ownName(OWN_STATS[3][0])));
+        requestErrors.add(new Meter(ownName(OWN_STATS[4][0]), ownName(OWN_STATS[5][0])));
+    }
+
+    private MetricName ownName(String name) {
+        return own.metricName(name, "rsm-bridge-plugin");
     }
 
     /** Starts polling the bridge; the first poll, a second from now, also decides where metrics go. */
@@ -195,18 +206,13 @@ final class BridgeMetrics implements AutoCloseable {
                 () -> (double) owner.inFlightRequests());
         gauge("bridge-up", "1 when the bridge answered the last metrics poll", none,
                 () -> System.currentTimeMillis() - lastPollOkMs <= 3 * pollMs ? 1.0 : 0.0);
-        queueTime = registry.sensor("rsm-bridge-queue-time");
-        queueTime.add(registry.name("bridge-queue-time-avg", "ms a call waited for a pooled connection (avg)", none),
-                new Avg());
-        queueTime.add(registry.name("bridge-queue-time-max", "ms a call waited for a pooled connection (max)", none),
-                new Max());
-        requests = registry.sensor("rsm-bridge-requests");
-        requests.add(new Meter(registry.name("bridge-requests-rate", "requests to the bridge per second", none),
-                registry.name("bridge-requests-total", "requests to the bridge", none)));
-        requestErrors = registry.sensor("rsm-bridge-request-errors");
-        requestErrors.add(new Meter(
-                registry.name("bridge-request-errors-rate", "calls whose bridge connection failed, per second", none),
-                registry.name("bridge-request-errors-total", "calls whose bridge connection failed", none)));
+        for (String[] stat : OWN_STATS) {
+            org.apache.kafka.common.metrics.KafkaMetric m = own.metric(ownName(stat[0]));
+            gauge(stat[0], stat[1], none, () -> {
+                Object v = m.metricValue();
+                return v instanceof Number ? ((Number) v).doubleValue() : Double.NaN;
+            });
+        }
     }
 
     private void gauge(String name, String doc, Map<String, String> tags, java.util.function.DoubleSupplier value) {
@@ -214,24 +220,15 @@ final class BridgeMetrics implements AutoCloseable {
     }
 
     void queued(long nanos) {
-        Sensor s = queueTime;
-        if (s != null) {
-            s.record(nanos / 1e6);
-        }
+        queueTime.record(nanos / 1e6);
     }
 
     void request() {
-        Sensor s = requests;
-        if (s != null) {
-            s.record();
-        }
+        requests.record();
     }
 
     void requestFailed() {
-        Sensor s = requestErrors;
-        if (s != null) {
-            s.record();
-        }
+        requestErrors.record();
     }
 
     private void pollQuietly() {
@@ -359,5 +356,6 @@ final class BridgeMetrics implements AutoCloseable {
         if (registry != null) {
             registry.close();
         }
+        own.close();
     }
 }
