@@ -778,7 +778,7 @@ class RemoteStorageManager:
             start_position, end_position, self._executor, self._prefetch, on_error, on_close
         )
 
-    @metrics.counts_failures("index-fetch")
+    @metrics.counts_failures("index-fetch", expected=(RemoteResourceNotFoundException,))
     def fetch_index(
         self,
         metadata: RemoteLogSegmentMetadata,

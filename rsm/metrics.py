@@ -558,10 +558,11 @@ def for_config(enabled: bool) -> RsmMetrics:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def counts_failures(operation: str) -> Callable[[F], F]:
+def counts_failures(operation: str, expected: tuple[type[Exception], ...] = ()) -> Callable[[F], F]:
     """A RemoteStorageManager method whose failures are counted (``errors`` by kind, and the operation's
     own ``-errors``) for the partition of its first argument, a RemoteLogSegmentMetadata; the method's
-    instance holds its recorder in ``_metrics``. A failure of the arguments' types is not attributed."""
+    instance holds its recorder in ``_metrics``. A failure of the arguments' types is not attributed, and
+    ``expected`` exceptions are answers, not failures (an optional index that is not there)."""
 
     def wrap(method: F) -> F:
         @functools.wraps(method)
@@ -569,6 +570,8 @@ def counts_failures(operation: str) -> Callable[[F], F]:
             try:
                 return method(self, metadata, *args, **kwargs)
             except Exception as exc:
+                if isinstance(exc, expected):
+                    raise
                 tip = getattr(getattr(metadata, "remote_log_segment_id", None), "topic_id_partition", None)
                 if tip is not None:
                     self._metrics.failed(operation, tip.topic, tip.partition, exc)
@@ -669,7 +672,8 @@ class S3Hooks:
         self, context: Any = None, parsed: Any = None, http_response: Any = None, **_: Any
     ) -> None:
         status = getattr(http_response, "status_code", 200) or 200
-        self._finish(context, status >= 300)
+        # a 404 is the store's "missing" (an overlay never set, a probe), which it answers; not a failure
+        self._finish(context, status >= 300 and status != 404)
 
     def after_call_error(self, context: Any = None, **_: Any) -> None:
         self._finish(context, True)

@@ -185,7 +185,10 @@ def test_rsm_counts_equal_what_the_store_holds_and_fetches_and_deletes(tmp_path,
     )
     assert v["segment-fetch-time-max"] >= v["segment-fetch-time-avg"] > 0
     read_all(rsm.fetch_index(md, IndexType.OFFSET))
-    assert fresh_registry.values(topic="orders", partition=0)["index-fetch-total"] == 1
+    with pytest.raises(RemoteResourceNotFoundException):  # an optional index it never had: an answer
+        rsm.fetch_index(md, IndexType.TRANSACTION)
+    v = fresh_registry.values(topic="orders", partition=0)
+    assert v["index-fetch-total"] == 1 and "index-fetch-errors-total" not in v
     assert fresh_registry.values()["chunk-cache-size-bytes"] > 0
     # no line per fetch at INFO
     assert not [r for r in caplog.records if r.levelno >= logging.INFO], [

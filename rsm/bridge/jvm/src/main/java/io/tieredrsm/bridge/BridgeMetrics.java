@@ -325,8 +325,8 @@ final class BridgeMetrics implements AutoCloseable {
     private Double value(String key) {
         Double v = last.get(key);
         Double base = carried.get(key);
-        if (v == null) {
-            return base != null ? base : Double.NaN;
+        if (v == null) { // not in the last snapshot (a new bridge has not recorded it yet): no rate, no value
+            return base != null ? base : nameOf(key).endsWith("-rate") ? 0.0 : Double.NaN;
         }
         return base != null ? v + base : v;
     }
