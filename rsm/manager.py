@@ -456,6 +456,7 @@ class RemoteStorageManager:
                     "first_offset": -1 if summary.first_offset is None else summary.first_offset,
                     "last_offset": -1 if summary.last_offset is None else summary.last_offset,
                     "max_timestamp_ms": summary.max_timestamp_ms,
+                    "first_batch_timestamp_ms": summary.first_batch_timestamp_ms,
                     "compressed_batch_bytes": summary.compressed_batch_bytes,
                 },
                 validation=validation,
