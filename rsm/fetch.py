@@ -20,6 +20,7 @@ from __future__ import annotations
 import io
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import TYPE_CHECKING
@@ -120,16 +121,17 @@ class SegmentReader:
         allocate: ChunkAllocator | None = None,
         metrics: RsmMetrics | None = None,
     ) -> None:
-        """``metrics``: where chunk cache hits, misses and downloaded bytes are counted (the RSM's fetches;
-        None for readers without a broker)."""
+        """``metrics``: where the fetches of this segment are counted, with the chunks they downloaded (the
+        RSM's readers; None for readers without a broker)."""
         self.store = store
         self.bucket = bucket
         self.manifest = manifest
         self.cipher = cipher
         self.cache = chunk_cache
         self.allocate = allocate
-        self.metrics = metrics if metrics is not None and metrics.enabled else None
-        self._partition = (manifest.segment.topic, manifest.segment.partition)
+        # where this segment's fetches are counted (rsm.metrics), once per reader
+        seg = manifest.segment
+        self.stats = None if metrics is None else metrics.partition(seg.topic, seg.partition)
 
     @property
     def size(self) -> int:
@@ -140,8 +142,6 @@ class SegmentReader:
         if self.cache is not None:
             hit = self.cache.get(key)
             if hit is not None:
-                if self.metrics is not None:
-                    self.metrics.chunk(*self._partition, None)
                 return hit
         index = self.manifest.log
         lo, hi = index.stored_span(i)
@@ -158,8 +158,8 @@ class SegmentReader:
                 stored, kind=PieceKind.LOG, number=i, codec=index.codecs[i], size=end - start,
                 cipher=self.cipher, crc=crc, tag=tag,
             )  # fmt: skip
-        if self.metrics is not None:
-            self.metrics.chunk(*self._partition, hi - lo)
+        if self.stats is not None:
+            self.stats.downloaded(hi - lo)
         if self.cache is not None:
             self.cache.put(key, data)
         return data
@@ -220,9 +220,8 @@ class SegmentReader:
         executor: Executor | None,
         prefetch: int,
         on_error: Callable[[BaseException], BaseException] | None = None,
-        on_close: Callable[[int], None] | None = None,
     ) -> SegmentStream:
-        return SegmentStream(self, start, end, executor, prefetch, on_error, on_close)
+        return SegmentStream(self, start, end, executor, prefetch, on_error)
 
 
 class SegmentStream(io.RawIOBase):
@@ -242,9 +241,7 @@ class SegmentStream(io.RawIOBase):
         executor: Executor | None,
         prefetch: int,
         on_error: Callable[[BaseException], BaseException] | None = None,
-        on_close: Callable[[int], None] | None = None,
     ) -> None:
-        """``on_close(bytes read)``: called once, when the stream closes (the RSM counts the fetch)."""
         super().__init__()
         size = reader.size
         last = size - 1 if end is None else min(end, size - 1)
@@ -255,7 +252,9 @@ class SegmentStream(io.RawIOBase):
         self._executor = executor
         self._prefetch = prefetch if executor is not None else 0
         self._on_error = on_error
-        self._on_close = on_close
+        # counted at close: bytes read and time open (rsm.metrics, when the reader has somewhere to count)
+        self._stats = reader.stats
+        self._opened = time.monotonic() if self._stats is not None else 0.0
         self._futures: dict[int, Future[bytes]] = {}
         self._current: tuple[int, bytes] | None = None
         self._lock = threading.Lock()
@@ -362,7 +361,7 @@ class SegmentStream(io.RawIOBase):
                 fut.cancel()
             self._futures.clear()
             self._current = None
-            on_close, self._on_close = self._on_close, None
-        if on_close is not None:
-            on_close(self._pos - self._start)
+            stats, self._stats = self._stats, None
+        if stats is not None:
+            stats.fetched(self._pos - self._start, time.monotonic() - self._opened)
         super().close()

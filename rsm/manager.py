@@ -183,10 +183,9 @@ class RemoteStorageManager:
             self._chunks = ByteLRU(int(config.get("cache.chunk.bytes")))  # type: ignore[arg-type]
             self._readers.clear()  # they hold the old store and chunk cache
             self._prefetch = int(config.get("fetch.prefetch.chunks"))  # type: ignore[arg-type]
-            self._metrics = metrics.for_config(bool(config.get("metrics.enabled")))
-            if self._metrics.enabled:
-                chunks = self._chunks
-                self._metrics.registry.gauge("chunk-cache-size-bytes", lambda: chunks.bytes)
+            if self._metrics.enabled != bool(config.get("metrics.enabled")):
+                self._metrics = metrics.for_config(bool(config.get("metrics.enabled")))
+            self._metrics.watch_chunk_cache(self._chunks)
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(
                     max_workers=int(config.get("fetch.threads")),  # type: ignore[arg-type]
@@ -731,7 +730,6 @@ class RemoteStorageManager:
         return entries
 
     # -- fetch -------------------------------------------------------------------------------------------
-    @metrics.counts_failures("fetch")
     def fetch_log_segment(
         self,
         metadata: RemoteLogSegmentMetadata,
@@ -749,22 +747,25 @@ class RemoteStorageManager:
             raise RemoteStorageException(
                 f"invalid position range {start_position}..{end_position} for segment {metadata.remote_log_segment_id}"
             )
-        reader, keys = self._reader(metadata, log_config)
+        # failures of the segment are counted here and in on_error (rsm.metrics), not by a wrapper: this
+        # runs once per Kafka fetch, and a wrapper's frame cost more than the counting
+        try:
+            reader, keys = self._reader(metadata, log_config)
+        except Exception as exc:
+            self._count_fetch_failure(metadata, exc)
+            raise
         if start_position > reader.size or (start_position == reader.size and reader.size > 0):
+            self._count_fetch_failure(metadata, None)
             raise RemoteStorageException(
                 f"start position {start_position} is beyond the {reader.size}-byte segment "
                 f"{metadata.remote_log_segment_id} ({self.store.describe(keys.bucket, keys.log)})"
             )
 
-        tip = metadata.remote_log_segment_id.topic_id_partition
-        recorder = self._metrics
-        started = recorder.clock()
-
         def on_error(exc: BaseException) -> BaseException:
             # the cached manifest may describe a copy another process has since replaced or deleted:
             # forget it so the next fetch reads the store afresh
             self._forget(keys)
-            recorder.failed("fetch", tip.topic, tip.partition, exc)
+            self._count_fetch_failure(metadata, exc)
             try:
                 with self._errors("fetch", metadata, keys.bucket, keys.log):
                     raise exc
@@ -772,12 +773,12 @@ class RemoteStorageManager:
                 return mapped
             return exc  # pragma: no cover - _errors always maps
 
-        def on_close(delivered: int) -> None:
-            recorder.fetched(tip.topic, tip.partition, delivered, recorder.clock() - started)
+        # the stream counts itself when it closes (reader.stats): nothing more to do per fetch here
+        return reader.stream(start_position, end_position, self._executor, self._prefetch, on_error)  # type: ignore[return-value]
 
-        return reader.stream(  # type: ignore[return-value]
-            start_position, end_position, self._executor, self._prefetch, on_error, on_close
-        )
+    def _count_fetch_failure(self, metadata: RemoteLogSegmentMetadata, exc: BaseException | None) -> None:
+        tip = metadata.remote_log_segment_id.topic_id_partition
+        self._metrics.failed("fetch", tip.topic, tip.partition, exc or RemoteStorageException("position"))
 
     @metrics.counts_failures("index-fetch", expected=(RemoteResourceNotFoundException,))
     def fetch_index(

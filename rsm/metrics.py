@@ -106,8 +106,9 @@ FAMILIES: tuple[Family, ...] = (
     Family("segment-fetch-errors", "segment fetches that failed", COUNT),
     Family("index-fetch", "index fetches", COUNT),
     Family("index-fetch-errors", "index fetches that failed", COUNT),
-    Family("chunk-cache-hits", "chunks found decoded in the chunk cache", COUNT),
-    Family("chunk-cache-misses", "chunks downloaded and decoded", COUNT),
+    # the cache's own count (kept by it anyway, so a hit costs nothing more): of the process, not per partition
+    Family("chunk-cache-hits", "chunks found decoded in the chunk cache", COUNT, partition=False),
+    Family("chunk-cache-misses", "chunks downloaded and decoded (not in the chunk cache)", COUNT),
     # delete
     Family("segment-delete", "segments deleted", COUNT),
     Family("segment-delete-bytes", "bytes of the segments deleted, as Kafka had them", COUNT, unit="bytes"),
@@ -194,64 +195,83 @@ def prometheus_name(name: str) -> str:
     return PROMETHEUS_PREFIX + name.replace("-", "_")
 
 
-class Stat:
-    """One series of a family: a running total and two 30 s samples for rate, avg and max."""
+class Series:
+    """The figures of one key of a group of families recorded together (a fetch's count, bytes and time):
+    running totals per family, one event count, and the largest value per family since the last mark.
 
-    __slots__ = (
-        "total",
-        "count",
-        "_lock",
-        "_start",
-        "_sum",
-        "_n",
-        "_max",
-        "_pstart",
-        "_psum",
-        "_pn",
-        "_pmax",
-    )
+    Recording takes one lock and adds numbers: no clock. Windows come from marks taken when the series is
+    read (at most one per `WINDOW_S`; the bridge's plugin reads every few seconds, Prometheus every scrape):
+    the rate is the change since the oldest of the last two marks over the time since it (at least one
+    window), the average that change over the events since, the maximum the largest value since it. That
+    is Kafka's two-sample window, with sample boundaries where the readers happen to look.
+    """
 
-    def __init__(self, now: float) -> None:
-        self.total = 0.0
+    __slots__ = ("totals", "count", "maxes", "lock", "created", "marks")
+
+    def __init__(self, width: int, now: float) -> None:
+        self.totals = [0.0] * width
         self.count = 0
-        self._lock = threading.Lock()
-        self._start = now  # current sample
-        self._sum = 0.0
-        self._n = 0
-        self._max = float("-inf")
-        self._pstart = now  # previous sample (empty): the rate's time starts with the series
-        self._psum = 0.0
-        self._pn = 0
-        self._pmax = float("-inf")
+        self.maxes = [float("-inf")] * width
+        self.lock = threading.Lock()
+        self.created = now
+        # (time, totals, count, maxes of the period it closed), oldest first, at most two
+        self.marks: list[tuple[float, list[float], int, list[float]]] = []
 
-    def record(self, value: float, now: float) -> None:
-        with self._lock:
-            self.total += value
+    def record(self, *values: float) -> None:
+        with self.lock:
             self.count += 1
-            if now - self._start >= WINDOW_S:
-                self._roll(now)
-            self._sum += value
-            self._n += 1
-            if value > self._max:
-                self._max = value
+            totals, maxes = self.totals, self.maxes
+            for i, v in enumerate(values):
+                totals[i] += v
+                if v > maxes[i]:
+                    maxes[i] = v
 
-    def _roll(self, now: float) -> None:
-        if now - self._start < 2 * WINDOW_S:  # the current sample becomes the previous one
-            self._pstart, self._psum, self._pn, self._pmax = self._start, self._sum, self._n, self._max
-        else:  # both are too old
-            self._pstart, self._psum, self._pn, self._pmax = now, 0.0, 0, float("-inf")
-        self._start, self._sum, self._n, self._max = now, 0.0, 0, float("-inf")
+    def record1(self, value: float) -> None:
+        """`record` of a one-family group, a little cheaper."""
+        with self.lock:
+            self.count += 1
+            self.totals[0] += value
+            if value > self.maxes[0]:
+                self.maxes[0] = value
 
-    def window(self, now: float) -> tuple[float, float, float, int, float]:
-        """(total, rate, windowed sum, windowed count, windowed max) as of ``now``.
+    def window(self, now: float) -> list[tuple[float, float, float, int, float]]:
+        """Per family: (total, rate, change over the window, events over the window, max over it)."""
+        with self.lock:
+            marks = self.marks
+            if not marks or now - marks[-1][0] >= WINDOW_S:
+                marks.append((now, list(self.totals), self.count, self.maxes))
+                self.maxes = [float("-inf")] * len(self.totals)
+                if len(marks) > 2:
+                    del marks[0]
+            since, base, base_count, _ = marks[0] if len(marks) == 2 else (self.created, None, 0, None)
+            recent = marks[-1][3] if len(marks) == 2 else None
+            elapsed = max(now - since, WINDOW_S)
+            events = self.count - base_count
+            out = []
+            for i, total in enumerate(self.totals):
+                change = total - (base[i] if base is not None else 0.0)
+                largest = self.maxes[i]
+                if recent is not None and recent[i] > largest:
+                    largest = recent[i]
+                if base is None and marks[-1][3][i] > largest:  # the first mark closed the only period
+                    largest = marks[-1][3][i]
+                out.append((total, change / elapsed, change, events, largest))
+            return out
 
-        The rate is Kafka's: the samples' sum over the time they span, at least one window."""
-        with self._lock:
-            if now - self._start >= WINDOW_S:
-                self._roll(now)
-            wsum = self._sum + self._psum
-            rate = wsum / max(now - self._pstart, WINDOW_S)
-            return self.total, rate, wsum, self._n + self._pn, max(self._max, self._pmax)
+
+class _Pulled:
+    """A counter kept elsewhere (the chunk cache's hits): its total read when shown, windows as a Series'."""
+
+    def __init__(self, read: Callable[[], float], now: float) -> None:
+        self.read = read
+        self.series = Series(1, now)
+
+    def window(self, now: float) -> list[tuple[float, float, float, int, float]]:
+        total = float(self.read())
+        with self.series.lock:
+            self.series.count = int(total)
+            self.series.totals[0] = total
+        return self.series.window(now)
 
 
 @dataclass
@@ -260,17 +280,17 @@ class _Sums:
 
     total: float = 0.0
     rate: float = 0.0
-    wsum: float = 0.0
-    wcount: int = 0
-    wmax: float = float("-inf")
+    change: float = 0.0
+    events: int = 0
+    largest: float = float("-inf")
 
-    def add(self, total: float, rate: float, wsum: float, wcount: int, wmax: float) -> None:
+    def add(self, total: float, rate: float, change: float, events: int, largest: float) -> None:
         self.total += total
         self.rate += rate
-        self.wsum += wsum
-        self.wcount += wcount
-        if wmax > self.wmax:
-            self.wmax = wmax
+        self.change += change
+        self.events += events
+        if largest > self.largest:
+            self.largest = largest
 
     def stat(self, name: str) -> float | None:
         if name == "total":
@@ -278,9 +298,9 @@ class _Sums:
         if name == "rate":
             return self.rate
         if name == "avg":
-            return self.wsum / self.wcount if self.wcount else None
+            return self.change / self.events if self.events else None
         if name == "max":
-            return self.wmax if self.wcount else None
+            return self.largest if self.events else None
         raise ValueError(name)
 
 
@@ -293,22 +313,32 @@ class MetricsRegistry:
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
-        self._series: dict[tuple[str, tuple[Any, ...]], Stat] = {}
+        # (families recorded together, key) -> series; a key is (topic, partition, *tag values) for a
+        # partition's families, else the tag values
+        self._series: dict[tuple[tuple[str, ...], tuple[Any, ...]], Series | _Pulled] = {}
         self._lock = threading.Lock()
         self._gauges: dict[str, Callable[[], float | None]] = {}
 
     # -- recording -----------------------------------------------------------------------------------------
-    def stat(self, family: str, key: tuple[Any, ...]) -> Stat:
-        """The series of ``family`` for ``key``: (topic, partition, *tag values) for a partition's family,
-        else the tag values. Keep it to record into it without a lookup."""
-        found = self._series.get((family, key))
+    def series(self, families: tuple[str, ...], key: tuple[Any, ...]) -> Series:
+        """The series of ``families`` (recorded together, each event one value per family) for ``key``.
+        Keep it to record into it without a lookup."""
+        found = self._series.get((families, key))
         if found is None:
+            for name in families:
+                if name not in FAMILIES_BY_NAME:
+                    raise ValueError(f"unknown metric family {name!r}")
             with self._lock:
-                found = self._series.setdefault((family, key), Stat(self.clock()))
-        return found
+                found = self._series.setdefault((families, key), Series(len(families), self.clock()))
+        return found  # type: ignore[return-value]
 
     def record(self, family: str, key: tuple[Any, ...], value: float = 1.0) -> None:
-        self.stat(family, key).record(value, self.clock())
+        self.series((family,), key).record1(value)
+
+    def pulled(self, family: str, key: tuple[Any, ...], read: Callable[[], float]) -> None:
+        """Show a counter kept elsewhere as ``family`` (its total read when shown); the newest wins."""
+        with self._lock:
+            self._series[((family,), key)] = _Pulled(read, self.clock())
 
     def gauge(self, name: str, read: Callable[[], float | None]) -> None:
         """Show ``read()`` under ``name`` (one of `GAUGES`); the newest registration wins."""
@@ -333,34 +363,36 @@ class MetricsRegistry:
         now = self.clock()
         with self._lock:
             items = list(self._series.items())
-        rows: dict[Tags, dict[str, float]] = {}
         sums: dict[tuple[str, Tags], _Sums] = {}
-
-        def put(tags: Tags, family: Family, s: _Sums) -> None:
+        for (names, key), series in items:
+            try:
+                figures = series.window(now)
+            except Exception:  # noqa: BLE001 - a pulled counter that cannot be read is left out
+                log.debug("series %s %s failed", names, key, exc_info=True)
+                continue
+            for name, figure in zip(names, figures, strict=True):
+                family = FAMILIES_BY_NAME[name]
+                if family.partition:
+                    topic, partition, extra = key[0], key[1], key[2:]
+                    own = tuple(zip(family.tags, (str(v) for v in extra), strict=True))
+                    levels: Iterable[Tags] = (
+                        (("topic", str(topic)), ("partition", str(partition)), *own),
+                        (("topic", str(topic)), *own),
+                        own,
+                    )
+                else:
+                    own = tuple(zip(family.tags, (str(v) for v in key), strict=True))
+                    levels = (own, ()) if own else ((),)
+                for tags in levels:
+                    sums.setdefault((name, tags), _Sums()).add(*figure)
+        rows: dict[Tags, dict[str, float]] = {}
+        for (name, tags), s in sums.items():
+            family = FAMILIES_BY_NAME[name]
             values = rows.setdefault(tags, {})
             for stat in family.stats:
                 v = s.stat(stat)
                 if v is not None:
-                    values[f"{family.name}-{stat}"] = v
-
-        for (name, key), series in items:
-            family = FAMILIES_BY_NAME[name]
-            figures = series.window(now)
-            if family.partition:
-                topic, partition, extra = key[0], key[1], key[2:]
-                own = tuple(zip(family.tags, (str(v) for v in extra), strict=True))
-                levels: Iterable[Tags] = (
-                    (("topic", str(topic)), ("partition", str(partition)), *own),
-                    (("topic", str(topic)), *own),
-                    own,
-                )
-            else:
-                own = tuple(zip(family.tags, (str(v) for v in key), strict=True))
-                levels = (own, ()) if own else ((),)
-            for tags in levels:
-                sums.setdefault((name, tags), _Sums()).add(*figures)
-        for (name, tags), s in sums.items():
-            put(tags, FAMILIES_BY_NAME[name], s)
+                    values[f"{name}-{stat}"] = v
         self._derive(rows)
         for gauge, read in list(self._gauges.items()):
             try:
@@ -420,6 +452,7 @@ def error_kind(exc: BaseException) -> str:
         InvalidArgumentException,
         RecordValidationError,
         RemoteResourceNotFoundException,
+        RemoteStorageException,
         SegmentIntegrityError,
     )
 
@@ -440,8 +473,6 @@ def error_kind(exc: BaseException) -> str:
         if isinstance(cause, TimeoutError):
             return "timeout"
         cause = cause.__cause__ or cause.__context__
-    from rsm.errors import RemoteStorageException
-
     return "storage" if isinstance(exc, RemoteStorageException) else "internal"
 
 
@@ -451,6 +482,46 @@ _OP_ERRORS = {
     "index-fetch": "index-fetch-errors",
     "delete": "segment-delete-errors",
 }
+COPY = ("segment-copy", "segment-copy-bytes", "object-upload-bytes", "object-upload", "segment-copy-time")
+FETCH = ("segment-fetch", "segment-fetch-requested-bytes", "segment-fetch-time")
+DOWNLOAD = ("chunk-cache-misses", "segment-fetch-downloaded-bytes")
+DELETE = ("segment-delete", "segment-delete-bytes", "segment-delete-time")
+VALIDATION = (
+    "record-validation-segments",
+    "record-validation-records",
+    "record-validation-violations",
+    "record-validation-refused",
+    "record-validation-time",
+)
+
+
+class PartitionFetches:
+    """A partition's fetch figures, kept by its segment readers: one record per fetch, at its close."""
+
+    __slots__ = ("fetches", "downloads")
+
+    def __init__(self, registry: MetricsRegistry, topic: str, partition: int) -> None:
+        self.fetches = registry.series(FETCH, (topic, partition))
+        self.downloads = registry.series(DOWNLOAD, (topic, partition))
+
+    def fetched(self, requested: int, seconds: float) -> None:
+        # Series.record unrolled: this runs once per fetch (~1 ms of work through the bridge)
+        s = self.fetches
+        ms = seconds * 1000
+        with s.lock:
+            s.count += 1
+            t, m = s.totals, s.maxes
+            t[0] += 1
+            t[1] += requested
+            t[2] += ms
+            if requested > m[1]:
+                m[1] = requested
+            if ms > m[2]:
+                m[2] = ms
+            m[0] = 1
+
+    def downloaded(self, stored_bytes: int) -> None:
+        self.downloads.record(1, stored_bytes)
 
 
 class RsmMetrics:
@@ -461,64 +532,52 @@ class RsmMetrics:
     def __init__(self, registry: MetricsRegistry = REGISTRY) -> None:
         self.registry = registry
         self.clock = registry.clock
+        self._cache_lock = threading.Lock()
+        self._cache: Any = None
+        self._cache_base = (0, 0)  # hits and misses of the caches this one replaced
 
     def copied(
         self, topic: str, partition: int, segment_bytes: int, stored_bytes: int, objects: int, seconds: float
     ) -> None:
-        key = (topic, partition)
-        r = self.registry
-        now = self.clock()
-        r.stat("segment-copy", key).record(1, now)
-        r.stat("segment-copy-bytes", key).record(segment_bytes, now)
-        r.stat("object-upload-bytes", key).record(stored_bytes, now)
-        r.stat("object-upload", key).record(objects, now)
-        r.stat("segment-copy-time", key).record(seconds * 1000, now)
+        self.registry.series(COPY, (topic, partition)).record(
+            1, segment_bytes, stored_bytes, objects, seconds * 1000
+        )
 
     def failed(self, operation: str, topic: str, partition: int, exc: BaseException) -> None:
-        now = self.clock()
-        self.registry.stat(_OP_ERRORS[operation], (topic, partition)).record(1, now)
-        self.registry.stat("errors", (topic, partition, operation, error_kind(exc))).record(1, now)
+        self.registry.record(_OP_ERRORS[operation], (topic, partition))
+        self.registry.record("errors", (topic, partition, operation, error_kind(exc)))
 
-    def fetched(self, topic: str, partition: int, requested: int, seconds: float) -> None:
-        key = (topic, partition)
-        now = self.clock()
-        r = self.registry
-        r.stat("segment-fetch", key).record(1, now)
-        r.stat("segment-fetch-requested-bytes", key).record(requested, now)
-        r.stat("segment-fetch-time", key).record(seconds * 1000, now)
-
-    def chunk(self, topic: str, partition: int, downloaded: int | None) -> None:
-        """A chunk served: from the cache (``downloaded`` None) or downloaded (its stored bytes)."""
-        key = (topic, partition)
-        now = self.clock()
-        if downloaded is None:
-            self.registry.stat("chunk-cache-hits", key).record(1, now)
-        else:
-            self.registry.stat("chunk-cache-misses", key).record(1, now)
-            self.registry.stat("segment-fetch-downloaded-bytes", key).record(downloaded, now)
+    def partition(self, topic: str, partition: int) -> PartitionFetches | None:
+        """Where a partition's fetches are counted (a segment reader keeps it)."""
+        return PartitionFetches(self.registry, topic, partition)
 
     def index_fetched(self, topic: str, partition: int) -> None:
         self.registry.record("index-fetch", (topic, partition))
 
     def deleted(self, topic: str, partition: int, segment_bytes: int, seconds: float) -> None:
-        key = (topic, partition)
-        now = self.clock()
-        r = self.registry
-        r.stat("segment-delete", key).record(1, now)
-        r.stat("segment-delete-bytes", key).record(segment_bytes, now)
-        r.stat("segment-delete-time", key).record(seconds * 1000, now)
+        self.registry.series(DELETE, (topic, partition)).record(1, segment_bytes, seconds * 1000)
 
     def validated(
         self, topic: str, partition: int, records: int, violations: int, refused: bool, seconds: float
     ) -> None:
-        key = (topic, partition)
-        now = self.clock()
-        r = self.registry
-        r.stat("record-validation-segments", key).record(1, now)
-        r.stat("record-validation-records", key).record(records, now)
-        r.stat("record-validation-violations", key).record(violations, now)
-        r.stat("record-validation-refused", key).record(int(refused), now)
-        r.stat("record-validation-time", key).record(seconds * 1000, now)
+        self.registry.series(VALIDATION, (topic, partition)).record(
+            1, records, violations, int(refused), seconds * 1000
+        )
+
+    def watch_chunk_cache(self, cache: Any) -> None:
+        """Show the chunk cache's own hit and miss counts (it keeps them anyway: a hit costs nothing more);
+        a cache replaced by a reconfiguration hands its counts on."""
+        with self._cache_lock:
+            old = self._cache
+            if old is not None and old is not cache:
+                self._cache_base = (self._cache_base[0] + old.hits, self._cache_base[1] + old.misses)
+            self._cache = cache
+
+        def hits() -> float:
+            return self._cache_base[0] + self._cache.hits
+
+        self.registry.pulled("chunk-cache-hits", (), hits)
+        self.registry.gauge("chunk-cache-size-bytes", lambda: self._cache.bytes)
 
 
 class NoMetrics(RsmMetrics):
@@ -535,11 +594,8 @@ class NoMetrics(RsmMetrics):
     def failed(self, *args: Any) -> None:
         pass
 
-    def fetched(self, *args: Any) -> None:
-        pass
-
-    def chunk(self, *args: Any) -> None:
-        pass
+    def partition(self, topic: str, partition: int) -> PartitionFetches | None:
+        return None
 
     def index_fetched(self, *args: Any) -> None:
         pass
@@ -548,6 +604,9 @@ class NoMetrics(RsmMetrics):
         pass
 
     def validated(self, *args: Any) -> None:
+        pass
+
+    def watch_chunk_cache(self, cache: Any) -> None:
         pass
 
 
