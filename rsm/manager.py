@@ -765,11 +765,11 @@ class RemoteStorageManager:
             # the cached manifest may describe a copy another process has since replaced or deleted:
             # forget it so the next fetch reads the store afresh
             self._forget(keys)
-            self._count_fetch_failure(metadata, exc)
             try:
                 with self._errors("fetch", metadata, keys.bucket, keys.log):
                     raise exc
             except RemoteStorageException as mapped:
+                self._count_fetch_failure(metadata, mapped)  # by the kind Kafka sees
                 return mapped
             return exc  # pragma: no cover - _errors always maps
 

@@ -425,3 +425,24 @@ def test_stream_close_counts_once(tmp_path, fresh_registry):
     s.close()
     assert buf.getvalue() and fresh_registry.values(topic="once", partition=0)["segment-fetch-total"] == 1
     rsm.close()
+
+
+def test_a_fetch_failing_mid_stream_is_counted_by_the_kind_kafka_sees(tmp_path, fresh_registry):
+    rsm = _rsm(tmp_path)
+    log_ = PartitionLog(rsm, TopicIdPartition(uuid.uuid4(), "lost", 0), tmp_path / "w")
+    log_.append(20)
+    log_.roll()
+    md = log_.copied[0]
+    with rsm.fetch_log_segment(md, 0) as s:  # the manifest is cached now
+        s.read(1)
+    rsm._chunks.clear()
+    for obj in (tmp_path / "store").rglob(f"*{md.remote_log_segment_id.id_base64}.log"):
+        obj.unlink()  # the segment's data went away behind the RSM's back
+    s = rsm.fetch_log_segment(md, 0)
+    with pytest.raises(RemoteResourceNotFoundException):
+        s.read(10)
+    s.close()
+    v = fresh_registry.values(topic="lost", partition=0, operation="fetch", kind="not-found")
+    assert v["errors-total"] == 1
+    assert fresh_registry.values(topic="lost", partition=0)["segment-fetch-errors-total"] == 1
+    rsm.close()
