@@ -13,9 +13,12 @@ Names are Kafka's: kebab-case, one family per recorded quantity with its statist
 family records a value per event (1 for a count, bytes, milliseconds) and offers some of
 
 - ``<family>-total``: the sum of the values since the process started (the count of events for counts);
-- ``<family>-rate``: the sum per second over the last 30 to 60 s (two 30 s samples, as Kafka's
-  ``metrics.sample.window.ms`` and ``metrics.num.samples``);
+- ``<family>-rate``: the sum per second over the last 30 to 60 s or so (two windows of at least 30 s, as
+  Kafka's ``metrics.sample.window.ms`` and ``metrics.num.samples``; see `Series`);
 - ``<family>-avg`` / ``<family>-max``: the average and the largest value over the same window.
+
+Families recorded at the same event form a group kept in one `Series` (a fetch's count, bytes and time), so
+an event costs one lock.
 
 Families of a partition are recorded once, at the partition (tags ``topic`` and ``partition``, plus the
 family's own, e.g. ``operation`` and ``kind`` of an error); the topic's figure (tag ``topic`` only) and the
@@ -28,8 +31,8 @@ Why this and not prometheus_client's own metric classes: the broker's registry w
 both readers; the Prometheus endpoint is a collector over this registry, so it reports exactly what JMX
 shows.
 
-Cost: an update takes a lock and adds a few numbers (about 0.3 us); the fetch path makes a handful per
-fetch (`benchmarks/metrics_overhead.py` measures the whole).
+Cost: an event takes one lock and adds a few numbers, no clock; a fetch (one event at its close, two clock
+readings for its time) adds a microsecond or two (`benchmarks/metrics_overhead.py` measures it).
 """
 
 from __future__ import annotations
@@ -50,9 +53,9 @@ PROMETHEUS_PREFIX = "rsm_"
 
 _STAT_DOCS = {
     "total": "since the process started",
-    "rate": "per second over the last 30-60 s",
-    "avg": "average over the last 30-60 s",
-    "max": "largest over the last 30-60 s",
+    "rate": "per second over the last 30-60 s or so",
+    "avg": "average over the last 30-60 s or so",
+    "max": "largest over the last 30-60 s or so",
 }
 
 
