@@ -276,6 +276,15 @@ SETTINGS: tuple[Setting, ...] = (
         lambda k, v: _int(k, v, 0, 3_600_000),
         "how long a topic's overlay (rsm topic-config) is cached: a change applies after at most this",
     ),
+    # rsm.metrics: what the broker's JMX (through the bridge) and the Prometheus endpoint show
+    Setting("metrics.enabled", "true", _bool, "record copy, fetch, delete, cache, error and S3 metrics"),
+    Setting(
+        "metrics.prometheus.port",
+        None,
+        lambda k, v: _int(k, v, 0, 65535),
+        "serve the metrics as Prometheus text on this port (bridge, tools); unset: no endpoint",
+    ),
+    Setting("metrics.prometheus.host", "0.0.0.0", _str, "address the Prometheus endpoint listens on"),
 )
 SETTINGS_BY_NAME = {s.name: s for s in SETTINGS}
 

@@ -20,8 +20,10 @@ from __future__ import annotations
 import io
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
+from typing import TYPE_CHECKING
 
 from rsm.cache import ByteLRU
 from rsm.errors import RemoteStorageException
@@ -33,6 +35,9 @@ from rsm.metadata import IndexType
 from rsm.storage import ObjectStore
 from rsm.transform import Codec, PieceKind, SegmentCipher, check_piece, decode_piece, decode_piece_into
 from segment_format.buffers import Buffer, copy_into
+
+if TYPE_CHECKING:
+    from rsm.metrics import RsmMetrics
 
 log = logging.getLogger(__name__)
 
@@ -114,13 +119,19 @@ class SegmentReader:
         cipher: SegmentCipher | None,
         chunk_cache: ByteLRU[bytes] | None = None,
         allocate: ChunkAllocator | None = None,
+        metrics: RsmMetrics | None = None,
     ) -> None:
+        """``metrics``: where the fetches of this segment are counted, with the chunks they downloaded (the
+        RSM's readers; None for readers without a broker)."""
         self.store = store
         self.bucket = bucket
         self.manifest = manifest
         self.cipher = cipher
         self.cache = chunk_cache
         self.allocate = allocate
+        # where this segment's fetches are counted (rsm.metrics), once per reader
+        seg = manifest.segment
+        self.stats = None if metrics is None else metrics.partition(seg.topic, seg.partition)
 
     @property
     def size(self) -> int:
@@ -147,6 +158,8 @@ class SegmentReader:
                 stored, kind=PieceKind.LOG, number=i, codec=index.codecs[i], size=end - start,
                 cipher=self.cipher, crc=crc, tag=tag,
             )  # fmt: skip
+        if self.stats is not None:
+            self.stats.downloaded(hi - lo)
         if self.cache is not None:
             self.cache.put(key, data)
         return data
@@ -239,6 +252,9 @@ class SegmentStream(io.RawIOBase):
         self._executor = executor
         self._prefetch = prefetch if executor is not None else 0
         self._on_error = on_error
+        # counted at close: bytes read and time open (rsm.metrics, when the reader has somewhere to count)
+        self._stats = reader.stats
+        self._opened = time.monotonic() if self._stats is not None else 0.0
         self._futures: dict[int, Future[bytes]] = {}
         self._current: tuple[int, bytes] | None = None
         self._lock = threading.Lock()
@@ -345,4 +361,7 @@ class SegmentStream(io.RawIOBase):
                 fut.cancel()
             self._futures.clear()
             self._current = None
+            stats, self._stats = self._stats, None
+        if stats is not None:
+            stats.fetched(self._pos - self._start, time.monotonic() - self._opened)
         super().close()

@@ -47,6 +47,7 @@ from types import TracebackType
 from typing import BinaryIO
 
 from rsm import custom_metadata as cm
+from rsm import metrics
 from rsm.cache import ByteLRU, IdentityMemo
 from rsm.catalog.locations import LocationRegistry
 from rsm.config import ConfigEntry, RsmConfig, TopicSettings, ViolationAction
@@ -144,6 +145,7 @@ class RemoteStorageManager:
         self._keyring: Keyring | None = None
         self._policy: RecordValidationPolicy | None = None
         self._validation_stats = ValidationStats()
+        self._metrics: metrics.RsmMetrics = metrics.NoMetrics()  # rsm.metrics, chosen at configure
         self._overlays: OverlayCache | None = None
         self._pending: PendingOverlayStore | None = None
         self._gate: PolicyGate | None = None
@@ -202,6 +204,9 @@ class RemoteStorageManager:
             self._chunks = ByteLRU(int(config.get("cache.chunk.bytes")))  # type: ignore[arg-type]
             self._readers.clear()  # they hold the old store and chunk cache
             self._prefetch = int(config.get("fetch.prefetch.chunks"))  # type: ignore[arg-type]
+            if self._metrics.enabled != bool(config.get("metrics.enabled")):
+                self._metrics = metrics.for_config(bool(config.get("metrics.enabled")))
+            self._metrics.watch_chunk_cache(self._chunks)
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(
                     max_workers=int(config.get("fetch.threads")),  # type: ignore[arg-type]
@@ -363,7 +368,9 @@ class RemoteStorageManager:
         except RemoteStorageException:
             self._forget(keys)  # a manifest refused now may be rewritten by a retried copy: reread it
             raise
-        reader = SegmentReader(self.store, keys.bucket, manifest, cipher, self._chunks, self._allocate)
+        reader = SegmentReader(
+            self.store, keys.bucket, manifest, cipher, self._chunks, self._allocate, self._metrics
+        )
         if plain:
             self._readers.put(manifest, reader)
         return reader, keys
@@ -392,6 +399,7 @@ class RemoteStorageManager:
         self._readers.clear()  # they decode with the allocator they were made with
 
     # -- copy --------------------------------------------------------------------------------------------
+    @metrics.counts_failures("copy")
     def copy_log_segment_data(
         self,
         metadata: RemoteLogSegmentMetadata,
@@ -486,12 +494,14 @@ class RemoteStorageManager:
                     "first_offset": -1 if summary.first_offset is None else summary.first_offset,
                     "last_offset": -1 if summary.last_offset is None else summary.last_offset,
                     "max_timestamp_ms": summary.max_timestamp_ms,
+                    "first_batch_timestamp_ms": summary.first_batch_timestamp_ms,
                     "compressed_batch_bytes": summary.compressed_batch_bytes,
                 },
                 validation=validation,
             )
             with self._errors("manifest write", metadata, keys.bucket, keys.manifest):
                 self.store.put(keys.bucket, keys.manifest, manifest.to_bytes(cipher))
+            stored = chunk_index.stored_size + sum(e.stored_size for e in index_entries.values())
         except BaseException:
             # every key of the segment, the manifest first, whether or not its write seemed to succeed: a PUT
             # or CompleteMultipartUpload whose answer was lost (a timeout, a reset connection) may have
@@ -506,17 +516,26 @@ class RemoteStorageManager:
         # completes, and an earlier attempt killed mid-copy leaves its own: both are this segment's
         self._sweep_leftovers(metadata, keys)
         elapsed = time.monotonic() - started
+        tip = seg.topic_id_partition
+        self._metrics.copied(tip.topic, tip.partition, summary.size, stored, 3, elapsed)
+        # one line per copy, the same fields as the delete's, to search for (never one per fetch at INFO)
         log.info(
-            "copied segment %s (%d bytes, offsets %d..%d) to %s in %.2fs: %d chunks, %d bytes stored%s",
-            seg,
-            summary.size,
+            "copied segment topic=%s partition=%d segment=%s offsets=%d..%d bytes=%d stored_bytes=%d "
+            "chunks=%d time_ms=%d location=%s key_id=%s%s",
+            tip.topic,
+            tip.partition,
+            seg.id_base64,
             metadata.start_offset,
             metadata.end_offset,
-            self.store.describe(keys.bucket, keys.stem),
-            elapsed,
+            summary.size,
+            stored,
             chunk_index.count,
-            chunk_index.stored_size,
-            f", encrypted under key id {key_id}" if key_id else "",
+            round(elapsed * 1000),
+            self.store.describe(keys.bucket, keys.stem),
+            key_id or "-",
+            ""
+            if validation is None
+            else f" validated_records={validation['records']} violations={validation['violation_count']}",
         )
         return custom
 
@@ -588,7 +607,10 @@ class RemoteStorageManager:
         count, violations = result.violation_count, result.violations
         refuse = bool(count) and settings.on_violation is ViolationAction.FAIL
         totals = self._validation_stats.add(tip.topic, result, refuse)
-        log.info(
+        self._metrics.validated(tip.topic, tip.partition, result.records, count, refuse, result.seconds)
+        # the copy's line names the records checked; a segment with violations gets its own line
+        log.log(
+            logging.INFO if count else logging.DEBUG,
             "validated segment %s of %s with policy %r: %d records, %d violation(s), %.3fs%s "
             "(topic totals: %d segments, %d records, %d violations, %.3fs)",
             metadata.remote_log_segment_id.id_base64,
@@ -771,8 +793,15 @@ class RemoteStorageManager:
             raise RemoteStorageException(
                 f"invalid position range {start_position}..{end_position} for segment {metadata.remote_log_segment_id}"
             )
-        reader, keys = self._reader(metadata, log_config)
+        # failures of the segment are counted here and in on_error (rsm.metrics), not by a wrapper: this
+        # runs once per Kafka fetch, and a wrapper's frame cost more than the counting
+        try:
+            reader, keys = self._reader(metadata, log_config)
+        except Exception as exc:
+            self._count_fetch_failure(metadata, exc)
+            raise
         if start_position > reader.size or (start_position == reader.size and reader.size > 0):
+            self._count_fetch_failure(metadata, None)
             raise RemoteStorageException(
                 f"start position {start_position} is beyond the {reader.size}-byte segment "
                 f"{metadata.remote_log_segment_id} ({self.store.describe(keys.bucket, keys.log)})"
@@ -786,11 +815,18 @@ class RemoteStorageManager:
                 with self._errors("fetch", metadata, keys.bucket, keys.log):
                     raise exc
             except RemoteStorageException as mapped:
+                self._count_fetch_failure(metadata, mapped)  # by the kind Kafka sees
                 return mapped
             return exc  # pragma: no cover - _errors always maps
 
+        # the stream counts itself when it closes (reader.stats): nothing more to do per fetch here
         return reader.stream(start_position, end_position, self._executor, self._prefetch, on_error)  # type: ignore[return-value]
 
+    def _count_fetch_failure(self, metadata: RemoteLogSegmentMetadata, exc: BaseException | None) -> None:
+        tip = metadata.remote_log_segment_id.topic_id_partition
+        self._metrics.failed("fetch", tip.topic, tip.partition, exc or RemoteStorageException("position"))
+
+    @metrics.counts_failures("index-fetch", expected=(RemoteResourceNotFoundException,))
     def fetch_index(
         self,
         metadata: RemoteLogSegmentMetadata,
@@ -817,9 +853,12 @@ class RemoteStorageManager:
             )
         with self._errors(f"{index_type.name} index fetch", metadata, keys.bucket, keys.indexes):
             data = reader.index(index_type)
+        tip = metadata.remote_log_segment_id.topic_id_partition
+        self._metrics.index_fetched(tip.topic, tip.partition)
         return io.BytesIO(data)
 
     # -- delete ------------------------------------------------------------------------------------------
+    @metrics.counts_failures("delete")
     def delete_log_segment_data(
         self, metadata: RemoteLogSegmentMetadata, log_config: Mapping[str, str] | None = None
     ) -> None:
@@ -833,6 +872,7 @@ class RemoteStorageManager:
         self._check_call(metadata, log_config)
         assert self._gate is not None  # a legal hold keeps the segment (rsm.policy.enforce)
         self._gate.check_delete(metadata, log_config, self._delete_overlay(metadata.topic_id_partition))
+        started = time.monotonic()
         location = self._location(metadata, log_config)
         keys = SegmentKeys.of(location, metadata)
         self._forget(keys)
@@ -841,9 +881,19 @@ class RemoteStorageManager:
                 self.store.delete(keys.bucket, key)
         with self._errors("removal of unfinished writes", metadata, keys.bucket, keys.stem):
             remove_segment_leftovers(self.store, keys.bucket, keys.stem)
+        elapsed = time.monotonic() - started
+        seg = metadata.remote_log_segment_id
+        tip = seg.topic_id_partition
+        self._metrics.deleted(tip.topic, tip.partition, metadata.segment_size_in_bytes, elapsed)
         log.info(
-            "deleted segment %s from %s",
-            metadata.remote_log_segment_id,
+            "deleted segment topic=%s partition=%d segment=%s offsets=%d..%d bytes=%d time_ms=%d location=%s",
+            tip.topic,
+            tip.partition,
+            seg.id_base64,
+            metadata.start_offset,
+            metadata.end_offset,
+            metadata.segment_size_in_bytes,
+            round(elapsed * 1000),
             self.store.describe(keys.bucket, keys.stem),
         )
 

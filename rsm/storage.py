@@ -257,6 +257,16 @@ class ObjectStore:
             if config.get("storage.s3.session.token"):
                 kwargs["token"] = config.get("storage.s3.session.token")
         botocore, request_timeout = s3_deadlines(config)
+        if config.get("metrics.enabled"):
+            # S3 requests, retries, throttles and failures per operation (rsm.metrics): handlers on the
+            # session reach every client s3fs makes from it, a client re-made after a dropped session too
+            from aiobotocore.session import AioSession
+
+            from rsm.metrics import S3Hooks
+
+            session = AioSession()
+            S3Hooks().register(session)
+            kwargs["session"] = session
         fs = s3fs.S3FileSystem(
             client_kwargs=client_kwargs,
             config_kwargs=botocore,
@@ -417,8 +427,9 @@ class ObjectStore:
     def exists(self, bucket: str, key: str) -> bool:
         return bool(self._remote(bucket, key, self.fs.exists, self.path(bucket, key)))
 
-    def list(self, bucket: str, prefix: str = "") -> list[str]:
-        """Keys under a prefix in a bucket, sorted; temporary files of unfinished writes are left out."""
+    def list(self, bucket: str, prefix: str = "", *, include_temporary: bool = False) -> list[str]:
+        """Keys under a prefix in a bucket, sorted; temporary files of unfinished writes (the file store's
+        ``.<name>.tmp-<hex>``) are left out unless ``include_temporary``."""
         base = self._directory(bucket, "").rstrip("/") + "/"
         directory = prefix.rpartition("/")[0]
         try:
@@ -429,7 +440,7 @@ class ObjectStore:
         for path in found:
             path = str(path)
             key = path[len(base) :] if path.startswith(base) else path.split("/", 1)[1]
-            if key.startswith(prefix) and TEMP_MARK not in key.rsplit("/", 1)[-1]:
+            if key.startswith(prefix) and (include_temporary or TEMP_MARK not in key.rsplit("/", 1)[-1]):
                 keys.append(key)
         return sorted(keys)
 

@@ -71,6 +71,8 @@ class IntegritySummary:
     max_timestamp_ms: int
     compressed_bytes_per_chunk: list[int]
     magics: set[int] = field(default_factory=set)
+    # the first batch's max timestamp (Kafka's getFirstBatchTimestamp, what time-based retention reads)
+    first_batch_timestamp_ms: int = -1
 
     @property
     def compressed_batch_bytes(self) -> int:
@@ -160,6 +162,7 @@ class SegmentIntegrityVerifier:
             first_offset=s.first_offset,
             last_offset=None if s.first_offset is None else s.last_offset,
             max_timestamp_ms=s.max_timestamp,
+            first_batch_timestamp_ms=s.first_batch_timestamp,
             compressed_bytes_per_chunk=self._verifier.compressed_bytes_per_region,
             magics=set(s.magics),
         )

@@ -218,7 +218,9 @@ def test_an_end_offset_past_the_last_batch_does_not_hide_the_next_segment(tmp_pa
     assert _offsets(h) == [(0, 9), (10, 19)] and h.gaps == ()
 
 
-def test_an_older_segment_with_several_epochs_is_read_whole(rsm: RemoteStorageManager, tmp_path: Path) -> None:
+def test_an_older_segment_with_several_epochs_is_read_whole(
+    rsm: RemoteStorageManager, tmp_path: Path
+) -> None:
     """Epochs 0 then 3 in one segment, 5 in the next: every epoch of the older segment is in the lineage
     (its epochs were once taken lowest first, so epoch 0 hid epoch 3 and its records were never read)."""
     tip = TopicIdPartition(uuid.uuid4(), "orders", 0)

@@ -8,7 +8,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from tiering import PartitionLog
+from tiering import BASE_TS, PartitionLog
 
 from rsm import RemoteStorageManager, TopicIdPartition
 from rsm.catalog import TopicCatalog
@@ -65,6 +65,13 @@ def test_du_ls_and_locate(
         if k.endswith(f"{md3.start_offset:020d}-{md3.remote_log_segment_id.id_base64}.manifest")
     ][0]
     rsm.store.delete(bucket, manifest_key)
+    # a write that never finished (a copy killed mid-upload): the file store's temporary name
+    stem = manifest_key.rsplit("/", 1)[0]
+    rsm.store.put(
+        configs["bucket"],
+        f"{stem.replace('cold/', '', 1)}/.00000000000000000099-x.log.tmp-0123456789ab",
+        b"x",
+    )
     rsm.close()
     props = _properties(tmp_path, configs)
 
@@ -73,12 +80,22 @@ def test_du_ls_and_locate(
     by_location = {r["bucket"]: r for r in rows}
     main_bucket = configs["bucket"]
     assert set(by_location) == {main_bucket, other}
-    assert (
-        by_location[main_bucket]["segments"] == 2 and by_location[main_bucket]["orphans"] == 0
-    )  # two copies
+    assert by_location[main_bucket]["segments"] == 2  # two copies
+    assert by_location[main_bucket]["orphans"] == 1  # the temporary file
+    assert by_location[main_bucket]["orphan_objects"][0].endswith(".log.tmp-0123456789ab")
     assert (by_location[main_bucket]["first_offset"], by_location[main_bucket]["last_offset"]) == (0, 39)
+    # timestamps: the first batch's max timestamp of the earliest segment, the newest record's
+    assert (by_location[main_bucket]["first_timestamp"], by_location[main_bucket]["last_timestamp"]) == (
+        BASE_TS + 39,
+        BASE_TS + 39,
+    )
     cold = by_location[other]
     assert cold["segments"] == 1 and (cold["first_offset"], cold["last_offset"]) == (40, 99)
+    assert (cold["first_timestamp"], cold["last_timestamp"]) == (BASE_TS + 99, BASE_TS + 99)
+    for row in rows:  # the keys every consumer of --json may rely on
+        assert {"topic", "partition", "location", "segments", "bytes", "first_offset", "last_offset"} <= set(
+            row
+        )
     assert (
         cold["orphans"] == 2
         and cold["prefix"] == "cold/"

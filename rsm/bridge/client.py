@@ -205,6 +205,10 @@ class BridgeClient:
     def configure_info(self) -> dict[str, Any]:
         return self.call(Op.CONFIGURE_INFO)
 
+    def metrics(self) -> dict[str, Any]:
+        """The bridge's rsm.metrics snapshot (PROTOCOL.md, "metrics")."""
+        return self.call(Op.METRICS)
+
     def copy_log_segment_data(self, metadata: Any, segment_data: Any, log_config: Any = None) -> Any:
         from rsm import CustomMetadata
 

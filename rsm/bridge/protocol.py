@@ -110,6 +110,7 @@ class Op(enum.StrEnum):
     FETCH_LOG_SEGMENT = "fetch_log_segment"
     FETCH_INDEX = "fetch_index"
     DELETE_LOG_SEGMENT_DATA = "delete_log_segment_data"
+    METRICS = "metrics"  # a snapshot of rsm.metrics, polled by the JVM plugin for the broker's JMX
     # The topic policy classes of the JVM plugin (CreateTopicPolicy / AlterConfigPolicy): rsm.bridge.policy_ops
     VALIDATE_CREATE_TOPIC = "validate_create_topic"
     VALIDATE_ALTER_CONFIG = "validate_alter_config"

@@ -86,6 +86,12 @@ def serve(
         handlers=policy_handlers(rsm),  # the broker's topic policy classes ask the RSM's policy
     )
     server.bind()
+    from rsm.metrics import serve_prometheus_from_config
+
+    try:  # after bind: a second bridge refused there never takes the port
+        serve_prometheus_from_config(rsm_configs)
+    except (OSError, ValueError) as exc:  # the broker's tiering goes on without the endpoint
+        log.error("no Prometheus endpoint (metrics.prometheus.port): %s", exc)
 
     def on_signal(signum: int, _frame: Any) -> None:
         log.info("signal %d received", signum)

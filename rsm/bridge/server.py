@@ -21,6 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
+
+from rsm import metrics
 from rsm.bridge import listener, protocol, shm, streaming
 from rsm.bridge.admission import Limits, RateLimitedLog, Refusals, set_receive_tick
 from rsm.bridge.listener import check_socket_path
@@ -160,6 +163,7 @@ class BridgeServer:
             Op.CONFIGURE_INFO: self._op_configure_info,
             Op.COPY_LOG_SEGMENT_DATA: self._op_copy,
             Op.DELETE_LOG_SEGMENT_DATA: self._op_delete,
+            Op.METRICS: self._op_metrics,
         }
         self._handlers.update(handlers or {})
         # bounds on connections: how many, how long a HELLO / an idle wait / a frame may take (admission.py)
@@ -194,6 +198,14 @@ class BridgeServer:
         self._log_configs_received = 0
         self._last_request_end = time.monotonic()
         self._heap_used = False  # requests ran since the heap was last trimmed
+        # the bridge's own figures in rsm.metrics (unless metrics.enabled=false), beside the RSM's
+        enabled = str(self.configs.get("metrics.enabled", "true")).strip().lower()
+        self.metrics = metrics.REGISTRY if enabled not in ("false", "0", "no", "off") else None
+        if self.metrics is not None:
+            self.metrics.gauge("bridge-server-connections", lambda: len(self._conns))
+            self.metrics.gauge(
+                "bridge-server-in-flight-requests", lambda: sum(c.busy for c in list(self._conns))
+            )
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -311,6 +323,8 @@ class BridgeServer:
                 count = len(self._conns)
             if count >= self.limits.max_connections:
                 self._refusals.refuse(sock, count, self.limits.max_connections)
+                if self.metrics is not None:
+                    self.metrics.record("bridge-server-connections-refused", ())
                 continue
             sock.settimeout(None)
             set_receive_tick(sock, self.limits.tick_s)
@@ -540,6 +554,8 @@ class BridgeServer:
         op = frame.header.get("op")
         rid = frame.request_id
         self._requests += 1
+        if self.metrics is not None:
+            self.metrics.record("bridge-server-requests", ())
         if frame.header.get("log_config") is not None:
             self._log_configs_received += 1
         if self._stopping.is_set():
@@ -597,6 +613,28 @@ class BridgeServer:
             # per topic: segments validated, records checked, violations, refusals, seconds (issue 14)
             "record_validation": _validation_stats(self.rsm),
         }
+
+    def _op_metrics(self, ctx: RequestContext) -> dict[str, Any]:
+        """rsm.metrics' snapshot (PROTOCOL.md, "metrics"); per-partition series are left out when they
+        would not fit a frame header (``partitions_dropped``), the topics' and totals never."""
+        snapshot = metrics.REGISTRY.snapshot()
+        answer: dict[str, Any] = {
+            "pid": os.getpid(),
+            "uptime_ms": int((time.monotonic() - self._started) * 1000),
+            "enabled": self.metrics is not None,
+            **snapshot,
+        }
+        if len(orjson.dumps(answer)) > protocol.MAX_HEADER_BYTES * 3 // 4:
+            answer["series"] = [s for s in snapshot["series"] if "partition" not in s["tags"]]
+            answer["partitions_dropped"] = True
+        return answer
+
+    def count_streamed(self, sent: int) -> None:
+        """A streamed answer ended after ``sent`` bytes (health's byte counters and rsm.metrics)."""
+        with self._counters_lock:
+            self._bytes_streamed += sent
+        if self.metrics is not None and sent:
+            self.metrics.record("bridge-server-streamed-bytes", (), sent)
 
     def _op_configure_info(self, ctx: RequestContext) -> dict[str, Any]:
         return {

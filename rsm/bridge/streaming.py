@@ -382,8 +382,7 @@ def stream_answer(server: BridgeServer, conn: _Connection, frame: protocol.Frame
     except Cancelled:
         protocol.send_frame(conn.sock, FrameType.END, rid, {"bytes": sent, "cancelled": True})
     finally:
-        with server._counters_lock:
-            server._bytes_streamed += sent
+        server.count_streamed(sent)
         if stream is not None:
             with contextlib.suppress(Exception):
                 stream.close()

@@ -1,9 +1,12 @@
 """What the store holds per topic, partition and location: the figures `rsm store du` shows.
 
 Everything comes from listings and manifests: segment counts, stored bytes (the `.log` and `.indexes`
-objects as stored, plus the manifest), offsets and timestamps from the manifests' copy of the segment
-metadata, key ids from their encryption block. Orphans are segment objects without a committed manifest
-(an interrupted copy, a delete cut short): readers never see them, `rsm migrate gc` removes them.
+objects as stored: what the RSM's `object-upload-bytes` counts), offsets and the last timestamp from the
+manifests' copy of the segment metadata, the first timestamp from the earliest segment's integrity record
+(its first batch's max timestamp, Kafka's `getFirstBatchTimestamp`; copies made before it was recorded have
+none), key ids from their encryption block. Orphans are segment objects without a committed manifest (an
+interrupted copy, a delete cut short) and temporary files of writes that never finished (the file store's
+`.<name>.tmp-<hex>`): readers never see them, `rsm migrate gc` removes them.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ class PartitionUsage:
     bytes: int = 0
     first_offset: int | None = None
     last_offset: int | None = None
+    first_timestamp: int | None = None
     last_timestamp: int | None = None
     key_ids: set[str] = field(default_factory=set)
     orphans: list[str] = field(default_factory=list)
@@ -36,9 +40,10 @@ class PartitionUsage:
         m = seg.manifest
         self.segments += 1
         self.bytes += m.log.stored_size + sum(e.stored_size for e in m.indexes.values())
-        self.first_offset = (
-            seg.start_offset if self.first_offset is None else min(self.first_offset, seg.start_offset)
-        )
+        if self.first_offset is None or seg.start_offset < self.first_offset:
+            self.first_offset = seg.start_offset
+            first_ts = m.integrity.get("first_batch_timestamp_ms", -1)
+            self.first_timestamp = first_ts if first_ts >= 0 else None
         self.last_offset = (
             seg.end_offset if self.last_offset is None else max(self.last_offset, seg.end_offset)
         )
@@ -59,6 +64,7 @@ class PartitionUsage:
             "bytes": self.bytes,
             "first_offset": self.first_offset,
             "last_offset": self.last_offset,
+            "first_timestamp": self.first_timestamp,
             "last_timestamp": self.last_timestamp,
             "key_ids": sorted(self.key_ids),
             "orphans": len(self.orphans),
@@ -69,14 +75,21 @@ class PartitionUsage:
 def _orphans(
     catalog: TopicCatalog, topic: str, topic_id: uuid.UUID, location: Location
 ) -> dict[int, list[str]]:
-    """Segment objects (`.log`, `.indexes`) whose stem has no manifest, per partition."""
+    """Segment objects (`.log`, `.indexes`) whose stem has no manifest, and temporary files of unfinished
+    writes, per partition."""
     base = f"{location.prefix}{topic}-{uuid_to_base64(topic_id)}/"
     stems: dict[str, set[str]] = defaultdict(set)
-    for key in catalog.store.list(location.bucket, base):
+    out: dict[int, list[str]] = defaultdict(list)
+    for key in catalog.store.list(location.bucket, base, include_temporary=True):
+        directory, _, name = key.rpartition("/")
+        if ".tmp-" in name:  # `.<name>.tmp-<hex>`: a write that never finished (a killed copy)
+            part = directory[len(base) :].split("/", 1)[0]
+            if part.isdigit():
+                out[int(part)].append(catalog.store.describe(location.bucket, key))
+            continue
         for suffix in (LOG_SUFFIX, INDEXES_SUFFIX, MANIFEST_SUFFIX):
             if key.endswith(suffix):
                 stems[key[: -len(suffix)]].add(suffix)
-    out: dict[int, list[str]] = defaultdict(list)
     for stem, suffixes in sorted(stems.items()):
         part = stem[len(base) :].split("/", 1)[0]
         if MANIFEST_SUFFIX not in suffixes and part.isdigit():

@@ -4,8 +4,9 @@
     rsm store --config server.properties ls --topic T [--partition P] [--topic-id ID] [--json]
     rsm store --config server.properties locate [--topic T] [--record] [--json]
 
-`du` answers per topic, partition and location: segments, stored bytes, offsets, the newest timestamp,
-key ids and orphans (objects without a committed manifest). `ls` lists one topic's segments with the
+`du` answers per topic, partition and location: segments, stored bytes, offsets, the first and last
+timestamps, key ids and orphans (objects without a committed manifest, temporary files of unfinished
+writes). `ls` lists one topic's segments with the
 history the readers use (which copy serves which offsets, and why a copy is not read). `locate` shows
 every location a topic's segments are in; `--record` writes what a scan found into the location record
 (`rsm.catalog.locations`) so readers need not scan again: the only action here that writes.
@@ -115,7 +116,8 @@ def _du(catalog: TopicCatalog, args: argparse.Namespace, out: Console) -> int:
         "segments",
         "bytes",
         "offsets",
-        "newest record",
+        "records from",
+        "to",
         "keys",
         "orphans",
     )
@@ -123,7 +125,7 @@ def _du(catalog: TopicCatalog, args: argparse.Namespace, out: Console) -> int:
         offsets = "-" if r.first_offset is None else f"{r.first_offset:,}..{r.last_offset:,}"
         table.add_row(
             escape(r.topic), uuid_to_base64(r.topic_id), str(r.partition), escape(str(r.location)),
-            f"{r.segments:,}", f"{r.bytes:,}", offsets, _when(r.last_timestamp),
+            f"{r.segments:,}", f"{r.bytes:,}", offsets, _when(r.first_timestamp), _when(r.last_timestamp),
             ", ".join(sorted(r.key_ids)) or "-", str(len(r.orphans)) if r.orphans else "-",
         )  # fmt: skip
     out.print(table)

@@ -23,6 +23,8 @@ import java.util.concurrent.LinkedBlockingDeque;
 import java.util.concurrent.Semaphore;
 import java.util.concurrent.atomic.AtomicInteger;
 
+import org.apache.kafka.common.metrics.Monitorable;
+import org.apache.kafka.common.metrics.PluginMetrics;
 import org.apache.kafka.server.log.remote.storage.LogSegmentData;
 import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentMetadata;
 import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentMetadata.CustomMetadata;
@@ -53,10 +55,12 @@ import org.slf4j.LoggerFactory;
  *   <li>{@code bridge.admin.bootstrap.servers} and other {@code bridge.admin.*} client settings: where to read
  *       topic configs (describeConfigs) that are sent as the LogConfig of each call;
  *       {@code bridge.topic.config.ttl.ms} (30000)</li>
+ *   <li>{@code bridge.metrics.poll.ms} (5000; 0 = off): how often the bridge's metrics are read into the
+ *       broker's metrics registry (see {@link BridgeMetrics})</li>
  * </ul>
  * All other keys go to the Python RemoteStorageManager.
  */
-public class BridgeRemoteStorageManager implements RemoteStorageManager {
+public class BridgeRemoteStorageManager implements RemoteStorageManager, Monitorable {
     private static final Logger LOG = LoggerFactory.getLogger(BridgeRemoteStorageManager.class);
     /** A fetch's first answer: Kafka's default fetch size (max.partition.fetch.bytes, 1 MiB). */
     static final int FIRST_ANSWER_BYTES = 1024 * 1024;
@@ -76,6 +80,10 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
     private long requestTimeoutMs = 300_000;
     /** bridge.transport=shm: fetch answers through a shared-memory ring per connection (else socket frames). */
     private boolean shm = true;
+    private int poolSize;
+    /** The broker's metrics registry for us (KIP-877), and what we register there (see BridgeMetrics). */
+    private volatile BridgeMetrics metrics;
+    private PluginMetrics pluginMetrics;
 
     @Override
     public void configure(Map<String, ?> configs) {
@@ -98,7 +106,7 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
         } catch (IOException e) {
             throw new IllegalStateException("cannot create the bridge socket directory " + dir + ": " + e, e);
         }
-        int poolSize = Integer.parseInt(all.getOrDefault("bridge.pool.size", "32"));
+        poolSize = Integer.parseInt(all.getOrDefault("bridge.pool.size", "32"));
         slots = new Semaphore(poolSize);
         stopGraceMs = Long.parseLong(all.getOrDefault("bridge.shutdown.grace.ms", "10000")) + 5_000;
         requestTimeoutMs = Long.parseLong(all.getOrDefault("bridge.request.timeout.ms", "300000"));
@@ -148,6 +156,24 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
         } catch (RemoteStorageException e) {
             LOG.error("the bridge is not available yet: {}", e.getMessage());
         }
+        startMetrics(Long.parseLong(all.getOrDefault("bridge.metrics.poll.ms", "5000")));
+    }
+
+    private synchronized void startMetrics(long pollMs) {
+        metrics = new BridgeMetrics(this, pollMs);
+        if (pluginMetrics != null) {
+            metrics.attach(pluginMetrics);
+        }
+        metrics.start();
+    }
+
+    /** Kafka hands its metrics registry to Monitorable plugins right after configure (KIP-877). */
+    @Override
+    public synchronized void withPluginMetrics(PluginMetrics pluginMetrics) {
+        this.pluginMetrics = pluginMetrics;
+        if (metrics != null) {
+            metrics.attach(pluginMetrics);
+        }
     }
 
     /** The bridge gets the same rsm.config.* settings the broker gave us, in an owner-only file. */
@@ -192,8 +218,13 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
         if (closed) {
             throw new RemoteStorageException("the bridge RSM is closed");
         }
+        long waitStart = System.nanoTime();
         try {
             slots.acquire();
+            BridgeMetrics m = metrics;
+            if (m != null) {
+                m.queued(System.nanoTime() - waitStart);
+            }
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
             throw new RemoteStorageException("interrupted while waiting for a bridge connection", e);
@@ -266,6 +297,7 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
     /** One unary call: REQUEST, then RESPONSE or ERROR. A lost connection fails the call; Kafka retries. */
     private Map<String, Object> call(String op, Map<String, Object> header, byte[] payload, String what)
             throws RemoteStorageException {
+        counted(op, false);
         BridgeConnection c = borrow();
         try {
             int rid = nextRequestId();
@@ -288,6 +320,7 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
             return f.header;
         } catch (IOException | IllegalArgumentException e) {
             c.broken = true;
+            counted(op, true);
             throw new RemoteStorageException(what + ": bridge connection failed: " + e, e);
         } finally {
             release(c);
@@ -295,6 +328,7 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
     }
 
     private InputStream stream(String op, Map<String, Object> header, String what) throws RemoteStorageException {
+        counted(op, false);
         BridgeConnection c = borrow();
         BridgeConnection.Frame first;
         int rid = nextRequestId();
@@ -318,6 +352,7 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
         } catch (IOException | IllegalArgumentException e) {
             c.broken = true;
             release(c);
+            counted(op, true);
             throw new RemoteStorageException(what + ": bridge connection failed: " + e, e);
         }
         if (first.type == BridgeConnection.ERROR) {
@@ -432,9 +467,42 @@ public class BridgeRemoteStorageManager implements RemoteStorageManager {
         return bridge.restarts();
     }
 
+    boolean managesBridge() {
+        return bridge.managed();
+    }
+
+    int inFlightRequests() {
+        return poolSize - slots.availablePermits();
+    }
+
+    int openConnections() {
+        return idle.size() + inFlightRequests();
+    }
+
+    /** What the broker's registry shows for one of the bridge's metrics now (the test driver reads it). */
+    Double metricValue(String name, Map<String, String> tags) {
+        BridgeMetrics m = metrics;
+        return m == null ? null : m.valueOf(name, tags);
+    }
+
+    /** A request to the bridge (the metrics polls not counted), or a call whose connection failed. */
+    private void counted(String op, boolean failed) {
+        BridgeMetrics m = metrics;
+        if (m != null && !"metrics".equals(op)) {
+            if (failed) {
+                m.requestFailed();
+            } else {
+                m.request();
+            }
+        }
+    }
+
     @Override
     public void close() {
         closed = true;
+        if (metrics != null) {
+            metrics.close();
+        }
         discardIdle();
         if (topicConfigs != null) {
             topicConfigs.close();

@@ -38,6 +38,8 @@ import org.apache.kafka.server.log.remote.storage.RemoteStorageManager.IndexType
  * open START N                  reads N bytes and keeps the stream open (for "rest")
  * rest                          reads the open stream to its end: {"length","sha256"} or the exception
  * index TYPE
+ * plugin_metrics                what a broker does for a Monitorable plugin: withPluginMetrics (JMX under kafka.server)
+ * jmx PATTERN                   every attribute of the platform MBeans matching an ObjectName pattern
  * </pre>
  */
 public final class PluginDriver {
@@ -173,6 +175,32 @@ public final class PluginDriver {
                         out.putAll(rsm.health());
                         out.put("restarts", rsm.bridgeRestarts());
                         break;
+                    case "plugin_metrics": {
+                        // what the broker does with a Monitorable plugin on its classpath (KIP-877): its own
+                        // Metrics, reported to JMX under kafka.server, wrapped the way RemoteLogManager does
+                        org.apache.kafka.common.metrics.Metrics brokerMetrics = new org.apache.kafka.common.metrics.Metrics(
+                                new org.apache.kafka.common.metrics.MetricConfig(),
+                                java.util.List.of(new org.apache.kafka.common.metrics.JmxReporter()),
+                                org.apache.kafka.common.utils.Time.SYSTEM,
+                                new org.apache.kafka.common.metrics.KafkaMetricsContext("kafka.server"));
+                        org.apache.kafka.common.internals.Plugin.wrapInstance(rsm, brokerMetrics,
+                                "remote.log.storage.manager.class.name");
+                        break;
+                    }
+                    case "jmx": {
+                        // every attribute of the MBeans matching the pattern: {"<object name>:<attribute>": value}
+                        javax.management.MBeanServer server = java.lang.management.ManagementFactory.getPlatformMBeanServer();
+                        Map<String, Object> values = new java.util.TreeMap<>();
+                        for (javax.management.ObjectName name : server.queryNames(new javax.management.ObjectName(w[1]), null)) {
+                            for (javax.management.MBeanAttributeInfo a : server.getMBeanInfo(name).getAttributes()) {
+                                Object v = server.getAttribute(name, a.getName());
+                                values.put(name + ":" + a.getName(),
+                                        v instanceof Double && (((Double) v).isNaN() || ((Double) v).isInfinite()) ? null : v);
+                            }
+                        }
+                        out.put("values", values);
+                        break;
+                    }
                     case "close":
                         rsm.close();
                         break;
