@@ -47,7 +47,7 @@ from types import TracebackType
 from typing import BinaryIO
 
 from rsm import custom_metadata as cm
-from rsm import metrics
+from rsm import forward, metrics
 from rsm.cache import ByteLRU, IdentityMemo
 from rsm.catalog.locations import LocationRegistry
 from rsm.config import ConfigEntry, RsmConfig, TopicSettings, ViolationAction
@@ -350,11 +350,33 @@ class RemoteStorageManager:
         self._manifests.put(cache_key, (manifest, len(raw)))
         return manifest
 
+    def _manifest_or_moved(
+        self, metadata: RemoteLogSegmentMetadata, keys: SegmentKeys
+    ) -> tuple[Manifest, SegmentKeys]:
+        """`_manifest`, or, when the manifest is gone, the one where `rsm migrate move` took the segment:
+        its forwards (`rsm.forward`) are followed to the first location holding its manifest."""
+        try:
+            return self._manifest(metadata, keys), keys
+        except RemoteResourceNotFoundException as not_here:
+            ref = forward.SegmentRef.of(metadata)
+            with self._errors("forward read", metadata, keys.bucket, ref.forward_key(keys.location)):
+                hops = forward.chain(self.store, keys.location, ref)
+            for location in hops:
+                moved = SegmentKeys.of(location, metadata)
+                try:
+                    manifest = self._manifest(metadata, moved)
+                except RemoteResourceNotFoundException:
+                    continue
+                if metadata.custom_metadata is not None and metadata.custom_metadata.value:
+                    self._keys.put(metadata, moved)  # later fetches with this metadata go straight there
+                return manifest, moved
+            raise not_here
+
     def _reader(
         self, metadata: RemoteLogSegmentMetadata, log_config: Mapping[str, str] | None
     ) -> tuple[SegmentReader, SegmentKeys]:
         keys = self._keys_of(metadata, log_config)
-        manifest = self._manifest(metadata, keys)
+        manifest, keys = self._manifest_or_moved(metadata, keys)
         # plain segments: one reader per manifest (it holds no state of a fetch); encrypted ones unwrap their
         # data key on every fetch, so a key taken out of the keyring stops decrypting at once
         plain = manifest.encryption is None
@@ -879,6 +901,7 @@ class RemoteStorageManager:
         for key in keys.all():
             with self._errors("delete", metadata, keys.bucket, key):
                 self.store.delete(keys.bucket, key)
+        self._delete_moved(metadata, keys)
         with self._errors("removal of unfinished writes", metadata, keys.bucket, keys.stem):
             remove_segment_leftovers(self.store, keys.bucket, keys.stem)
         elapsed = time.monotonic() - started
@@ -912,6 +935,23 @@ class RemoteStorageManager:
         if topic_problem(tip.topic):
             return {}
         return self.topic_overlay(tip)
+
+    def _delete_moved(self, metadata: RemoteLogSegmentMetadata, keys: SegmentKeys) -> None:
+        """After the segment's own objects: its objects at every location forwards lead to from there
+        (`rsm migrate move`), then the forwards themselves, last, so a delete cut short and retried still
+        finds whatever the first attempt left (`rsm.forward`)."""
+        ref = forward.SegmentRef.of(metadata)
+        with self._errors("forward read", metadata, keys.bucket, ref.forward_key(keys.location)):
+            hops = forward.chain(self.store, keys.location, ref)
+        for location in hops:
+            moved = SegmentKeys.of(location, metadata)
+            self._forget(moved)
+            for key in moved.all():
+                with self._errors("delete", metadata, moved.bucket, key):
+                    self.store.delete(moved.bucket, key)
+        for location in [keys.location, *hops] if hops else []:
+            with self._errors("delete", metadata, location.bucket, ref.forward_key(location)):
+                self.store.delete(location.bucket, ref.forward_key(location))
 
     def _forget(self, keys: SegmentKeys) -> None:
         hit = self._manifests.get((keys.bucket, keys.manifest))

@@ -8,6 +8,10 @@ and gets an HMAC seal, which needs the keyring (as reading does); a plain one ge
 bound to their pieces (computed from the recorded values, no data read) and a SHA-256 seal. The same
 rewrite can re-wrap the data key under another key id: rotation, "re-key" in DESIGN.md.
 
+The same rewrite serves `rsm migrate move`: the objects copied to another location keep their bytes (each
+piece is bound to its segment id, never to where it is stored), and the manifest is rewritten to name their
+new keys and sealed again.
+
 The caller stores the result over the old manifest (one PUT). Readers see the old or the new one, and both
 read the same pieces; one that cached the old manifest keeps using it until it rereads.
 """
@@ -18,18 +22,35 @@ import dataclasses
 
 from rsm.fetch import unwrap_data_key
 from rsm.keyring import Keyring
+from rsm.layout import INDEXES_SUFFIX, LOG_SUFFIX, Location, partition_dir
 from rsm.manifest import INDEX_NUMBERS, Encryption, Manifest
 from rsm.transform import PieceKind, SegmentCipher, bind_crc32c, piece_tag
 
 
-def rekey_manifest(raw: bytes, source: str, keyring: Keyring | None, key_id: str | None = None) -> bytes:
+def rekey_manifest(
+    raw: bytes,
+    source: str,
+    keyring: Keyring | None,
+    key_id: str | None = None,
+    *,
+    location: Location | None = None,
+) -> bytes:
     """The stored manifest ``raw`` (read from ``source``) rewritten as a sealed version 2 manifest.
 
     ``key_id``: re-wrap an encrypted segment's data key under this keyring key (default: keep its key).
+    ``location``: the segment's objects were copied there (`rsm migrate move`): the manifest names their
+    keys at that location instead (pieces are bound to the segment id, not to where they are stored).
     Raises ManifestError / RemoteStorageException naming ``source`` for a manifest that does not check
     (a version 2 one is verified before it is rewritten), ValueError for a key id on a plain segment.
     """
     manifest = Manifest.from_bytes(raw, source)
+    if location is not None:
+        seg = manifest.segment
+        stem = partition_dir(location.prefix, seg.topic, seg.topic_id, seg.partition)
+        stem += f"{seg.start_offset:020d}-{seg.segment_id}"
+        moved = {"bucket": location.bucket, "prefix": location.prefix,
+                 "log": stem + LOG_SUFFIX, "indexes": stem + INDEXES_SUFFIX}  # fmt: skip
+        manifest = dataclasses.replace(manifest, location=moved)
     uid = manifest.segment_uuid
     if manifest.encryption is None:
         if key_id is not None:

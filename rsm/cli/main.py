@@ -27,6 +27,7 @@ SUBCOMMANDS = {
     "topic-config": "topic_config",
     "store": "store",
     "keyring": "keyring",
+    "migrate": "migrate",
 }
 SUBCOMMAND_MODULES = tuple(SUBCOMMANDS.values())
 

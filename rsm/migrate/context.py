@@ -1,0 +1,236 @@
+"""What every item of a migration runs with: the store, keyring, journal and a few shared helpers.
+
+A `JobSpec` is the picklable description of a run (the store's configuration, the job id and run number,
+options); `Context.of(spec)` builds the clients from it, once per process: on the driver for the local
+engine, on each executor for the Spark engine (as `spark_reader` does for its reads).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from rsm.catalog.locations import LocationRegistry
+from rsm.config import Backend, RsmConfig
+from rsm.fetch import cipher_for
+from rsm.forward import FORWARD_SUFFIX, SegmentRef
+from rsm.keyring import Keyring
+from rsm.layout import INDEXES_SUFFIX, LOG_SUFFIX, MANIFEST_SUFFIX, Location
+from rsm.manifest import Manifest
+from rsm.migrate.journal import Journal
+from rsm.migrate.plan import PlanItem
+from rsm.storage import ObjectNotFound, ObjectStore
+from rsm.transform import SegmentCipher
+
+
+class MigrateError(Exception):
+    """An item cannot be carried out (one line naming the segment and the object)."""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """Everything an engine's worker needs to rebuild the clients and carry on the journal."""
+
+    configs: tuple[tuple[str, str], ...] = field(repr=False)
+    job: str
+    run: int
+    options: tuple[tuple[str, Any], ...] = ()
+
+    def option(self, name: str, default: Any = None) -> Any:
+        return dict(self.options).get(name, default)
+
+
+@dataclass
+class ItemResult:
+    """How one item ended: done, skipped, vanished (deleted meanwhile) or failed; bytes it moved;
+    problems found (verify)."""
+
+    item: PlanItem
+    status: str
+    bytes: int = 0
+    message: str = ""
+    problems: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "segment": self.item.describe(),
+            "ident": self.item.ident,
+            "source": str(self.item.source),
+            "destination": None if self.item.destination is None else str(self.item.destination),
+            "status": self.status,
+            "bytes": self.bytes,
+            "message": self.message,
+            "problems": self.problems,
+        }
+
+
+class Context:
+    """Clients for one process, shared by its threads."""
+
+    def __init__(self, spec: JobSpec, store: ObjectStore | None = None) -> None:
+        self.spec = spec
+        self.config = RsmConfig(dict(spec.configs))
+        self.store = store or ObjectStore.from_config(self.config)
+        path = self.config.get("encryption.keyring.path")
+        self.keyring = Keyring(str(path)) if path else None
+        self.default = Location(str(self.config.get("bucket")), str(self.config.get("prefix")))
+        self.registry = LocationRegistry(self.store, self.default.bucket, self.default.prefix)
+        self.journal = Journal(self.store, self.default, spec.job, spec.run)
+        self._on_bytes: Callable[[int], None] | None = None
+        self._lock = threading.Lock()
+        self._locations: dict[tuple[str, str], list[Location]] = {}
+        self._side = ThreadPoolExecutor(8, thread_name_prefix="rsm-migrate-side")
+        self._record_lock = threading.Lock()
+
+    def record_location(self, topic: str, topic_id: str, location: Location) -> None:
+        """`LocationRegistry.record`, once per location for all threads (its own memo fills only after it
+        wrote: threads starting together would each look and write)."""
+        with self._record_lock:
+            self.registry.record(topic, topic_id, location)
+
+    def topic_locations(self, item: PlanItem) -> list[Location]:
+        """Every location recorded for the item's topic id (cached per process)."""
+        key = (item.topic, item.topic_id)
+        with self._lock:
+            hit = self._locations.get(key)
+        if hit is None:
+            hit = [self.default, *self.registry.locations(item.topic, item.topic_id)]
+            with self._lock:
+                self._locations[key] = hit
+        return hit
+
+    def on_bytes(self, n: int) -> None:
+        if self._on_bytes is not None:
+            self._on_bytes(n)
+
+    def set_progress(self, callback: Callable[[int], None] | None) -> None:
+        self._on_bytes = callback
+
+    def describe(self, location: Location, key: str) -> str:
+        return self.store.describe(location.bucket, key)
+
+    def get(self, location: Location, key: str) -> bytes | None:
+        try:
+            return self.store.get(location.bucket, key)
+        except ObjectNotFound:
+            return None
+
+    def size(self, location: Location, key: str) -> int | None:
+        try:
+            return self.store.size(location.bucket, key)
+        except ObjectNotFound:
+            return None
+
+    def sizes(self, location: Location, stem: str) -> dict[str, int]:
+        """The objects of one stem and their sizes: one listing on S3 (not a HEAD per object), whatever the
+        number of segments beside it; a stat per object on the file store."""
+        bucket = location.bucket
+        if self.store.backend is Backend.S3:
+            page = self.store._remote(  # noqa: SLF001 - the store's deadline wrapper around one request
+                bucket, stem, self.store.fs.call_s3, "list_objects_v2", Bucket=bucket, Prefix=stem
+            )
+            return {str(o["Key"]): int(o["Size"]) for o in page.get("Contents", [])}
+        out = {}
+        for suffix in (LOG_SUFFIX, INDEXES_SUFFIX, MANIFEST_SUFFIX, FORWARD_SUFFIX):
+            size = self.size(location, stem + suffix)
+            if size is not None:
+                out[stem + suffix] = size
+        return out
+
+    def delete_many(self, location: Location, keys: list[str]) -> None:
+        """Delete objects that may go in any order (one request on S3); missing ones are fine."""
+        if self.store.backend is Backend.S3 and len(keys) > 1:
+            self.store._remote(  # noqa: SLF001
+                location.bucket, keys[0], self.store.fs.call_s3, "delete_objects", Bucket=location.bucket,
+                Delete={"Objects": [{"Key": k} for k in keys], "Quiet": True},
+            )  # fmt: skip
+            for key in keys:
+                self.store.fs.invalidate_cache(f"{location.bucket}/{key}")
+            return
+        for key in keys:
+            self.store.delete(location.bucket, key)
+
+    def clean_debris(self, location: Location, stem: str) -> int:
+        """Remove what a killed write of one segment's objects left: temporary files `.<name>.tmp-<hex>`
+        beside them (file store) or incomplete multipart uploads of their keys (S3). Only for a segment
+        this job was working on when it was killed: nothing else writes those keys meanwhile (the journal's
+        lock keeps other runs out, and Kafka never copies a segment id twice). Returns how many."""
+        bucket = location.bucket
+        directory, _, name = stem.rpartition("/")
+        removed = 0
+        if self.store.backend is Backend.S3:
+            page = self.store._remote(  # noqa: SLF001
+                bucket, stem, self.store.fs.call_s3, "list_multipart_uploads", Bucket=bucket, Prefix=stem
+            )
+            for up in page.get("Uploads", []):
+                self.store._remote(  # noqa: SLF001
+                    bucket, str(up["Key"]), self.store.fs.call_s3, "abort_multipart_upload", Bucket=bucket,
+                    Key=str(up["Key"]), UploadId=up["UploadId"],
+                )  # fmt: skip
+                removed += 1
+            return removed
+        for key in self.store.list(bucket, f"{directory}/.{name}", include_temporary=True):
+            if ".tmp-" in key.rsplit("/", 1)[-1]:
+                self.store.delete(bucket, key)
+                removed += 1
+        return removed
+
+    def both(self, first: Callable[[], object], second: Callable[[], object]) -> None:
+        """Two independent requests at once (each a round trip to the store)."""
+        future = self._side.submit(second)
+        first()
+        future.result()
+
+    def manifest(self, raw: bytes, location: Location, key: str) -> tuple[Manifest, SegmentCipher | None]:
+        """Parse a manifest and check its seal (an encrypted one's with the keyring)."""
+        manifest = Manifest.from_bytes(raw, self.describe(location, key))
+        return manifest, cipher_for(manifest, self.keyring)
+
+
+_contexts: dict[JobSpec, Context] = {}
+_contexts_lock = threading.Lock()
+
+
+def context_of(spec: JobSpec) -> Context:
+    """The context of a run, made once per process (Spark executors reuse it across tasks)."""
+    with _contexts_lock:
+        ctx = _contexts.get(spec)
+        if ctx is None:
+            ctx = _contexts[spec] = Context(spec)
+        return ctx
+
+
+@dataclass(frozen=True)
+class Keys:
+    """The objects of one segment at one location."""
+
+    location: Location
+    stem: str
+
+    @classmethod
+    def of(cls, ref: SegmentRef, location: Location) -> Keys:
+        return cls(location, ref.stem(location))
+
+    @property
+    def manifest(self) -> str:
+        return self.stem + MANIFEST_SUFFIX
+
+    @property
+    def log(self) -> str:
+        return self.stem + LOG_SUFFIX
+
+    @property
+    def indexes(self) -> str:
+        return self.stem + INDEXES_SUFFIX
+
+    @property
+    def forward(self) -> str:
+        return self.stem + FORWARD_SUFFIX
+
+
+def indexes_size(manifest: Manifest) -> int:
+    """The size of a segment's `.indexes` object: its pieces back to back."""
+    return max((e.offset + e.stored_size for e in manifest.indexes.values()), default=0)
