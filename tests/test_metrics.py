@@ -446,3 +446,33 @@ def test_a_fetch_failing_mid_stream_is_counted_by_the_kind_kafka_sees(tmp_path, 
     assert v["errors-total"] == 1
     assert fresh_registry.values(topic="lost", partition=0)["segment-fetch-errors-total"] == 1
     rsm.close()
+
+
+def test_fetches_recorded_from_threads_without_a_lock_add_up_exactly():
+    """A fetch's close appends to a queue without the lock; a read adds the queue in: nothing lost or
+    counted twice while reads and fetches race, and the queue stays bounded when nothing reads."""
+    registry = MetricsRegistry()
+    fetches = RsmMetrics(registry).partition("t", 0)
+    assert fetches is not None
+    per_thread, threads = 20_000, 4
+
+    def record(seed: int) -> None:
+        for i in range(per_thread):
+            fetches.fetched(seed + i % 7, 0.001 * (i % 5))
+
+    workers = [threading.Thread(target=record, args=(s,)) for s in range(threads)]
+    for w in workers:
+        w.start()
+    while any(w.is_alive() for w in workers):
+        registry.values(topic="t")  # reads fold the queue while the threads append to it
+        assert len(fetches.fetches.pending) <= metrics.FOLD_AFTER + threads
+    for w in workers:
+        w.join()
+    got = registry.values(topic="t", partition=0)
+    n = per_thread * threads
+    expected_bytes = sum(s + i % 7 for s in range(threads) for i in range(per_thread))
+    assert got["segment-fetch-total"] == n
+    assert got["segment-fetch-requested-bytes-total"] == expected_bytes
+    assert got["segment-fetch-time-avg"] == pytest.approx(sum(i % 5 for i in range(per_thread)) / per_thread)
+    assert got["segment-fetch-time-max"] == pytest.approx(4.0)
+    assert len(fetches.fetches.pending) == 0

@@ -445,3 +445,36 @@ def test_import_applies_the_integrity_check_and_the_topics_validation_policy(
     }
     (failed,) = [r for r in report["results"] if r["status"] == "failed"]
     assert f"{100:020d}.log" in failed["message"] and "crc" in failed["message"].lower()
+
+
+# -- metrics ----------------------------------------------------------------------------------------------------
+def test_migrate_serves_its_figures_on_prometheus(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`metrics.prometheus.port` in the configuration: `rsm migrate` serves rsm_migrate_* while it runs, the
+    segments by command and status and their bytes equal to what its report says."""
+    from harness.ports import free_port
+    from test_metrics import scrape
+
+    port = free_port()
+    configs = {"storage.backend": "file", "storage.file.root": str(tmp_path / "store"), "bucket": "main",
+               "metrics.prometheus.port": str(port), "metrics.prometheus.host": "127.0.0.1"}  # fmt: skip
+    tiered = tier_topic(tmp_path / "t", configs, topic="metered", partitions=2, segments=2)
+    try:
+        code, moved = _cli(tiered, "move", "--topic", "metered", "--to-prefix", "m/", capsys=capsys)
+        assert code == 0 and moved["summary"]["done"] == 4, moved
+        code, verified = _cli(tiered, "verify", "--topic", "metered", capsys=capsys)
+        assert code == 0, verified
+        got = scrape(port)
+
+        def value(name: str, **labels: str) -> float:
+            return got.get((name, tuple(sorted({"topic": "metered", **labels}.items()))), 0.0)
+
+        assert value("rsm_migrate_segments_total", command="move", status="done") == 4
+        for p in (0, 1):
+            assert value("rsm_migrate_segments_total", partition=str(p), command="move", status="done") == 2
+        assert value("rsm_migrate_bytes_total", command="move") == moved["summary"]["bytes"] > 0
+        assert value("rsm_migrate_segments_total", command="verify", status="done") == 4
+        assert value("rsm_migrate_segments_total", command="move", status="failed") == 0
+    finally:
+        from rsm import metrics
+
+        metrics.stop_prometheus(port)

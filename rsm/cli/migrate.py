@@ -53,6 +53,7 @@ from rsm.errors import ConfigException, RemoteStorageException
 from rsm.keyring import Keyring
 from rsm.layout import Location
 from rsm.metadata import to_uuid, uuid_to_base64
+from rsm.metrics import serve_prometheus_from_config
 from rsm.migrate import export as export_
 from rsm.migrate import gc as gc_
 from rsm.migrate import plan as plans
@@ -176,7 +177,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         configs = load_configs(args.config)
-        catalog = TopicCatalog(RsmConfig(configs))
+        config = RsmConfig(configs)
+        catalog = TopicCatalog(config)
+        if config.get("metrics.enabled"):
+            # its figures (rsm_migrate_*, the store's rsm_s3_*) for a scraper while it runs; off by default
+            serve_prometheus_from_config(config)
         handler = {"move": _move, "rekey": _rekey, "verify": _verify, "gc": _gc, "import": _import,
                    "export": _export}[args.migrate_command]  # fmt: skip
         return handler(args, configs, catalog, out, err)

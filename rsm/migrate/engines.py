@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from rsm import metrics
 from rsm.migrate import move, rekey, verify
 from rsm.migrate.context import Context, ItemResult, JobSpec, context_of
 from rsm.migrate.journal import ItemState, Journal
@@ -55,6 +56,29 @@ class Reporter(Protocol):
     def advance(self, n: int) -> None: ...
     def item_done(self, result: ItemResult) -> None: ...
     def stop(self) -> None: ...
+
+
+class MeteredReporter:
+    """Counts each finished item in rsm.metrics (``migrate-segments``, ``migrate-bytes``), then reports it
+    on: what the Prometheus endpoint of `rsm migrate` serves (``metrics.prometheus.port``)."""
+
+    def __init__(self, reporter: Reporter, command: str) -> None:
+        self.reporter = reporter
+        self.command = command
+
+    def start(self, items: int, total_bytes: int) -> None:
+        self.reporter.start(items, total_bytes)
+
+    def advance(self, n: int) -> None:
+        self.reporter.advance(n)
+
+    def item_done(self, result: ItemResult) -> None:
+        item = result.item
+        metrics.migrated(self.command, item.topic, item.partition, result.status, result.bytes)
+        self.reporter.item_done(result)
+
+    def stop(self) -> None:
+        self.reporter.stop()
 
 
 class NoReporter:
@@ -235,6 +259,8 @@ def execute(
     """Run a plan under its job's journal (see the module docstring)."""
     reporter = reporter or NoReporter()
     ctx = context or Context(spec)
+    if ctx.config.get("metrics.enabled"):
+        reporter = MeteredReporter(reporter, plan.command)
     journal = Journal(ctx.store, ctx.default, spec.job)
     run, resumed = journal.start(
         plan.command, plan.topic, plan.topic_id, plan.params, sticky=sticky, force=force
