@@ -164,14 +164,15 @@ def _partition_dir(
             continue
         b64 = lambda v: None if v is None else base64.b64decode(v)  # noqa: E731
         rows.append((0, r["offset"], b64(r["key"]), b64(r["value"]), r["timestamp"],
-                     tuple((h["key"], b64(h["value"])) for h in r["headers"])))  # fmt: skip
+                     tuple((h["key"], b64(h["value"])) for h in r["headers"]) or None))  # fmt: skip
     nxt = expected["batches"][-1]["lastOffset"] + 1
     ts = 1_700_000_100_000
     with SegmentWriter(pdir, nxt, index_interval_bytes=4096) as w:
         for i in range(5):
             recs = [(f"k{nxt + i * 40 + j}".encode(), b"v" * 200, (), ts + i * 40 + j) for j in range(40)]
             w.append(build_batch(recs, base_offset=nxt + i * 40, partition_leader_epoch=5))
-            rows += [(0, nxt + i * 40 + j, k, v, t, ()) for j, (k, v, _, t) in enumerate(recs)]
+            # no headers: null, as Spark's Kafka source reads them
+            rows += [(0, nxt + i * 40 + j, k, v, t, None) for j, (k, v, _, t) in enumerate(recs)]
     last = nxt + 199
     (pdir / f"{last + 1:020d}.snapshot").write_bytes(ProducerSnapshot([]).to_bytes())
     checkpoint = LeaderEpochCheckpoint.from_bytes((pdir / "leader-epoch-checkpoint").read_bytes())
