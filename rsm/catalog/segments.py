@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -107,18 +107,35 @@ def list_segments(
     topic_id: uuid.UUID,
     locations: Iterable[Location],
     partitions: Iterable[int] | None = None,
+    on_key: Callable[[Location, str], None] | None = None,
 ) -> list[StoredSegment]:
     """Every committed segment of the topic id at the given locations, sorted by (partition, offset).
 
     A manifest that vanished between the listing and its read was deleted meanwhile (retention) and is
     skipped; a manifest that names another topic id or partition than its key says is refused.
+    ``on_key`` sees every key listed under the topic's directories (a planner collects the forwards there
+    from the same listings: one round trip per location, the locations listed at once).
     """
     tid = uuid_to_base64(topic_id)
     wanted = None if partitions is None else set(partitions)
     keys: list[tuple[Location, str]] = []
-    for location in dict.fromkeys(locations):
+    where = list(dict.fromkeys(locations))
+
+    def listing(location: Location) -> list[str]:
+        return store.list(location.bucket, f"{location.prefix}{topic}-{tid}/")
+
+    if len(where) > 1:
+        with ThreadPoolExecutor(
+            min(MANIFEST_READ_THREADS, len(where)), thread_name_prefix="rsm-catalog"
+        ) as pool:
+            listed = list(pool.map(listing, where))
+    else:
+        listed = [listing(loc) for loc in where]
+    for location, found_keys in zip(where, listed, strict=True):
         base = f"{location.prefix}{topic}-{tid}/"
-        for key in store.list(location.bucket, base):
+        for key in found_keys:
+            if on_key is not None:
+                on_key(location, key)
             if not key.endswith(MANIFEST_SUFFIX):
                 continue
             part = key[len(base) :].split("/", 1)[0]

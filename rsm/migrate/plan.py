@@ -20,12 +20,11 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from rsm.catalog import TopicCatalog
-from rsm.catalog.segments import StoredSegment
+from rsm.catalog.segments import StoredSegment, list_segments
 from rsm.config import RsmConfig, TopicSettings
 from rsm.forward import FORWARD_SUFFIX, SegmentRef
 from rsm.layout import Location
@@ -174,37 +173,22 @@ def segments(
     return catalog.segments(topic, topic_id, None if partitions is None else list(partitions))
 
 
-def forward_locations(
-    catalog: TopicCatalog, topic: str, topic_id: uuid.UUID
-) -> dict[str, list[dict[str, str]]]:
-    """`<partition>/<offset>-<segment id>` -> the locations holding a forward of that segment (one listing
-    per location), so a move finds a segment's origin without asking every location (`rsm.migrate.move`)."""
-    tid = uuid_to_base64(topic_id)
-    out: dict[str, list[dict[str, str]]] = {}
-    locations = catalog.locations(topic, topic_id)
-
-    def listing(loc: Location) -> list[str]:
-        return catalog.store.list(loc.bucket, f"{loc.prefix}{topic}-{tid}/")
-
-    with ThreadPoolExecutor(max(1, min(8, len(locations))), thread_name_prefix="rsm-plan") as pool:
-        for loc, keys in zip(locations, pool.map(listing, locations), strict=True):
-            base = f"{loc.prefix}{topic}-{tid}/"
-            for key in keys:
-                if key.endswith(FORWARD_SUFFIX):
-                    rel = key[len(base) : -len(FORWARD_SUFFIX)]
-                    out.setdefault(rel, []).append({"bucket": loc.bucket, "prefix": loc.prefix})
-    return out
-
-
 def _segments_and_forwards(
     catalog: TopicCatalog, topic: str, topic_id: uuid.UUID, partitions: Iterable[int] | None
 ) -> tuple[list[StoredSegment], dict[str, list[dict[str, str]]]]:
-    """The committed segments and where forwards are, listed at once (each is a round trip per location)."""
-    catalog.locations(topic, topic_id)  # once, before the threads share it
-    with ThreadPoolExecutor(1, thread_name_prefix="rsm-plan") as pool:
-        forwards = pool.submit(forward_locations, catalog, topic, topic_id)
-        segs = segments(catalog, topic, topic_id, partitions)
-        return segs, forwards.result()
+    """The committed segments and where forwards are, from the same listings (one round trip per
+    location, the locations found once)."""
+    tid = uuid_to_base64(topic_id)
+    forwards: dict[str, list[dict[str, str]]] = {}
+
+    def seen(loc: Location, key: str) -> None:
+        if key.endswith(FORWARD_SUFFIX):
+            rel = key[len(f"{loc.prefix}{topic}-{tid}/") : -len(FORWARD_SUFFIX)]
+            forwards.setdefault(rel, []).append({"bucket": loc.bucket, "prefix": loc.prefix})
+
+    wanted = None if partitions is None else list(partitions)
+    segs = list_segments(catalog.store, topic, topic_id, catalog.locations(topic, topic_id), wanted, seen)
+    return segs, forwards
 
 
 def _forwards_of(forwards: dict[str, list[dict[str, str]]], seg: StoredSegment) -> list[dict[str, str]]:
