@@ -15,6 +15,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 
 from rsm.catalog.history import PartitionHistory, resolve_history
 from rsm.catalog.locations import FoundTopicDir, LocationRegistry, scan_bucket
@@ -145,11 +146,18 @@ class TopicCatalog:
     def locations(self, topic: str, topic_id: uuid.UUID) -> list[Location]:
         """Every location that may hold segments of this topic id (see the module docstring)."""
         found = [self.default]
+        if self._overlay_list is None:  # the overlays and the location record are listed at once
+            with ThreadPoolExecutor(1, thread_name_prefix="rsm-catalog") as pool:
+                overlays = pool.submit(self._all_overlays)
+                recorded, complete = self.registry.lookup(topic, topic_id)
+                overlays.result()
+        else:
+            recorded, complete = self.registry.lookup(topic, topic_id)
         for overlay in self._all_overlays():
             if overlay.topic == topic and overlay.topic_id == topic_id:
                 found.append(self._overlay_location(overlay, self.default))
-        found += self.registry.locations(topic, topic_id)
-        if self._scan_enabled and not self.registry.is_complete(topic, topic_id):
+        found += recorded
+        if self._scan_enabled and not complete:
             found += [loc for tid, loc in self._scanned_for(topic, topic_id) if tid == topic_id]
         return list(dict.fromkeys(found))
 

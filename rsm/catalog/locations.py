@@ -32,6 +32,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from rsm.layout import MANIFEST_SUFFIX, Location
@@ -162,12 +163,22 @@ class LocationRegistry:
 
     def locations(self, topic: str, topic_id: uuid.UUID | str) -> list[Location]:
         """The locations recorded for one topic id, in the order they were first recorded."""
+        return self.lookup(topic, topic_id)[0]
+
+    def lookup(self, topic: str, topic_id: uuid.UUID | str) -> tuple[list[Location], bool]:
+        """`locations` and `is_complete` from one listing of the topic id's record (its records read at
+        once): what a planner asks first, before anything else can start."""
         found: list[tuple[int, Location]] = []
         directory = self._topic_dir(topic, topic_id)
-        for key in self.store.list(self.bucket, directory):
-            if key.endswith(COMPLETE_MARKER) or not key.endswith(".json"):
-                continue
-            doc = self._read(key)
+        keys = self.store.list(self.bucket, directory)
+        complete = directory + COMPLETE_MARKER in keys
+        records = [k for k in keys if k.endswith(".json") and not k.endswith(COMPLETE_MARKER)]
+        if len(records) > 1:
+            with ThreadPoolExecutor(min(8, len(records)), thread_name_prefix="rsm-locations") as pool:
+                docs = list(pool.map(self._read, records))
+        else:
+            docs = [self._read(k) for k in records]
+        for key, doc in zip(records, docs, strict=True):
             if doc is None:
                 continue
             try:
@@ -176,7 +187,7 @@ class LocationRegistry:
                 )
             except (KeyError, TypeError, ValueError):
                 log.warning("ignoring malformed location record %s", self.store.describe(self.bucket, key))
-        return [loc for _, loc in sorted(found, key=lambda x: x[0])]
+        return [loc for _, loc in sorted(found, key=lambda x: x[0])], complete
 
     def is_complete(self, topic: str, topic_id: uuid.UUID | str) -> bool:
         """Whether a scan recorded every location of this topic id (`rsm store locate --record`)."""

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from rsm.catalog.locations import LocationRegistry
 from rsm.config import Backend, RsmConfig
@@ -24,6 +24,8 @@ from rsm.migrate.journal import Journal
 from rsm.migrate.plan import PlanItem
 from rsm.storage import ObjectNotFound, ObjectStore
 from rsm.transform import SegmentCipher
+
+T = TypeVar("T")
 
 
 class MigrateError(Exception):
@@ -177,6 +179,10 @@ class Context:
                 self.store.delete(bucket, key)
                 removed += 1
         return removed
+
+    def side(self, work: Callable[[], T]) -> Future[T]:
+        """One request started on the side while the caller makes another."""
+        return self._side.submit(work)
 
     def both(self, first: Callable[[], object], second: Callable[[], object]) -> None:
         """Two independent requests at once (each a round trip to the store)."""

@@ -144,10 +144,20 @@ def move_segment(ctx: Context, item: PlanItem, phase: Phase, record: Callable[..
         if phase.transform is not None:
             done("copied")  # the journal keeps the new manifest: its pieces are under a new data key
         step = "copied"
+    copied_sizes: dict[str, int] | None = None  # D's objects as listed right after this call copied them
     if step == "copied":
-        # the forward and the journal's record of it at once: both land before the commit
-        ctx.both(lambda: write_forward(ctx.store, phase.source, ref, phase.destination),
-                 lambda: done("forwarded"))  # fmt: skip
+        # the forward and the journal's record of it at once: both land before the commit; a run that
+        # copied just now lists D's sizes meanwhile (read-only, checked before the commit)
+        def forward_and_record() -> None:
+            ctx.both(lambda: write_forward(ctx.store, phase.source, ref, phase.destination),
+                     lambda: done("forwarded"))  # fmt: skip
+
+        if fresh and not dst_ok:
+            sizes_of = ctx.side(lambda: ctx.sizes(dst.location, dst.stem))
+            forward_and_record()
+            copied_sizes = sizes_of.result()
+        else:
+            forward_and_record()
         crash_point(f"{phase.prefix}forward written {item.ident}")
         step = "forwarded"
     if step == "forwarded":
@@ -160,7 +170,7 @@ def move_segment(ctx: Context, item: PlanItem, phase: Phase, record: Callable[..
                 return _gone(ctx, item, phase, src, dst, record, before_forward=False), moved
             new_raw = _new_manifest(ctx, phase, raw, src, detail)
             new_manifest, _ = ctx.manifest(new_raw, dst.location, dst.manifest)
-            if not _sizes_match(ctx, new_manifest, dst):
+            if not _sizes_match(ctx, new_manifest, dst, copied_sizes):
                 if fresh:
                     _check_sizes(ctx, new_manifest, dst)  # just copied, and not what was copied: stop here
                 # D's objects went away since they were copied (`gc` takes uncommitted objects older than its
@@ -267,8 +277,9 @@ def _copy(ctx: Context, manifest: Manifest, src: Keys, dst: Keys) -> int:
     return sum(copied)  # sizes checked before the commit
 
 
-def _sizes_match(ctx: Context, manifest: Manifest, keys: Keys) -> bool:
-    sizes = ctx.sizes(keys.location, keys.stem)
+def _sizes_match(ctx: Context, manifest: Manifest, keys: Keys, sizes: dict[str, int] | None = None) -> bool:
+    """D's objects have the sizes the manifest records (``sizes``: listed already, else listed now)."""
+    sizes = ctx.sizes(keys.location, keys.stem) if sizes is None else sizes
     return sizes.get(keys.log) == manifest.log.stored_size and sizes.get(keys.indexes) == indexes_size(
         manifest
     )
