@@ -7,7 +7,9 @@ the test marked itself.
 
 from __future__ import annotations
 
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -52,6 +54,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for fixture, marker in FIXTURE_MARKERS.items():
             if fixture in names and item.get_closest_marker(marker) is None:
                 item.add_marker(getattr(pytest.mark, marker))
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A private directory with a short path under /tmp (Unix socket paths are limited to 107 bytes)."""
+    d = Path(tempfile.mkdtemp(prefix="rsm-", dir="/tmp"))
+    d.chmod(0o700)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

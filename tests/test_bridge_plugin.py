@@ -16,10 +16,8 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,15 +41,6 @@ def bridge_plugin_jar() -> Path:
 def bridge_command() -> str:
     """How the plugin starts the bridge in tests: this interpreter, so the bridge sees the same packages."""
     return f"{sys.executable} -m rsm.cli.main -v bridge serve"
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """A private directory with a short path (Unix socket paths are limited to 107 bytes)."""
-    d = Path(tempfile.mkdtemp(prefix="rsmb-", dir="/tmp"))
-    d.chmod(0o700)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def write_keyring(path: Path) -> str:

@@ -13,14 +13,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from harness.kafka import tiered_storage_props
@@ -41,15 +37,6 @@ PREFIX = "tiers/"
 
 def value_of(key: bytes) -> bytes:
     return hashlib.shake_256(key).digest(VALUE_SIZE)
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """Unix socket paths must stay short: a private directory under /tmp."""
-    d = Path(tempfile.mkdtemp(prefix="rsmc-", dir="/tmp"))
-    d.chmod(0o700)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def manifests(client, bucket: str) -> list[dict]:

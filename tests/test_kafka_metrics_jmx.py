@@ -9,13 +9,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,14 +28,6 @@ PARTITIONS = 2
 PLUGIN = (
     "kafka.server:type=plugins,config=remote.log.storage.manager.class.name,class=BridgeRemoteStorageManager"
 )
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    d = Path(tempfile.mkdtemp(prefix="rsmj-", dir="/tmp"))
-    d.chmod(0o700)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 class Jmx:

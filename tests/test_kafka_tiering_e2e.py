@@ -18,15 +18,11 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -54,14 +50,6 @@ SPARK_COLUMNS = ["key", "value", "topic", "partition", "offset", "timestamp", "t
 def value_of(key: bytes) -> bytes:
     """Incompressible, reproducible value: raw in lz4/snappy/uncompressed batches, so a leak would show."""
     return hashlib.shake_256(key).digest(VALUE_SIZE)
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    d = Path(tempfile.mkdtemp(prefix="rsme-", dir="/tmp"))
-    d.chmod(0o700)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 class Store:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from harness.kafka import tiered_storage_props
 from harness.waiting import wait_until
-from test_bridge_plugin import bridge_command, bridge_plugin_jar, short_dir  # noqa: F401 - fixtures
+from test_bridge_plugin import bridge_command, bridge_plugin_jar  # noqa: F401 - fixtures
 from test_rsm_helpers import write_keyring
 
 from rsm.cli.main import main
@@ -46,7 +46,7 @@ def test_topic_overlay_routes_each_topic_to_its_own_bucket(
     bridge_plugin_jar: Path,  # noqa: F811
     kafka_broker_factory,  # noqa: ANN001
     s3_server,  # noqa: ANN001
-    short_dir: Path,  # noqa: F811
+    short_dir: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from harness.kafka import tiered_storage_props
 from harness.waiting import wait_until
-from test_bridge_plugin import REPO, bridge_plugin_jar, short_dir  # noqa: F401 - fixtures
+from test_bridge_plugin import REPO, bridge_plugin_jar  # noqa: F401 - fixtures
 from test_rsm_helpers import write_keyring
 
 from rsm.bridge.client import BridgeClient
@@ -92,7 +92,7 @@ def create(admin, topic: str, configs: dict[str, str], *, validate_only: bool = 
 def test_topic_policy_on_a_real_broker(
     bridge_plugin_jar: Path,  # noqa: F811
     kafka_broker_factory,  # noqa: ANN001
-    short_dir: Path,  # noqa: F811
+    short_dir: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     from harness.ports import free_ports

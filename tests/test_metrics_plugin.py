@@ -22,7 +22,6 @@ from test_bridge_plugin import (  # noqa: F401 - fixtures
     bridge_plugin_jar,
     driver_classpath,
     segment_files,
-    short_dir,
 )
 
 from rsm.catalog import TopicCatalog

@@ -13,10 +13,7 @@ import base64
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,14 +27,6 @@ TOPIC = "moved-e2e"
 PARTITIONS = 3
 RECORDS = 24_000
 VALUE_SIZE = 200
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    d = Path(tempfile.mkdtemp(prefix="rsmm-", dir="/tmp"))
-    d.chmod(0o700)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def _value(key: bytes) -> bytes:

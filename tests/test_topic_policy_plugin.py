@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_bridge_plugin import REPO, bridge_command, bridge_plugin_jar, driver_classpath, short_dir  # noqa: F401
+from test_bridge_plugin import REPO, bridge_command, bridge_plugin_jar, driver_classpath  # noqa: F401
 from test_rsm_helpers import write_keyring
 
 from rsm.bridge.client import BridgeClient
@@ -75,7 +75,7 @@ class PolicyDriver:
                 self.proc.wait()
 
 
-def broker_properties(short_dir: Path, **extra: str) -> Path:  # noqa: F811
+def broker_properties(short_dir: Path, **extra: str) -> Path:
     """A broker's server.properties as the controller passes it to policies (rsm.config.* prefixed)."""
     keyring = write_keyring(short_dir / "keyring.json", ("k1",))
     keyring.chmod(0o600)
@@ -140,7 +140,7 @@ def wait_gone(pid: int, timeout: float = 10) -> None:
 
 def test_the_policy_class_asks_the_bridge_and_refuses_when_it_cannot(
     driver: PolicyDriver,
-    short_dir: Path,  # noqa: F811
+    short_dir: Path,
 ) -> None:
     props = broker_properties(short_dir)
     assert driver("configure", str(props))["ok"]
@@ -206,7 +206,7 @@ def test_the_policy_class_asks_the_bridge_and_refuses_when_it_cannot(
 
 def test_an_external_bridge_that_is_down_is_named_in_the_refusal(
     driver: PolicyDriver,
-    short_dir: Path,  # noqa: F811
+    short_dir: Path,
 ) -> None:
     props = broker_properties(short_dir, **{"bridge.command": "", "bridge.policy.scope": "all"})
     assert driver("configure", str(props))["ok"]
