@@ -18,7 +18,7 @@ from rsm.config import Backend, RsmConfig
 from rsm.fetch import cipher_for
 from rsm.forward import FORWARD_SUFFIX, SegmentRef
 from rsm.keyring import Keyring
-from rsm.layout import INDEXES_SUFFIX, LOG_SUFFIX, MANIFEST_SUFFIX, Location
+from rsm.layout import INDEXES_SUFFIX, LOG_SUFFIX, MANIFEST_SUFFIX, Location, SegmentKeys
 from rsm.manifest import Manifest
 from rsm.migrate.journal import Journal
 from rsm.migrate.plan import PlanItem
@@ -210,27 +210,12 @@ def context_of(spec: JobSpec) -> Context:
 
 
 @dataclass(frozen=True)
-class Keys:
-    """The objects of one segment at one location."""
-
-    location: Location
-    stem: str
+class Keys(SegmentKeys):
+    """The objects of one segment at one location, its forward among them (`rsm.forward`)."""
 
     @classmethod
-    def of(cls, ref: SegmentRef, location: Location) -> Keys:
+    def at(cls, ref: SegmentRef, location: Location) -> Keys:
         return cls(location, ref.stem(location))
-
-    @property
-    def manifest(self) -> str:
-        return self.stem + MANIFEST_SUFFIX
-
-    @property
-    def log(self) -> str:
-        return self.stem + LOG_SUFFIX
-
-    @property
-    def indexes(self) -> str:
-        return self.stem + INDEXES_SUFFIX
 
     @property
     def forward(self) -> str:

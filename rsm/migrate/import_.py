@@ -227,7 +227,7 @@ def run(ctx: Context, item: PlanItem, state: ItemState | None) -> ItemResult:
         rsm.copy_log_segment_data(metadata, data)
         ctx.on_bytes(metadata.segment_size_in_bytes)
         crash_point(f"imported {item.ident}")
-    keys = Keys.of(item.ref, Location(settings.bucket, settings.prefix))
+    keys = Keys.at(item.ref, Location(settings.bucket, settings.prefix))
     ctx.journal.record(item, "done", end_offset=last, manifest=ctx.describe(keys.location, keys.manifest))
     return ItemResult(item, "done", metadata.segment_size_in_bytes)
 

@@ -109,7 +109,7 @@ def move_segment(ctx: Context, item: PlanItem, phase: Phase, record: Callable[..
     journal looks at the store first.
     """
     ref = item.ref
-    src, dst = Keys.of(ref, phase.source), Keys.of(ref, phase.destination)
+    src, dst = Keys.at(ref, phase.source), Keys.at(ref, phase.destination)
     step = phase.step[len(phase.prefix) :] if phase.step.startswith(phase.prefix) else phase.step
     detail = phase.detail
     moved = 0

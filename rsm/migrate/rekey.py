@@ -59,7 +59,7 @@ def run_rekey(ctx: Context, item: PlanItem, state: ItemState | None) -> ItemResu
     if state is not None and state.finished:
         return ItemResult(item, state.step, message="finished in an earlier run")
     target = str(item.extra["to_key_id"])
-    keys = Keys.of(item.ref, item.source)
+    keys = Keys.at(item.ref, item.source)
     raw = ctx.get(keys.location, keys.manifest)
     if raw is None:
         ctx.journal.record(item, "vanished")
@@ -112,7 +112,7 @@ def run_reencrypt(ctx: Context, item: PlanItem, state: ItemState | None) -> Item
         if status != "done":
             return ItemResult(item, status, moved)
     # the staging location's forward: nobody's metadata names it
-    staging = Keys.of(item.ref, item.destination)
+    staging = Keys.at(item.ref, item.destination)
     if read_forward(ctx.store, item.destination, item.ref) is not None:
         ctx.store.delete(staging.location.bucket, staging.forward)
     crash_point(f"staging forward removed {item.ident}")

@@ -62,7 +62,7 @@ def run(ctx: Context, item: PlanItem, state: ItemState | None) -> ItemResult:
         )
     deep = bool(item.extra.get("deep"))
     retiring = set(item.extra.get("retire", ()))
-    keys = Keys.of(item.ref, item.source)
+    keys = Keys.at(item.ref, item.source)
     where = ctx.describe(keys.location, keys.manifest)
     problems: list[dict[str, Any]] = []
     checked = 0
