@@ -110,3 +110,12 @@ def mask_configs(configs: Mapping[str, str]) -> dict[str, str]:
     from rsm.redact import redact_configs
 
     return redact_configs(configs)
+
+
+def rsm_configs_from_file(path: Path) -> dict[str, str]:
+    """The RSM's keys in one file, for the tools: a broker's server.properties (its ``rsm.config.*`` keys,
+    bridge ones left out) or an rsm.properties of bare keys (``bridge.*`` left out), so one file serves
+    the broker and `rsm store` / `rsm migrate` / `rsm dump-tiered`."""
+    props = load_properties(path)
+    configs, _ = split_rsm_configs(props)
+    return configs or {k: v for k, v in props.items() if not k.startswith(BRIDGE_KEY_PREFIX)}

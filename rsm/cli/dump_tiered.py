@@ -21,6 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from rsm.bridge.properties import rsm_configs_from_file
 from rsm.config import RsmConfig
 from rsm.errors import ConfigException, RemoteStorageException
 from rsm.keyring import Keyring
@@ -46,14 +47,6 @@ class _Refused(Exception):
 def is_tiered_object(name: str) -> bool:
     """True for the name of a stored segment object (``<20-digit base>-<segment id>.log|indexes|manifest``)."""
     return bool(OBJECT_NAME.match(Path(name).name))
-
-
-def _configs(path: Path) -> dict[str, str]:
-    from rsm.bridge.server import load_properties, split_rsm_configs
-
-    props = load_properties(path)
-    configs, _ = split_rsm_configs(props)
-    return configs or {k: v for k, v in props.items() if not k.startswith("bridge.")}
 
 
 def _keyring(args: argparse.Namespace, configs: dict[str, str] | None) -> Keyring | None:
@@ -121,7 +114,7 @@ def run_tiered(args: argparse.Namespace) -> int:
             raise _Refused(
                 f"a tiered segment needs --config, --topic, --partition and --offset (missing {', '.join(missing)})"
             )
-        configs = _configs(args.config)
+        configs = rsm_configs_from_file(args.config)
         catalog = TopicCatalog(RsmConfig(configs))
         tid = to_uuid(args.topic_id) if args.topic_id else catalog.live_topic_id(args.topic)
         history = catalog.histories(args.topic, tid, [args.partition]).get(args.partition)
@@ -156,7 +149,7 @@ def run_tiered(args: argparse.Namespace) -> int:
 def run_tiered_objects(args: argparse.Namespace, files: list[str]) -> int:
     """Paths to stored objects in a file store: each segment dumped through its manifest."""
     status = 0
-    configs = _configs(args.config) if args.config else None
+    configs = rsm_configs_from_file(args.config) if args.config else None
     for name in files:
         try:
             if not is_tiered_object(name):

@@ -137,12 +137,9 @@ def _common(parser: argparse.ArgumentParser, default: Any) -> None:
 # -- configuration ------------------------------------------------------------------------------------------
 def load_configs(path: Path) -> dict[str, str]:
     """The RSM keys of a server.properties (`rsm.config.*`, bridge keys left out) or an rsm.properties."""
-    from rsm.bridge.server import load_properties, split_rsm_configs
+    from rsm.bridge.properties import rsm_configs_from_file
 
-    props = load_properties(path)
-    configs, _ = split_rsm_configs(props)
-    if not configs:
-        configs = {k: v for k, v in props.items() if not k.startswith("bridge.")}
+    configs = rsm_configs_from_file(path)
     try:
         RsmConfig(configs)
     except ConfigException as exc:

@@ -61,14 +61,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def _catalog(path: Path) -> TopicCatalog:
-    from rsm.bridge.server import load_properties, split_rsm_configs
+    from rsm.bridge.properties import rsm_configs_from_file
 
-    props = load_properties(path)
-    configs, _ = split_rsm_configs(props)
-    if not configs:  # an rsm.properties of bare keys
-        configs = {k: v for k, v in props.items() if not k.startswith("bridge.")}
     try:
-        return TopicCatalog(RsmConfig(configs))
+        return TopicCatalog(RsmConfig(rsm_configs_from_file(path)))
     except ConfigException as exc:
         raise ValueError(f"{path}: {exc}") from None
 
