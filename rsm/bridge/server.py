@@ -50,6 +50,7 @@ from rsm.bridge.protocol import (
     ReceiveTimeout,
 )
 from rsm.errors import RemoteStorageException
+from rsm.processes import pid_alive
 from rsm.storage import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -289,7 +290,7 @@ class BridgeServer:
                 self._trim_heap_when_quiet()
                 if parent_pid is not None and time.monotonic() - last_parent_check > 1.0:
                     last_parent_check = time.monotonic()
-                    if not shm.pid_alive(parent_pid):
+                    if not pid_alive(parent_pid):
                         log.warning("parent process %d is gone; bridge stopping", parent_pid)
                         self._stopping.set()
         finally:

@@ -27,6 +27,8 @@ from pathlib import Path
 
 from segment_format._native import ArenaBlock, buffer_address
 
+from rsm.processes import pid_alive
+
 log = logging.getLogger(__name__)
 
 DEFAULT_SLOTS = 8
@@ -98,17 +100,6 @@ def remove_stale_rings(directory: Path) -> int:
     if removed:
         log.info("removed %d stale shared-memory ring(s) from %s", removed, directory)
     return removed
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process with this pid exists (one owned by another user counts as alive)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def create_shared_file(

@@ -47,6 +47,7 @@ from typing import Any
 from rsm.config import Backend
 from rsm.layout import Location
 from rsm.migrate.plan import PlanItem
+from rsm.processes import pid_alive
 from rsm.storage import ObjectNotFound, ObjectStore
 
 log = logging.getLogger(__name__)
@@ -206,7 +207,7 @@ class Journal:
             return
         age = time.time() - int(lock.get("heartbeat_ms", 0)) / 1000
         same_host = lock.get("host") == socket.gethostname()
-        alive = same_host and _pid_alive(int(lock.get("pid", -1)))
+        alive = same_host and pid_alive(int(lock.get("pid", -1)))
         if age < STALE_S and (alive or not same_host) and int(lock.get("pid", -1)) != os.getpid():
             raise JournalError(
                 f"job {self.job} is being run by process {lock.get('pid')} on {lock.get('host')} "
@@ -282,23 +283,6 @@ class Journal:
         with ThreadPoolExecutor(min(READ_THREADS, len(keys)), thread_name_prefix="rsm-journal") as pool:
             found = [s for s in pool.map(self._read, keys) if s is not None]
         return {s.item.ident: s for s in found}
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie (killed, not yet reaped by its parent) is not running
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
 
 
 # -- crash points, for the kill -9 tests ----------------------------------------------------------------------
