@@ -44,6 +44,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import cramjam
@@ -67,6 +68,7 @@ from rsm.migrate import plan as plans
 from rsm.migrate.context import Context, JobSpec
 from rsm.migrate.engines import LocalEngine, execute
 from rsm.migrate.journal import job_id
+from rsm.migrate.verify import READ_GROUP_BYTES
 from rsm.storage import ObjectStore
 from rsm.transform import Codec, PieceKind
 
@@ -108,9 +110,7 @@ def run_job(
 def stored_bytes(configs: dict[str, str], topic: str, tid: uuid.UUID) -> tuple[int, list]:
     catalog = TopicCatalog(RsmConfig(configs))
     segs = catalog.segments(topic, tid)
-    return sum(
-        s.manifest.log.stored_size + sum(e.stored_size for e in s.manifest.indexes.values()) for s in segs
-    ), segs
+    return sum(s.manifest.stored_bytes for s in segs), segs
 
 
 def move_once(
@@ -160,6 +160,14 @@ def plain_copy(
     return elapsed
 
 
+def log_reads(store: ObjectStore, seg) -> Iterator[bytes]:  # noqa: ANN001 - a catalog StoredSegment
+    """A segment's stored `.log` in the 16 MiB GETs verify makes (`rsm.migrate.verify.READ_GROUP_BYTES`)."""
+    size = seg.manifest.log.stored_size
+    key = seg.manifest.location["log"]
+    for a in range(0, size, READ_GROUP_BYTES):
+        yield store.get_range(seg.bucket, key, a, min(a + READ_GROUP_BYTES, size))
+
+
 def deep_limit(
     configs: dict[str, str], segs: list, store: ObjectStore, download: bool = False
 ) -> tuple[float, int]:
@@ -170,24 +178,17 @@ def deep_limit(
 
     keyring = Keyring(configs["encryption.keyring.path"])
 
-    def fetch(seg) -> bytes:  # noqa: ANN001
-        size = seg.manifest.log.stored_size
-        key = seg.manifest.location["log"]
-        return b"".join(
-            store.get_range(seg.bucket, key, a, min(a + 16 * MiB, size)) for a in range(0, size, 16 * MiB)
-        )
-
     pieces = []
     total = 0
     for seg in segs:
         m = seg.manifest
-        data = b"" if download else fetch(seg)
-        total += m.log.stored_size + sum(e.stored_size for e in m.indexes.values())
+        data = b"" if download else b"".join(log_reads(store, seg))
+        total += m.stored_bytes
         pieces.append((cipher_for(m, keyring), m, data, seg))
     start = time.perf_counter()
     for cipher, m, data, seg in pieces:
         if download:
-            data = fetch(seg)
+            data = b"".join(log_reads(store, seg))
         index = m.log
         carry = b""
         for i in range(index.count):
@@ -219,12 +220,7 @@ def download_only(segs: list, store: ObjectStore, parallel: int) -> tuple[float,
     from concurrent.futures import ThreadPoolExecutor
 
     def one(seg) -> int:  # noqa: ANN001
-        size = seg.manifest.log.stored_size
-        key = seg.manifest.location["log"]
-        step = 16 * MiB
-        return sum(
-            len(store.get_range(seg.bucket, key, a, min(a + step, size))) for a in range(0, size, step)
-        )
+        return sum(map(len, log_reads(store, seg)))
 
     start, cpu = time.perf_counter(), time.process_time()
     with ThreadPoolExecutor(parallel) as pool:

@@ -355,6 +355,12 @@ class Manifest:
         return uuid_from_base64(self.segment.segment_id)
 
     @property
+    def stored_bytes(self) -> int:
+        """What the copy's pieces take in the store: its log chunks and index pieces (the manifest not
+        counted), as `rsm store du` and `rsm migrate` report sizes."""
+        return self.log.stored_size + sum(e.stored_size for e in self.indexes.values())
+
+    @property
     def aad_version(self) -> int:
         """The associated-data version of the segment's pieces (see `Encryption`)."""
         enc = self.encryption

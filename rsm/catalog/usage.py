@@ -39,7 +39,7 @@ class PartitionUsage:
     def add(self, seg: StoredSegment) -> None:
         m = seg.manifest
         self.segments += 1
-        self.bytes += m.log.stored_size + sum(e.stored_size for e in m.indexes.values())
+        self.bytes += m.stored_bytes
         if self.first_offset is None or seg.start_offset < self.first_offset:
             self.first_offset = seg.start_offset
             first_ts = m.integrity.get("first_batch_timestamp_ms", -1)

@@ -99,7 +99,6 @@ class PlanItem:
 
 def item_for(kind: str, seg: StoredSegment, topic: str, **kwargs: Any) -> PlanItem:
     m = seg.manifest
-    stored = m.log.stored_size + sum(e.stored_size for e in m.indexes.values())
     return PlanItem(
         kind=kind,
         topic=topic,
@@ -109,7 +108,7 @@ def item_for(kind: str, seg: StoredSegment, topic: str, **kwargs: Any) -> PlanIt
         end_offset=seg.end_offset,
         segment_id=seg.segment_id,
         source=seg.location,
-        bytes=stored,
+        bytes=m.stored_bytes,
         key_id=None if m.encryption is None else m.encryption.key_id,
         **kwargs,
     )
