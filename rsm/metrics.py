@@ -240,31 +240,38 @@ class Series:
         # each a tuple of one value per family, added in when the series is read or the queue grows long
         self.pending: collections.deque[tuple[float, ...]] = collections.deque()
 
+    def _add(self, values: tuple[float, ...]) -> None:
+        """One event into the totals and maxima; the caller holds the lock."""
+        self.count += 1
+        totals, maxes = self.totals, self.maxes
+        for i, v in enumerate(values):
+            totals[i] += v
+            if v > maxes[i]:
+                maxes[i] = v
+
+    def record(self, *values: float) -> None:
+        with self.lock:
+            self._add(values)
+
+    def queue(self, values: tuple[float, ...]) -> None:
+        """`record` without the lock, for the hottest recorder (a fetch's close): one append to a deque,
+        added in when the series is read (`window`) or once `FOLD_AFTER` events wait (memory stays bounded)."""
+        pending = self.pending
+        pending.append(values)
+        if len(pending) >= FOLD_AFTER:
+            self.fold()
+
     def fold(self) -> None:
-        """Add the pending events in (deque.popleft is atomic: an event appended meanwhile waits, none is
+        """Add the queued events in (deque.popleft is atomic: an event appended meanwhile waits, none is
         lost or added twice)."""
         pending = self.pending
         with self.lock:
-            totals, maxes = self.totals, self.maxes
             while pending:
                 try:
                     values = pending.popleft()
                 except IndexError:  # pragma: no cover - another fold took the last one
                     break
-                self.count += 1
-                for i, v in enumerate(values):
-                    totals[i] += v
-                    if v > maxes[i]:
-                        maxes[i] = v
-
-    def record(self, *values: float) -> None:
-        with self.lock:
-            self.count += 1
-            totals, maxes = self.totals, self.maxes
-            for i, v in enumerate(values):
-                totals[i] += v
-                if v > maxes[i]:
-                    maxes[i] = v
+                self._add(values)
 
     def record1(self, value: float) -> None:
         """`record` of a one-family group, a little cheaper."""
@@ -547,12 +554,7 @@ class PartitionFetches:
         self.downloads = registry.series(DOWNLOAD, (topic, partition))
 
     def fetched(self, requested: int, seconds: float) -> None:
-        # once per fetch, the hottest recording there is: one append without a lock (atomic on a deque),
-        # added in when the series is read (Series.window) or once enough have queued up
-        pending = self.fetches.pending
-        pending.append((1, requested, seconds * 1000))
-        if len(pending) >= FOLD_AFTER:
-            self.fetches.fold()
+        self.fetches.queue((1, requested, seconds * 1000))  # once per fetch: no lock (Series.queue)
 
     def downloaded(self, stored_bytes: int) -> None:
         self.downloads.record(1, stored_bytes)
