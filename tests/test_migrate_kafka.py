@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from harness.kafka import tiered_storage_props
 from harness.waiting import wait_until
 from migrate_helpers import REPO, run_cli, topic_keys
 from test_bridge_plugin import bridge_command, bridge_plugin_jar  # noqa: F401 - session fixture
@@ -60,20 +61,12 @@ def test_a_consumer_reads_the_same_after_a_move_and_a_topic_delete_leaves_nothin
         "encryption.enabled": "true", "encryption.keyring.path": str(keyring), "encryption.key.id": "k1",
         "chunk.size": str(256 * 1024),
     }  # fmt: skip
-    props = {
-        "remote.log.storage.system.enable": "true",
-        "remote.log.storage.manager.class.name": "io.tieredrsm.bridge.BridgeRemoteStorageManager",
+    rsm |= {"bridge.socket.path": str(short_dir / "bridge.sock"), "bridge.command": bridge_command(),
+            "bridge.log.file": str(short_dir / "bridge.log")}  # fmt: skip
+    props = tiered_storage_props("io.tieredrsm.bridge.BridgeRemoteStorageManager", rsm, task_interval_ms=1000)
+    props |= {
         "remote.log.storage.manager.class.path": str(bridge_plugin_jar),
-        "remote.log.metadata.manager.listener.name": "PLAINTEXT",
-        "rlmm.config.remote.log.metadata.topic.replication.factor": "1",
-        "rlmm.config.remote.log.metadata.topic.num.partitions": "3",
-        "remote.log.manager.task.interval.ms": "1000",
-        "log.retention.check.interval.ms": "1000",
         "log.segment.delete.delay.ms": "1000",
-        **{f"rsm.config.{k}": v for k, v in rsm.items()},
-        "rsm.config.bridge.socket.path": str(short_dir / "bridge.sock"),
-        "rsm.config.bridge.command": bridge_command(),
-        "rsm.config.bridge.log.file": str(short_dir / "bridge.log"),
     }
     # the bridge runs this checkout's rsm (forwards followed by fetch and delete)
     env = {"PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
