@@ -25,7 +25,16 @@ FORMAT_NAME = "kafka-tiered"
 
 
 def register(spark: SparkSession) -> None:
-    """Make `format("kafka-tiered")` available in this Spark session."""
+    """Make `format("kafka-tiered")` available in this Spark session, in any session.
+
+    The session's `spark.sql.python.filterPushdown.enabled` is left as it is. Off (Spark 4.3's default),
+    the source leaves every filter to Spark, which applies it to the rows read; on, the source takes the
+    filters on `partition`, `offset` and `timestamp` and reads only the segments and chunks that can hold
+    matching rows (`spark_reader.pushdown` picks the reader). It is not turned on here because Spark
+    4.3.0 keeps a pushed-down plan on the loaded DataFrame and replays it for that DataFrame's next query
+    without pushable filters: `df.where("offset < 10").count()` then `df.count()` counts ten rows (see
+    `spark_reader.pushdown`). Turn it on knowing that: load a DataFrame per query.
+    """
     from spark_reader.source import KafkaTieredDataSource
 
     spark.dataSource.register(KafkaTieredDataSource)

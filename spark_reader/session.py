@@ -1,8 +1,7 @@
 """A local Spark session set up for this source: what the CLI (`rsm quickstart`) and the benchmarks use.
 
 Python workers must run this interpreter (`PYSPARK_PYTHON=sys.executable`), or they start another
-Python that cannot import the project; `spark.sql.python.filterPushdown.enabled` lets the source take
-the filters it can apply exactly (Spark 4.1+).
+Python that cannot import the project. Filter pushdown stays as Spark ships it (see `spark_reader.register`).
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ LOCAL_CONF: dict[str, str] = {
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.sql.session.timeZone": "UTC",
-    "spark.sql.python.filterPushdown.enabled": "true",
     "spark.python.worker.reuse": "true",
 }
 

@@ -18,6 +18,7 @@ from spark_reader.offsets import ending_spec, starting_spec
 from spark_reader.options import SourceOptions, Violations, parse_options
 from spark_reader.partition_reader import read_partition
 from spark_reader.planning import Planner
+from spark_reader.pushdown import ReaderKind, reader_kind
 from spark_reader.schema import spark_schema
 from spark_reader.stream import TieredStreamReader
 
@@ -41,14 +42,20 @@ class KafkaTieredDataSource(DataSource):
         return spark_schema(opts.include_headers, opts.violations is Violations.FLAG)
 
     def reader(self, schema) -> DataSourceReader:  # noqa: ANN001 - pyspark's StructType
-        return TieredBatchReader(self._options())
+        """The filtering reader where Spark pushes filters, else the plain one (`spark_reader.pushdown`)."""
+        if reader_kind() is ReaderKind.PLAIN:
+            return TieredBatchReader(self._options())
+        return FilteringBatchReader(self._options())
 
     def streamReader(self, schema) -> DataSourceStreamReader:  # noqa: ANN001
         return TieredStreamReader(self._options())
 
 
 class TieredBatchReader(DataSourceReader):
-    """A batch query: offsets from startingOffsets (earliest) to endingOffsets (latest), exclusive."""
+    """A batch query: offsets from startingOffsets (earliest) to endingOffsets (latest), exclusive.
+
+    This one takes no filters (Spark applies them to the rows it reads): it is what a session with
+    `spark.sql.python.filterPushdown.enabled` off can use. `FilteringBatchReader` adds `pushFilters`."""
 
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
@@ -56,11 +63,6 @@ class TieredBatchReader(DataSourceReader):
         self.last_planner: Planner | None = (
             None  # the planner of the last partitions() (its store's counters)
         )
-
-    def pushFilters(self, filters: list) -> Iterator:  # noqa: N802 - Spark's name
-        pushed, rejected = push_filters(filters)
-        self.filters = pushed
-        yield from rejected
 
     def partitions(self) -> Sequence[InputPartition]:
         planner = self.last_planner = Planner(self.opts)
@@ -80,3 +82,13 @@ class TieredBatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(partition)
+
+
+class FilteringBatchReader(TieredBatchReader):
+    """The batch reader taking the filters on `partition`, `offset` and `timestamp` it can apply exactly
+    (`spark_reader.filters`): planning skips the partitions, segments and chunks that cannot match."""
+
+    def pushFilters(self, filters: list) -> Iterator:  # noqa: N802 - Spark's name
+        pushed, rejected = push_filters(filters)
+        self.filters = pushed
+        yield from rejected

@@ -1,7 +1,7 @@
 """What the source downloads: a narrow offset range reads a sliver of the topic, counted at the store.
 
 Planning and reading run here in one process, through the very functions Spark calls on its Python
-workers (`TieredBatchReader.partitions`, `read`), so the store's byte counters see every GET: manifests,
+workers (`FilteringBatchReader.partitions`, `read`), so the store's byte counters see every GET: manifests,
 indexes and chunks.
 """
 
@@ -17,7 +17,7 @@ from rsm import RemoteStorageManager, TopicIdPartition
 from spark_reader import partition_reader
 from spark_reader.filters import push_filters
 from spark_reader.options import parse_options
-from spark_reader.source import TieredBatchReader
+from spark_reader.source import FilteringBatchReader
 
 
 def _stored_bytes(root: Path) -> int:
@@ -38,7 +38,7 @@ def test_a_one_percent_offset_range_downloads_under_two_percent(tmp_path: Path) 
     first, last = 100_000, 101_999  # 1% of the 200,000 offsets, in the middle of a segment
     from pyspark.sql.datasource import GreaterThanOrEqual, LessThanOrEqual
 
-    reader = TieredBatchReader(parse_options({**opts, "subscribe": "big"}))
+    reader = FilteringBatchReader(parse_options({**opts, "subscribe": "big"}))
     rejected = list(
         reader.pushFilters([GreaterThanOrEqual(("offset",), first), LessThanOrEqual(("offset",), last)])
     )
@@ -76,7 +76,7 @@ def test_filters_the_source_cannot_apply_go_back_to_spark() -> None:
     assert pushed.offset.span() == (5, 9) and not pushed.offset.contains(6)
 
 
-def _read_all(reader: TieredBatchReader) -> pa.Table:
+def _read_all(reader: FilteringBatchReader) -> pa.Table:
     return pa.Table.from_batches([b for p in reader.partitions() for b in reader.read(p)])
 
 
@@ -102,7 +102,7 @@ def test_violations_include_drop_or_flag(tmp_path: Path) -> None:
 
     def read(mode: str) -> pa.Table:
         return _read_all(
-            TieredBatchReader(parse_options({**read_opts, "subscribe": "checked", "violations": mode}))
+            FilteringBatchReader(parse_options({**read_opts, "subscribe": "checked", "violations": mode}))
         )
 
     assert read("include").column("offset").to_pylist() == list(range(30))
@@ -128,7 +128,9 @@ def test_a_segment_deleted_after_planning_fails_or_is_skipped(tmp_path: Path) ->
     from spark_reader.errors import DataLossError
 
     for fail in ("true", "false"):
-        reader = TieredBatchReader(parse_options({**opts, "subscribe": "shrinking", "failOnDataLoss": fail}))
+        reader = FilteringBatchReader(
+            parse_options({**opts, "subscribe": "shrinking", "failOnDataLoss": fail})
+        )
         parts = reader.partitions()
         if fail == "false":
             rsm.delete_log_segment_data(log.copied[0])
@@ -167,7 +169,7 @@ def test_a_corrupt_chunk_is_named_and_yields_no_rows(tmp_path: Path) -> None:
     data = bytearray(log_object.read_bytes())
     data[len(data) // 2] ^= 0x40
     log_object.write_bytes(bytes(data))
-    reader = TieredBatchReader(parse_options({**opts, "subscribe": "rotten"}))
+    reader = FilteringBatchReader(parse_options({**opts, "subscribe": "rotten"}))
     (part,) = reader.partitions()
     rows = []
     with pytest.raises(ReaderError, match=r"corrupt data in file:kafka-tiered-storage/rotten-.*\.log"):
