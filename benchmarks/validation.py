@@ -58,7 +58,7 @@ from rsm.validation import (  # noqa: E402
 )
 from segment_format.codecs import CompressionType, decompress  # noqa: E402
 from segment_format.indexes import build_indexes  # noqa: E402
-from segment_format.records import iter_batches  # noqa: E402
+from segment_format.log_entries import iter_batches  # noqa: E402
 from segment_format.writer import build_batch  # noqa: E402
 
 MB = 1e6

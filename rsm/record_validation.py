@@ -50,7 +50,7 @@ from rsm.validation import (
 )
 from segment_format.columnar import ChunkDecoder, Projection
 from segment_format.errors import CorruptRecordError
-from segment_format.records import AnyRecordBatch
+from segment_format.log_entries import AnyRecordBatch
 
 __all__ = [
     "BATCH_ROW_SCHEMA",

@@ -48,7 +48,7 @@ from rsm.errors import ConfigException, InvalidRecordException, SegmentIntegrity
 from rsm.metadata import TopicIdPartition
 from segment_format.errors import CorruptRecordError
 from segment_format.index_check import SegmentIndexChecker
-from segment_format.records import AnyRecordBatch
+from segment_format.log_entries import AnyRecordBatch
 from segment_format.segment import SegmentVerifier
 
 if TYPE_CHECKING:

@@ -13,6 +13,7 @@ from .index_check import SegmentIndexChecker
 from .indexes import DEFAULT_INDEX_INTERVAL_BYTES, IndexBuilder, build_indexes
 from .leader_epoch import EpochEntry, LeaderEpochCheckpoint
 from .legacy import LegacyRecordBatch, build_legacy_message_set
+from .log_entries import iter_batches, parse_batch
 from .offset_index import OffsetIndex, OffsetPosition
 from .producer_snapshot import ProducerSnapshot, ProducerStateEntry
 from .records import (
@@ -22,8 +23,6 @@ from .records import (
     Record,
     RecordBatch,
     TimestampType,
-    iter_batches,
-    parse_batch,
 )
 from .segment import LogSegment, SegmentSummary, SegmentVerifier, parse_segment_name
 from .time_index import TimeIndex, TimestampOffset

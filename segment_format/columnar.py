@@ -47,7 +47,7 @@ from typing import Any, BinaryIO
 
 import pyarrow as pa
 
-from segment_format import _native, records
+from segment_format import _native, log_entries
 from segment_format.arrow_schema import HEADER_TYPE, HEADERS_TYPE, RECORD_SCHEMA, empty_record_batch
 from segment_format.codecs import CompressionType, decompress
 from segment_format.errors import CorruptRecordError
@@ -613,7 +613,7 @@ def decode_reference(
 
     rows = 0
     try:
-        for _, batch in records.iter_batches(_as_view(data), file=file):
+        for _, batch in log_entries.iter_batches(_as_view(data), file=file):
             if max_rows is not None and rows >= max_rows:
                 break
             if verify_crc:

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import IO
 
 from .entry_file import parse_segment_name
+from .log_entries import iter_batches
 from .offset_index import OffsetIndex
-from .records import NO_TIMESTAMP, iter_batches
+from .records import NO_TIMESTAMP
 from .time_index import TimeIndex
 
 __all__ = ["DEFAULT_INDEX_INTERVAL_BYTES", "IndexBuilder", "build_indexes"]

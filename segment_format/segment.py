@@ -17,16 +17,9 @@ from .codecs import CompressionType
 from .entry_file import parse_segment_name
 from .errors import CorruptRecordError
 from .index_check import SegmentIndexChecker
+from .log_entries import AnyRecordBatch, check_prefix, iter_batches, parse_batch
 from .offset_index import OffsetIndex
-from .records import (
-    HEADER_PREFIX,
-    NO_TIMESTAMP,
-    AnyRecordBatch,
-    RecordBatch,
-    _check_prefix,
-    iter_batches,
-    parse_batch,
-)
+from .records import HEADER_PREFIX, NO_TIMESTAMP, RecordBatch
 from .time_index import TimeIndex
 
 __all__ = ["LogSegment", "SegmentSummary", "SegmentVerifier", "parse_segment_name"]
@@ -181,7 +174,7 @@ class SegmentVerifier:
             pending += mv[i:]
 
     def _prefix(self, prefix: bytes | bytearray | memoryview) -> int:
-        need = self._need = _check_prefix(prefix, self._buf_pos, self.file)
+        need = self._need = check_prefix(prefix, self._buf_pos, self.file)
         if self.total_size is not None and self._buf_pos + need > self.total_size:
             # known size: refuse a bogus length now instead of buffering the rest of the stream
             raise CorruptRecordError(

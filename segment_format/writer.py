@@ -25,6 +25,7 @@ from .crc import crc32c
 from .errors import CorruptRecordError
 from .indexes import DEFAULT_INDEX_INTERVAL_BYTES, IndexBuilder
 from .legacy import build_legacy_message_set
+from .log_entries import iter_batches
 from .records import (
     CONTROL_FLAG_MASK,
     DELETE_HORIZON_FLAG_MASK,
@@ -35,7 +36,6 @@ from .records import (
     Header,
     Record,
     TimestampType,
-    iter_batches,
 )
 from .transaction_index import AbortedTxn, TransactionIndex
 from .varint import write_varint, write_varlong

@@ -16,7 +16,7 @@ from fixtures_data import FIXTURES
 from segment_format.errors import CorruptRecordError
 from segment_format.index_check import SegmentIndexChecker
 from segment_format.indexes import build_indexes
-from segment_format.records import iter_batches
+from segment_format.log_entries import iter_batches
 from segment_format.segment import LogSegment, SegmentVerifier
 from segment_format.writer import build_batch
 

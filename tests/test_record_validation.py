@@ -42,7 +42,8 @@ from rsm.validation import (
 from segment_format import columnar
 from segment_format.codecs import CompressionType
 from segment_format.indexes import build_indexes
-from segment_format.records import ControlRecordType, iter_batches
+from segment_format.log_entries import iter_batches
+from segment_format.records import ControlRecordType
 from segment_format.writer import build_batch, build_control_batch
 
 TIP = TopicIdPartition(uuid.uuid4(), "orders", 0)

@@ -215,7 +215,7 @@ def _real_logs() -> list[Path]:
 
 def _last_offset(raw: bytes) -> int:
     """A real segment's last offset, read by segment_format (the copy wants the metadata to end there)."""
-    from segment_format.records import iter_batches
+    from segment_format.log_entries import iter_batches
 
     return list(iter_batches(raw))[-1][1].last_offset
 
@@ -414,10 +414,10 @@ def test_chunks_of_compressed_batches_are_not_compressed_again(tmp_path: Path) -
 
 @pytest.mark.skipif(not FIXTURES.exists(), reason="shared fixtures not present")
 def test_verifier_agrees_with_segment_format_on_batch_boundaries() -> None:
-    records = pytest.importorskip("segment_format.records")
+    log_entries = pytest.importorskip("segment_format.log_entries")
     for path in _real_logs():
         raw = path.read_bytes()
-        batches = list(records.iter_batches(raw, file=str(path)))
+        batches = list(log_entries.iter_batches(raw, file=str(path)))
         verifier = SegmentIntegrityVerifier(str(path), 0, batches[-1][1].last_offset, len(raw), 1 << 20)
         verifier.feed(raw)
         summary = verifier.finish()

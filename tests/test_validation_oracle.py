@@ -34,7 +34,7 @@ from rsm import (
 from rsm.errors import RecordValidationError, SegmentIntegrityError
 from rsm.manifest import Manifest
 from rsm.metadata import LogSegmentData
-from segment_format.records import iter_batches
+from segment_format.log_entries import iter_batches
 
 pytestmark = pytest.mark.oracle
 

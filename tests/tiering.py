@@ -23,8 +23,9 @@ from rsm import (
     TopicIdPartition,
 )
 from rsm.metadata import CustomMetadata
+from segment_format.log_entries import iter_batches
 from segment_format.producer_snapshot import ProducerSnapshot, ProducerStateEntry
-from segment_format.records import ControlRecordType, iter_batches
+from segment_format.records import ControlRecordType
 from segment_format.transaction_index import AbortedTxn, TransactionIndex
 from segment_format.writer import SegmentWriter, build_batch, build_control_batch
 

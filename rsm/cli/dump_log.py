@@ -37,7 +37,8 @@ from segment_format import (
     TransactionIndex,
     parse_segment_name,
 )
-from segment_format.records import AnyRecordBatch, Record
+from segment_format.log_entries import AnyRecordBatch
+from segment_format.records import Record
 
 log = logging.getLogger(__name__)
 

@@ -352,7 +352,7 @@ class _Gaps:
 
 def _slow_records(b: _Batch, data: memoryview, file: str, opts: Options, gaps: _Gaps) -> Iterator[bytes]:
     """The record lines of one batch, from the reference decoder (legacy and control batches)."""
-    from segment_format.records import parse_batch
+    from segment_format.log_entries import parse_batch
 
     raw = bytes(data[b.position : b.position + b.size])
     try:
@@ -766,7 +766,7 @@ def _lookup(entries: list[tuple[int, int]], base: int, target: int) -> int:
 
 
 def _max_record_timestamp(b: _Batch, data: memoryview) -> int:
-    from segment_format.records import parse_batch
+    from segment_format.log_entries import parse_batch
 
     batch = parse_batch(bytes(data[b.position : b.position + b.size]), position=b.position)
     return max((r.timestamp for r in batch.records()), default=-1)

@@ -36,7 +36,7 @@ from rsm.fetch import SegmentReader, cipher_for
 from rsm.metadata import IndexType, uuid_to_base64
 from rsm.migrate.context import MigrateError
 from segment_format.indexes import build_indexes
-from segment_format.records import iter_batches
+from segment_format.log_entries import iter_batches
 from segment_format.transaction_index import TransactionIndex
 
 

@@ -59,8 +59,8 @@ from rsm.migrate.plan import Plan, PlanItem, topic_settings
 from segment_format.errors import CorruptRecordError
 from segment_format.indexes import IndexBuilder
 from segment_format.leader_epoch import LeaderEpochCheckpoint
+from segment_format.log_entries import iter_batches
 from segment_format.producer_snapshot import ProducerSnapshot
-from segment_format.records import iter_batches
 
 log = logging.getLogger(__name__)
 
