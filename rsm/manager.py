@@ -84,8 +84,9 @@ from rsm.metadata import (
 from rsm.names import topic_problem
 from rsm.overlay import OverlayCache, TopicOverlayStore
 from rsm.policies import BuiltinPolicies
-from rsm.policy.api import TopicManagementPolicy, load_topic_policy
+from rsm.policy.api import TopicManagementPolicy
 from rsm.policy.enforce import PolicyGate
+from rsm.policy.loading import load_topic_policy
 from rsm.policy.pending import PendingAdopter, PendingOverlayStore
 from rsm.record_validation import RecordValidator, ValidationResult, ValidationStats
 from rsm.redact import redact_text

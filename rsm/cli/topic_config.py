@@ -46,9 +46,9 @@ from rsm.policy.api import (
     TopicManagementPolicy,
     TopicState,
     broker_configs_for_policy,
-    load_topic_policy,
 )
 from rsm.policy.enforce import topic_configs
+from rsm.policy.loading import load_topic_policy
 from rsm.policy.pending import PendingOverlay, PendingOverlayStore
 from rsm.redact import redact_text, shown
 from rsm.storage import ObjectStore

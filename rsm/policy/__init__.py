@@ -1,4 +1,4 @@
-"""The topic management policy (seeds 000, 001, 003): the API (`api`), the built-in rules (`builtin`),
+"""The topic management policy (seeds 000, 001, 003): the API (`api`), the built-in rules (`builtin`), loading the configured one (`loading`),
 settings written before a topic exists (`pending`) and the RSM's own use of the policy (`enforce`)."""
 
 from rsm.policy.api import (
@@ -13,8 +13,8 @@ from rsm.policy.api import (
     StaticClusterState,
     TopicManagementPolicy,
     TopicState,
-    load_topic_policy,
 )
+from rsm.policy.loading import load_topic_policy
 
 __all__ = [
     "AlterTopicRequest",

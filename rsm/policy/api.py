@@ -27,13 +27,10 @@ is not known on a path is absent (the CLI does not know Kafka's configs unless i
 from __future__ import annotations
 
 import abc
-import importlib
 import uuid
 from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 from types import MappingProxyType
-
-from rsm.errors import ConfigException
 
 __all__ = [
     "AlterTopicRequest",
@@ -48,7 +45,6 @@ __all__ = [
     "TopicManagementPolicy",
     "TopicState",
     "broker_configs_for_policy",
-    "load_topic_policy",
 ]
 
 
@@ -248,30 +244,3 @@ def broker_configs_for_policy(props: Mapping[str, str]) -> dict[str, str]:
         if (k.startswith("log.") or k in BROKER_KEYS_SHOWN)
         and not any(m in k.lower() for m in _SECRET_MARKERS)
     }
-
-
-def load_topic_policy(class_name: str | None, configs: Mapping[str, str]) -> TopicManagementPolicy:
-    """The configured policy: `module:Class` (or `module.Class`), or the built-in one when None.
-
-    Raises ConfigException naming `policy.class.name` when the class cannot be loaded or is not a
-    TopicManagementPolicy.
-    """
-    if not class_name:
-        from rsm.policy.builtin import BuiltinTopicPolicy  # noqa: PLC0415 - avoid an import cycle
-
-        policy: TopicManagementPolicy = BuiltinTopicPolicy()
-    else:
-        module_name, sep, attr = class_name.partition(":")
-        if not sep:
-            module_name, _, attr = class_name.rpartition(".")
-        try:
-            cls = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError, ValueError) as exc:
-            raise ConfigException(f"config policy.class.name: cannot load {class_name!r}: {exc}") from None
-        if not (isinstance(cls, type) and issubclass(cls, TopicManagementPolicy)):
-            raise ConfigException(
-                f"config policy.class.name: {class_name} is not a rsm.policy.TopicManagementPolicy"
-            )
-        policy = cls()
-    policy.configure(configs)
-    return policy
