@@ -22,6 +22,7 @@ import tempfile
 from pathlib import Path
 
 from rsm.bridge.properties import rsm_configs_from_file
+from rsm.cli.dump_files import dump_files
 from rsm.config import RsmConfig
 from rsm.errors import ConfigException, RemoteStorageException
 from rsm.keyring import Keyring
@@ -83,7 +84,6 @@ def materialize(
 
 
 def _dump(args: argparse.Namespace, segment_dir: Path, log_path: Path, kind: str, shown: str) -> int:
-    from rsm.cli.dump_log import dump_files
 
     suffix, _ = KINDS[kind]
     if kind == "log":
