@@ -8,7 +8,6 @@ heavy lifting - socket I/O, hashing, compression, encryption - releases the GIL)
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import logging
 import os
@@ -17,7 +16,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ import orjson
 from rsm import metrics
 from rsm.bridge import listener, protocol, shm, streaming
 from rsm.bridge.admission import Limits, RateLimitedLog, Refusals, set_receive_tick
+from rsm.bridge.connection import Connection
 from rsm.bridge.listener import check_socket_path
 from rsm.bridge.memory import (
     DEFAULT_ARENA_BLOCK_BYTES,
@@ -88,28 +88,7 @@ class RequestContext:
     header: dict[str, Any]
     payload: bytes | bytearray | memoryview
     server: BridgeServer
-    conn: _Connection
-
-
-@dataclass(eq=False)
-class _Connection:
-    sock: socket.socket
-    peer: str
-    busy: bool = False
-    thread: threading.Thread | None = None
-    closed: bool = False
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    buffer: bytearray | None = None  # reused for streams that cannot lend views of their data
-    ring: shm.ShmRing | None = None  # the shared-memory ring, when the client negotiated "shm"
-    reader: protocol.FrameReader = field(init=False)
-    # each announced, unreleased piece, oldest first: the ring slots' worth of read-ahead it counts for, and
-    # what it pins: arena views (their blocks stay allocated until the client releases them) or None (a slot)
-    pieces: collections.deque[tuple[int, list[memoryview] | None]] = field(default_factory=collections.deque)
-    accepted: float = field(default_factory=time.monotonic)
-
-    def __post_init__(self) -> None:
-        # until the handshake, a frame may not claim more than a HELLO needs (see protocol.FrameReader)
-        self.reader = protocol.FrameReader(self.sock, max_frame_bytes=protocol.HANDSHAKE_MAX_FRAME_BYTES)
+    conn: Connection
 
 
 class BridgeServer:
@@ -169,9 +148,9 @@ class BridgeServer:
         self._handlers.update(handlers or {})
         # bounds on connections: how many, how long a HELLO / an idle wait / a frame may take (admission.py)
         self.limits = limits or Limits()
-        self._warnings = RateLimitedLog(log)
+        self.warnings = RateLimitedLog(log)
         self._selector = selectors.DefaultSelector()
-        self._refusals = Refusals(self._selector, self._warnings)
+        self._refusals = Refusals(self._selector, self.warnings)
         self._listener: socket.socket | None = None
         self._socket_inode: int | None = None  # of the socket file this bridge published
         # streams working at once (see permits.py): None = one more than the cores, 0 = no limit
@@ -186,9 +165,9 @@ class BridgeServer:
         self.arena_blocks = arena_blocks
         self._metadata = protocol.MetadataDecoder()
         self.arena: shm.ChunkArena | None = None
-        self._stopping = threading.Event()
+        self.stopping = threading.Event()
         self._stopped = threading.Event()
-        self._conns: set[_Connection] = set()
+        self._conns: set[Connection] = set()
         self._conns_lock = threading.Lock()
         self._started = time.monotonic()
         self._requests = 0
@@ -280,7 +259,7 @@ class BridgeServer:
         assert self._listener is not None
         last_parent_check = time.monotonic()
         try:
-            while not self._stopping.is_set():
+            while not self.stopping.is_set():
                 for key, _ in self._selector.select(0.2):
                     if key.fileobj is self._listener:
                         self._accept_waiting()
@@ -292,7 +271,7 @@ class BridgeServer:
                     last_parent_check = time.monotonic()
                     if not pid_alive(parent_pid):
                         log.warning("parent process %d is gone; bridge stopping", parent_pid)
-                        self._stopping.set()
+                        self.stopping.set()
         finally:
             self._shutdown()
 
@@ -311,13 +290,13 @@ class BridgeServer:
     def _accept_waiting(self) -> None:
         """Accept every connection waiting in the backlog: a thread for each, up to the cap."""
         assert self._listener is not None
-        while not self._stopping.is_set():
+        while not self.stopping.is_set():
             try:
                 sock, _ = self._listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:
-                if self._stopping.is_set():
+                if self.stopping.is_set():
                     return
                 raise
             with self._conns_lock:
@@ -332,7 +311,7 @@ class BridgeServer:
             if self.send_buffer_bytes > 0:
                 with contextlib.suppress(OSError):
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer_bytes)
-            conn = _Connection(sock=sock, peer=f"fd{sock.fileno()}")
+            conn = Connection(sock=sock, peer=f"fd{sock.fileno()}")
             thread = threading.Thread(target=self._serve_connection, args=(conn,), daemon=True)
             conn.thread = thread
             with self._conns_lock:
@@ -341,7 +320,7 @@ class BridgeServer:
 
     def stop(self) -> None:
         """Ask the server to stop (safe from signal handlers and other threads)."""
-        self._stopping.set()
+        self.stopping.set()
 
     def wait_stopped(self, timeout: float | None = None) -> bool:
         return self._stopped.wait(timeout)
@@ -386,7 +365,7 @@ class BridgeServer:
         self._stopped.set()
         log.info("bridge stopped")
 
-    def _close_conn(self, conn: _Connection) -> None:
+    def _close_conn(self, conn: Connection) -> None:
         if conn.closed:
             return
         conn.closed = True
@@ -395,7 +374,7 @@ class BridgeServer:
 
     # -- connection loop --------------------------------------------------------------------------
 
-    def _serve_connection(self, conn: _Connection) -> None:
+    def _serve_connection(self, conn: Connection) -> None:
         sock = conn.sock
         try:
             hello = self._receive_hello(conn)
@@ -466,12 +445,12 @@ class BridgeServer:
                         conn.busy = False
                     self._last_request_end = time.monotonic()
                     self._heap_used = True
-                if self._stopping.is_set():
+                if self.stopping.is_set():
                     return
         except ConnectionClosed:
             pass
         except ReceiveTimeout as exc:  # a frame begun and not finished in time (idle ones end quietly)
-            self._warnings.warning(
+            self.warnings.warning(
                 "slow",
                 "closing the connection of %s: a frame not complete within %.1f s (bridge.read.timeout.ms; %s)",
                 conn.peer,
@@ -479,7 +458,7 @@ class BridgeServer:
                 exc,
             )
         except ProtocolError as exc:
-            self._warnings.warning("protocol", "protocol error from %s: %s", conn.peer, exc)
+            self.warnings.warning("protocol", "protocol error from %s: %s", conn.peer, exc)
         except OSError as exc:
             if not conn.closed:
                 log.debug("connection %s ended: %s", conn.peer, exc)
@@ -493,7 +472,7 @@ class BridgeServer:
             with self._conns_lock:
                 self._conns.discard(conn)
 
-    def _receive_hello(self, conn: _Connection) -> protocol.Frame | None:
+    def _receive_hello(self, conn: Connection) -> protocol.Frame | None:
         """The connection's first frame, within ``bridge.handshake.timeout.ms`` of its accept and at most
         ``HANDSHAKE_MAX_FRAME_BYTES``; None (after one rate-limited warning) when it is not."""
         timeout = self.limits.handshake_timeout_s
@@ -501,11 +480,11 @@ class BridgeServer:
             return conn.reader.recv_frame(idle_until=conn.accepted + timeout, within=timeout)
         except FrameTooLarge as exc:
             message = f"frame of {exc.length} bytes before the handshake (a HELLO is at most {exc.limit})"
-            self._warnings.warning("hello.size", "closing the connection of %s: %s", conn.peer, message)
+            self.warnings.warning("hello.size", "closing the connection of %s: %s", conn.peer, message)
             with contextlib.suppress(OSError):
                 self.send_error(conn, 0, ErrorCode.INVALID_REQUEST, message)
         except ReceiveTimeout:
-            self._warnings.warning(
+            self.warnings.warning(
                 "hello.time",
                 "closing the connection of %s: no HELLO within %.1f s (bridge.handshake.timeout.ms)",
                 conn.peer,
@@ -513,7 +492,7 @@ class BridgeServer:
             )
         return None
 
-    def _next_frame(self, conn: _Connection) -> protocol.Frame | None:
+    def _next_frame(self, conn: Connection) -> protocol.Frame | None:
         """The connection's next frame, or None when it stayed idle for ``bridge.idle.timeout.ms``.
 
         A frame that has begun must complete within ``bridge.read.timeout.ms`` (ReceiveTimeout). A ring
@@ -548,10 +527,10 @@ class BridgeServer:
         )
         return None
 
-    def send_error(self, conn: _Connection, request_id: int, code: ErrorCode | str, message: str) -> None:
+    def send_error(self, conn: Connection, request_id: int, code: ErrorCode | str, message: str) -> None:
         protocol.send_frame(conn.sock, FrameType.ERROR, request_id, {"code": str(code), "message": message})
 
-    def _dispatch(self, conn: _Connection, frame: protocol.Frame) -> None:
+    def _dispatch(self, conn: Connection, frame: protocol.Frame) -> None:
         op = frame.header.get("op")
         rid = frame.request_id
         self._requests += 1
@@ -559,7 +538,7 @@ class BridgeServer:
             self.metrics.record("bridge-server-requests", ())
         if frame.header.get("log_config") is not None:
             self._log_configs_received += 1
-        if self._stopping.is_set():
+        if self.stopping.is_set():
             self.send_error(conn, rid, ErrorCode.SHUTTING_DOWN, "bridge is shutting down")
             return
         if op in (Op.FETCH_LOG_SEGMENT, Op.FETCH_INDEX):
@@ -578,7 +557,7 @@ class BridgeServer:
             return
         protocol.send_frame(conn.sock, FrameType.RESPONSE, rid, result or {})
 
-    def report_failure(self, conn: _Connection, rid: int, op: Any, exc: BaseException) -> None:
+    def report_failure(self, conn: Connection, rid: int, op: Any, exc: BaseException) -> None:
         code = protocol.error_code_for(exc)
         message = str(exc) or type(exc).__name__
         if code == ErrorCode.INTERNAL:
@@ -596,7 +575,7 @@ class BridgeServer:
         with self._conns_lock:
             conns = list(self._conns)
         return {
-            "status": "stopping" if self._stopping.is_set() else "ok",
+            "status": "stopping" if self.stopping.is_set() else "ok",
             "pid": os.getpid(),
             "uptime_ms": int((time.monotonic() - self._started) * 1000),
             "connections": len(conns),
@@ -629,6 +608,13 @@ class BridgeServer:
             answer["series"] = [s for s in snapshot["series"] if "partition" not in s["tags"]]
             answer["partitions_dropped"] = True
         return answer
+
+    def count_shm_streamed(self, n: int, *, arena: bool) -> None:
+        """``n`` bytes announced through the shared-memory ring (``arena``: lent from the chunk arena)."""
+        with self._counters_lock:  # per piece: health shows a stream in progress too
+            self._shm_bytes_streamed += n
+            if arena:
+                self._arena_bytes_streamed += n
 
     def count_streamed(self, sent: int) -> None:
         """A streamed answer ended after ``sent`` bytes (health's byte counters and rsm.metrics)."""

@@ -11,14 +11,12 @@ import select
 import sys
 import termios
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from rsm.bridge import protocol, shm
+from rsm.bridge.connection import Connection, StreamHost
 from rsm.bridge.protocol import ErrorCode, FrameType, ProtocolError
 from segment_format.buffers import copy_into
-
-if TYPE_CHECKING:
-    from rsm.bridge.server import BridgeServer, _Connection
 
 DRAIN_POLL_S = 0.0002
 DRAIN_POLL_MAX_S = 0.004
@@ -33,7 +31,7 @@ class Cancelled(Exception):
 class Sink:
     """Where a stream's pieces go: the transport half of ``stream_answer``."""
 
-    def __init__(self, server: BridgeServer, conn: _Connection, rid: int) -> None:
+    def __init__(self, server: StreamHost, conn: Connection, rid: int) -> None:
         self.server = server
         self.conn = conn
         self.rid = rid
@@ -69,7 +67,7 @@ class Sink:
 class SocketSink(Sink):
     """DATA frames: a blocking ``sendmsg`` is the flow control (read-ahead = the socket buffer)."""
 
-    def __init__(self, server: BridgeServer, conn: _Connection, rid: int) -> None:
+    def __init__(self, server: StreamHost, conn: Connection, rid: int) -> None:
         super().__init__(server, conn, rid)
         self._prefix = bytearray(protocol.PREFIX_SIZE)
 
@@ -99,7 +97,7 @@ class SocketSink(Sink):
         fd = conn.sock.fileno()
         out = bytearray(4)
         poll = DRAIN_POLL_S
-        while not server._stopping.is_set():
+        while not server.stopping.is_set():
             fcntl.ioctl(fd, termios.TIOCOUTQ, out)  # bytes sent that the client has not read yet
             drained = not int.from_bytes(out, sys.byteorder)
             if drained and not grace_s:
@@ -120,8 +118,8 @@ class ShmSink(Sink):
 
     def __init__(
         self,
-        server: BridgeServer,
-        conn: _Connection,
+        server: StreamHost,
+        conn: Connection,
         rid: int,
         ring: shm.ShmRing,
         arena: shm.ChunkArena | None,
@@ -168,7 +166,7 @@ class ShmSink(Sink):
     def _await_free(self, free: int) -> None:
         """Block until at least ``free`` slots are released (or the server stops), reading RELEASE/CANCEL."""
         server, conn = self.server, self.conn
-        while self._room() < free and not server._stopping.is_set():
+        while self._room() < free and not server.stopping.is_set():
             if next_frame_within(server, conn, 0.2):
                 check_cancel(server, conn, self.rid)
 
@@ -191,8 +189,7 @@ class ShmSink(Sink):
         protocol.SHM_DATA_PAYLOAD.pack_into(self._announce, protocol.PREFIX_SIZE, slot, n)
         self.conn.pieces.append((1, None))
         self.conn.sock.sendall(self._announce + trailer if trailer else self._announce)
-        with self.server._counters_lock:  # per piece: health shows a stream in progress too
-            self.server._shm_bytes_streamed += n
+        self.server.count_shm_streamed(n, arena=False)
         return n
 
     def _announce_in_arena(self, data: list[memoryview], offsets: list[int], trailer: bytes) -> int:
@@ -209,16 +206,14 @@ class ShmSink(Sink):
             self.conn.pieces.append((self._units(len(v)), [v]))
         self.conn.sock.sendall(frames + trailer)
         n = sum(len(v) for v in data)
-        with self.server._counters_lock:
-            self.server._shm_bytes_streamed += n
-            self.server._arena_bytes_streamed += n
+        self.server.count_shm_streamed(n, arena=True)
         return n
 
     def await_taken(self, grace_s: float) -> None:
         server, conn = self.server, self.conn
         self._await_free(self.ring.slots)
         # the client releases its last slot and cancels in one write: usually both are buffered already
-        if grace_s and not server._stopping.is_set() and next_frame_within(server, conn, grace_s):
+        if grace_s and not server.stopping.is_set() and next_frame_within(server, conn, grace_s):
             poll_cancel(server, conn, self.rid)
 
 
@@ -267,7 +262,7 @@ class PieceReader:
     has copied it into the kernel before the next read).
     """
 
-    def __init__(self, stream: Any, conn: _Connection) -> None:
+    def __init__(self, stream: Any, conn: Connection) -> None:
         self._view = getattr(stream, "read_view", None)
         self._stream = stream
         self._conn = conn
@@ -299,7 +294,7 @@ class PieceReader:
         return [view[:got]] if got else []
 
 
-def stream_answer(server: BridgeServer, conn: _Connection, frame: protocol.Frame) -> None:
+def stream_answer(server: StreamHost, conn: Connection, frame: protocol.Frame) -> None:
     """Answer a fetch with pieces of the stream then END; an error ends it with ERROR instead.
 
     One driver for both transports (``SocketSink``: DATA frames; ``ShmSink``: ring slots announced
@@ -321,7 +316,7 @@ def stream_answer(server: BridgeServer, conn: _Connection, frame: protocol.Frame
     op = frame.header.get("op")
     ring = conn.ring if frame.header.get("transport") == protocol.CAP_SHM else None
     if ring is not None and not ring.reserve():  # its memory is reserved at its first fetch
-        server._warnings.warning(
+        server.warnings.warning(
             "shm.reserve",
             "no room in %s for a shared-memory ring: answering %s with socket data frames",
             server.shm_dir,
@@ -367,7 +362,7 @@ def stream_answer(server: BridgeServer, conn: _Connection, frame: protocol.Frame
                 sink.await_taken(CANCEL_GRACE_S)
             else:
                 poll_cancel(server, conn, rid)
-            if server._stopping.is_set():
+            if server.stopping.is_set():
                 stopped = True
                 break
             try:
@@ -388,7 +383,7 @@ def stream_answer(server: BridgeServer, conn: _Connection, frame: protocol.Frame
                 stream.close()
 
 
-def next_frame_within(server: BridgeServer, conn: _Connection, timeout: float) -> bool:
+def next_frame_within(server: StreamHost, conn: Connection, timeout: float) -> bool:
     """True when a frame from the client can be read now or arrives within ``timeout`` seconds."""
     if conn.reader.buffered():
         return True
@@ -397,13 +392,13 @@ def next_frame_within(server: BridgeServer, conn: _Connection, timeout: float) -
     return bool(readable)
 
 
-def poll_cancel(server: BridgeServer, conn: _Connection, rid: int) -> None:
+def poll_cancel(server: StreamHost, conn: Connection, rid: int) -> None:
     """Handle every frame the client has sent so far (non-blocking); raise Cancelled on its CANCEL."""
     while conn.reader.poll():  # raises ConnectionClosed when the client went away
         check_cancel(server, conn, rid)
 
 
-def check_cancel(server: BridgeServer, conn: _Connection, rid: int) -> None:
+def check_cancel(server: StreamHost, conn: Connection, rid: int) -> None:
     # raises ConnectionClosed when the client went away, ReceiveTimeout when it stalls mid-frame
     frame = conn.reader.recv_frame(within=server.limits.read_timeout_s)
     if frame.type == FrameType.CANCEL and frame.request_id == rid:
@@ -416,7 +411,7 @@ def check_cancel(server: BridgeServer, conn: _Connection, rid: int) -> None:
     raise ProtocolError(f"{frame.type.name} frame {frame.request_id} received while streaming request {rid}")
 
 
-def on_release(conn: _Connection, frame: protocol.Frame) -> None:
+def on_release(conn: Connection, frame: protocol.Frame) -> None:
     """The client's SHM_RELEASE: its oldest ``count`` pieces (ring slots, arena blocks) may be reused."""
     ring = conn.ring
     if ring is None or len(frame.payload) != protocol.SHM_RELEASE_PAYLOAD.size:
