@@ -342,3 +342,27 @@ def test_gc_gives_back_a_record_written_to_while_it_was_removed(tmp_path: Path) 
     records.registry.forget = copy_lands  # type: ignore[method-assign]  # between the deletes and the last listing
     assert records.remove(orphan) is False
     assert {k: store.get("main", k) for k in orphan.keys} == before
+
+
+def test_gc_of_records_on_s3_waits_for_an_abandoned_upload(
+    s3_server: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On S3 an incomplete multipart upload under the topic keeps its record: gc aborts the upload (an
+    orphan) and removes the record on its next run. moto cannot age objects: `--grace 0`."""
+    configs = s3_server.rsm_configs(bucket=s3_server.make_bucket(), **{"chunk.size": "8192"})
+    props = write_properties(tmp_path / "server.properties", configs)
+    rsm = _rsm(configs)
+    log = PartitionLog(rsm, TopicIdPartition(uuid.uuid4(), "gone", 0), tmp_path / "w")
+    _tier(log, 1)
+    rsm.delete_log_segment_data(log.copied[0])
+    rsm.close()
+    store = ObjectStore.from_config(RsmConfig(configs))
+    bucket, tid = configs["bucket"], uuid_to_base64(log.tip.topic_id)
+    store.fs.call_s3("create_multipart_upload", Bucket=bucket, Key=f"gone-{tid}/0/{20:020d}-{'D' * 22}.log")
+
+    code, first = _cli("migrate", "--config", str(props), "gc", "--grace", "0", "--apply", capsys=capsys)
+    assert code == 0 and [o["kind"] for o in first["orphans"]] == ["multipart upload"], first
+    assert store.list(bucket, f"{REGISTRY_DIR}gone-{tid}/")
+    code, second = _cli("migrate", "--config", str(props), "gc", "--grace", "0", "--apply", capsys=capsys)
+    assert code == 0 and [o["kind"] for o in second["orphans"]] == ["location record"], second
+    assert second["removed"] == 1 and store.list(bucket, f"{REGISTRY_DIR}gone-{tid}/") == []
