@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import time
 import uuid
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Any
 
 import pytest
 from harness.waiting import wait_until
-from migrate_helpers import write_properties
+from migrate_helpers import REPO, run_cli, write_properties
 from tiering import PartitionLog
 
 from rsm import RemoteStorageManager, TopicIdPartition
@@ -201,6 +202,23 @@ def test_the_operator_step_takes_an_earlier_prefix_and_refuses_bad_names(
     assert "--bucket 'Bad_Bucket'" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert main(["store", "--config", str(props), "locate", "--prefix", "v1/"]) == 1
     assert "give --bucket OLD with it" in capsys.readouterr().err
+
+
+def test_the_readme_step_as_written(tmp_path: Path) -> None:
+    """The command README gives for the operator, run as `rsm` (a subprocess) with its placeholders filled."""
+    readme = (REPO / "README.md").read_text()
+    [line] = [x for x in readme.splitlines() if x.startswith("rsm store") and "--bucket OLD_BUCKET" in x]
+    base = {"storage.backend": "file", "storage.file.root": str(tmp_path / "store"), "chunk.size": "8192"}
+    configs_a, configs_b = {**base, "bucket": "alpha"}, {**base, "bucket": "beta"}
+    busy, quiet = _change_the_default(configs_a, configs_b, tmp_path)
+    props = write_properties(tmp_path / "server.properties", configs_b)
+    args = shlex.split(line.replace("[--prefix OLD_PREFIX]", ""))[1:]
+    args = [str(props) if a == "server.properties" else "alpha" if a == "OLD_BUCKET" else a for a in args]
+    done = run_cli(args)
+    assert done.returncode == 0, done.stderr
+    catalog = TopicCatalog(RsmConfig(configs_b), scan=False)
+    assert _offsets(catalog, "busy", busy[0].tip.topic_id) == _expected_offsets(busy)
+    assert _offsets(catalog, "quiet", quiet[0].tip.topic_id) == _expected_offsets(quiet)
 
 
 def test_the_reader_with_the_new_default_reads_the_old_one_too(spark: Any, tmp_path: Path) -> None:
