@@ -46,7 +46,8 @@ class LocationNotes:
 
     def fetched(self, metadata: RemoteLogSegmentMetadata, location: Location) -> None:
         """A manifest was read at `location`: record it in the background (a fetch never waits)."""
-        if not self._wanted(location):
+        tip = metadata.remote_log_segment_id.topic_id_partition
+        if not self._wanted(location) or self.registry.known(tip.topic_id, location):
             return
         with self._lock:
             if self._closed:

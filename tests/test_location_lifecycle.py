@@ -197,11 +197,30 @@ def test_the_operator_step_takes_an_earlier_prefix_and_refuses_bad_names(
     catalog = TopicCatalog(RsmConfig(new), scan=False)
     assert _offsets(catalog, "orders", log.tip.topic_id) == {0: (0, 39)}
 
+    assert main(["store", "--config", str(props), "locate", "--bucket", "mian"]) == 0  # a typo: said
+    assert "no segment found in" in capsys.readouterr().err
     assert main(["store", "--config", str(props), "locate", "--bucket", "Bad_Bucket"]) == 1
     err = capsys.readouterr().err
     assert "--bucket 'Bad_Bucket'" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert main(["store", "--config", str(props), "locate", "--prefix", "v1/"]) == 1
     assert "give --bucket OLD with it" in capsys.readouterr().err
+
+
+def test_a_delete_in_the_old_default_records_it(tmp_path: Path) -> None:
+    """Retention deleting an old segment through a broker configured with B records A under B: the topic's
+    other segments there stay findable."""
+    base = {"storage.backend": "file", "storage.file.root": str(tmp_path / "store"), "chunk.size": "8192"}
+    configs_a, configs_b = {**base, "bucket": "alpha"}, {**base, "bucket": "beta"}
+    rsm = _rsm(configs_a)
+    log = PartitionLog(rsm, TopicIdPartition(uuid.uuid4(), "aging", 0), tmp_path / "w")
+    _tier(log, 3)
+    rsm.close()
+    rsm = _rsm(configs_b)
+    rsm.delete_log_segment_data(log.copied[0])
+    rsm.close()
+    catalog = TopicCatalog(RsmConfig(configs_b), scan=False)
+    assert catalog.registry.locations("aging", log.tip.topic_id) == [Location("alpha", "")]
+    assert _offsets(catalog, "aging", log.tip.topic_id) == {0: (20, 59)}
 
 
 def test_the_readme_step_as_written(tmp_path: Path) -> None:

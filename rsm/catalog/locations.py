@@ -174,6 +174,13 @@ class LocationRegistry:
             self._recorded.add(ident)
         return wrote
 
+    def known(self, topic_id: uuid.UUID, location: Location) -> bool:
+        """Whether this process recorded (or found) the entry already, so `record` would write nothing.
+
+        One set lookup without the lock (atomic in CPython): a stale miss only costs `record` a HEAD.
+        """
+        return (topic_id, location) in self._recorded
+
     def forget(self, topic_id: uuid.UUID | str) -> None:
         """Drop this process's memory of a topic id's entries (after `rsm migrate gc` removed them)."""
         tid = to_uuid(topic_id)

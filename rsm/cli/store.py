@@ -217,10 +217,12 @@ def _ls(catalog: TopicCatalog, args: argparse.Namespace, out: Console) -> int:
 
 def _locate(catalog: TopicCatalog, args: argparse.Namespace, out: Console) -> int:
     found = []
+    seen: set[str] = set()  # buckets holding segments
     for topic in _topics(catalog, args.topic):
         for topic_id in catalog.topic_ids(topic):
             # where segments are, in the order first seen (the default location only if it holds some)
             locations = list(dict.fromkeys(seg.location for seg in catalog.segments(topic, topic_id)))
+            seen.update(loc.bucket for loc in locations)
             if args.record:
                 for location in locations:
                     catalog.registry.record(topic, topic_id, location, found_by=FoundBy.SCAN)
@@ -231,6 +233,12 @@ def _locate(catalog: TopicCatalog, args: argparse.Namespace, out: Console) -> in
                     "topic_id": uuid_to_base64(topic_id),
                     "locations": [str(x) for x in locations],
                 }
+            )
+    for old in catalog.also:  # a mistyped --bucket finds nothing: say so rather than succeed silently
+        if old.bucket not in seen:
+            err_console().print(
+                f"rsm store: no segment found in {escape(catalog.store.describe(old.bucket, ''))} "
+                "(--bucket): no such bucket, or nothing tiered there"
             )
     if args.json:
         out.print_json(json.dumps(found))
