@@ -21,6 +21,11 @@ without entries would tell readers the record is complete), and after the remova
 once more: an object that appeared meanwhile (a copy that had recorded the location earlier in its process
 and uploaded since) gets the entries written back, byte for byte, and the record is reported as kept. Only
 keys of the record's own shape are removed; nothing else under `_rsm/` is touched.
+
+Cost per run: one listing of the record, then one listing per topic id at the default location (a live
+topic usually stops there); a topic id with nothing there costs its record's entries (a listing and a GET
+each), its overlay (a GET), a listing per location (and one ListMultipartUploads on S3), and the run lists
+the migration jobs once.
 """
 
 from __future__ import annotations
@@ -76,6 +81,8 @@ class StaleRecords:
         for (topic, tid), objects in sorted(entries.items(), key=lambda e: (e[0][0], str(e[0][1]))):
             if only is not None and (topic, tid) not in only:
                 continue
+            if self._anything_at(topic, tid, [self.default]):
+                continue  # the common case, a live topic, in one listing (before reading its record)
             locations = self._locations(topic, tid)
             if locations is None or self._anything_at(topic, tid, locations) or self._unfinished_job(tid):
                 continue
