@@ -25,6 +25,9 @@ Copy, in order (so that nothing a reader can mistake for a segment reaches the s
    or multipart uploads of this attempt or of an earlier one killed mid-copy.
 
 Memory during a copy is bounded by a few chunks plus the S3 part buffer, whatever the segment size.
+Where segments are is recorded under the default location for readers without a broker: a copy records its
+location before its first upload, and a fetch or delete records any other location it finds a segment in
+(`rsm.location_notes`: after the default bucket or prefix changed, the older locations follow).
 Every method is thread-safe; the bridge calls them from many threads at once.
 
 Every public method checks the types of its arguments first and refuses a wrong one with
