@@ -290,12 +290,13 @@ def test_gc_removes_a_deleted_topics_records_and_nothing_else(
     props = write_properties(tmp_path / "server.properties", configs)
     rsm = _rsm(configs)
     logs: dict[str, PartitionLog] = {}
-    for name in ("gone", "live", "recent", "forwarded", "migrating"):
+    for name in ("gone", "live", "recent", "forwarded", "migrating", "elsewhere"):
         logs[name] = PartitionLog(rsm, TopicIdPartition(uuid.uuid4(), name, 0), tmp_path / name)
         _tier(logs[name], 1)
-    # "gone" wrote to a second location too (its overlay's bucket and prefix at the time)
-    logs["gone"].log_config = {"unchecked.rsm.bucket": "cold", "unchecked.rsm.prefix": "c/"}
-    _tier(logs["gone"], 1)
+    # "gone" and "elsewhere" wrote to a second location too (their overlay's bucket and prefix at the time)
+    for name in ("gone", "elsewhere"):
+        logs[name].log_config = {"unchecked.rsm.bucket": "cold", "unchecked.rsm.prefix": "c/"}
+        _tier(logs[name], 1)
     assert main(["store", "--config", str(props), "locate", "--record"]) == 0  # a _complete.json each
     capsys.readouterr()
     ids = {name: log.tip.topic_id for name, log in logs.items()}
@@ -303,6 +304,7 @@ def test_gc_removes_a_deleted_topics_records_and_nothing_else(
     for name in ("gone", "recent", "forwarded", "migrating"):
         for md in logs[name].copied:
             rsm.delete_log_segment_data(md, logs[name].log_config)
+    rsm.delete_log_segment_data(logs["elsewhere"].copied[0])  # its segment in cold/c/ stays
     rsm.close()
     store = ObjectStore.from_config(RsmConfig(configs))
     # "forwarded": a move's forward is still there; "migrating": an unfinished migration names it
@@ -319,7 +321,7 @@ def test_gc_removes_a_deleted_topics_records_and_nothing_else(
     store.put("main", "README.txt", b"not ours")
     records = {name: _record_keys(root, "main", name, tid) for name, tid in ids.items()}
     assert len(records["gone"]) == 4  # two locations, the marker, the note
-    for name in ("gone", "live", "forwarded", "migrating"):  # "recent" stays young
+    for name in ("gone", "live", "forwarded", "migrating", "elsewhere"):  # "recent" stays young
         for leaf in records[name]:
             _age(root, "main", f"{REGISTRY_DIR}{name}-{uuid_to_base64(ids[name])}/{leaf}", 7200)
 
