@@ -25,6 +25,9 @@ Copy, in order (so that nothing a reader can mistake for a segment reaches the s
    or multipart uploads of this attempt or of an earlier one killed mid-copy.
 
 Memory during a copy is bounded by a few chunks plus the S3 part buffer, whatever the segment size.
+Where segments are is recorded under the default location for readers without a broker: a copy records its
+location before its first upload, and a fetch or delete records any other location it finds a segment in
+(`rsm.location_notes`: after the default bucket or prefix changed, the older locations follow).
 Every method is thread-safe; the bridge calls them from many threads at once.
 
 Every public method checks the types of its arguments first and refuses a wrong one with
@@ -63,6 +66,7 @@ from rsm.errors import (
 from rsm.fetch import ChunkAllocator, SegmentReader, cipher_for
 from rsm.keyring import Keyring
 from rsm.layout import Location, SegmentKeys
+from rsm.location_notes import LocationNotes
 from rsm.log_config import LogConfig
 from rsm.manifest import (
     ChunkIndex,
@@ -152,6 +156,7 @@ class RemoteStorageManager:
         self._gate: PolicyGate | None = None
         self._registry: LocationRegistry | None = None
         self._registry_warned = False
+        self._notes: LocationNotes | None = None
         self._manifests: ByteLRU[tuple[Manifest, int]] = ByteLRU(8 << 20, sizeof=lambda v: v[1])
         self._chunks: ByteLRU[bytes] = ByteLRU(64 << 20)
         self._allocate: ChunkAllocator | None = None
@@ -193,9 +198,12 @@ class RemoteStorageManager:
         topic_policy = load_topic_policy(
             str(config.get("policy.class.name") or "") or None, {k: str(v) for k, v in configs.items()}
         )
+        notes = LocationNotes(registry)
         with self._lock:
             old_policy = self._policy
             old_gate = self._gate
+            old_notes = self._notes
+            self._notes = notes
             self._config, self._keyring, self._store, self._policy = config, keyring, store, policy
             self._overlays = overlays
             self._pending = pending
@@ -217,6 +225,8 @@ class RemoteStorageManager:
             old_policy.close()
         if old_gate is not None:
             old_gate.policy.close()
+        if old_notes is not None:
+            old_notes.close()
         log.info("RemoteStorageManager configured: %r", config)
 
     def close(self) -> None:
@@ -224,10 +234,12 @@ class RemoteStorageManager:
             if self._closed:
                 return
             self._closed = True
-            executor, policy, gate = self._executor, self._policy, self._gate
+            executor, policy, gate, notes = self._executor, self._policy, self._gate, self._notes
             self._executor = None
         if executor is not None:
             executor.shutdown(wait=True, cancel_futures=True)
+        if notes is not None:
+            notes.close()
         if policy is not None:
             policy.close()
         if gate is not None:
@@ -349,6 +361,8 @@ class RemoteStorageManager:
                 f"{manifest.segment.segment_id}, not {metadata.remote_log_segment_id.id_base64}"
             )
         self._manifests.put(cache_key, (manifest, len(raw)))
+        if self._notes is not None:  # a location other than the default: in the current record (off-path)
+            self._notes.fetched(metadata, keys.location)
         return manifest
 
     def _manifest_or_moved(
@@ -899,6 +913,8 @@ class RemoteStorageManager:
         location = self._location(metadata, log_config)
         keys = SegmentKeys.of(location, metadata)
         self._forget(keys)
+        if self._notes is not None:  # the topic's other segments there stay findable (rsm.location_notes)
+            self._notes.deleted(metadata, [location])
         for key in keys.all():
             with self._errors("delete", metadata, keys.bucket, key):
                 self.store.delete(keys.bucket, key)

@@ -14,8 +14,9 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 from rsm.catalog.history import PartitionHistory, resolve_history
 from rsm.catalog.locations import FoundTopicDir, LocationRegistry, scan_bucket
@@ -31,6 +32,24 @@ log = logging.getLogger(__name__)
 __all__ = ["CatalogError", "TopicCatalog", "TopicNotFound"]
 
 
+T = TypeVar("T")
+
+
+def _missing_ok(call: Callable[[], T], default: T) -> T:
+    """An earlier default's bucket may be gone: it then holds nothing."""
+    try:
+        return call()
+    except (FileNotFoundError, ObjectNotFound):
+        return default
+
+
+def overlay_location(overlay: TopicOverlay, default: Location) -> Location:
+    """Where a topic's overlay sends its new copies (its bucket and prefix over the default)."""
+    bucket = overlay.configs.get(TOPIC_PREFIX + "bucket", default.bucket)
+    prefix = overlay.configs.get(TOPIC_PREFIX + "prefix", default.prefix)
+    return Location(bucket.strip(), prefix.strip())
+
+
 class TopicNotFound(CatalogError):
     """No committed segment of the topic anywhere the catalog looked (the message lists where)."""
 
@@ -38,11 +57,20 @@ class TopicNotFound(CatalogError):
 class TopicCatalog:
     """Read-only questions about what a store holds (see the module docstring)."""
 
-    def __init__(self, config: RsmConfig, store: ObjectStore | None = None, *, scan: bool = True) -> None:
+    def __init__(
+        self,
+        config: RsmConfig,
+        store: ObjectStore | None = None,
+        *,
+        scan: bool = True,
+        also: Sequence[Location] = (),
+    ) -> None:
         self.config = config
         self.store = store or ObjectStore.from_config(config)
         self.default = Location(str(config.get("bucket")), str(config.get("prefix")))
         self.registry = LocationRegistry(self.store, self.default.bucket, self.default.prefix)
+        self.also = [loc for loc in dict.fromkeys(also) if loc != self.default]
+        self._older = [LocationRegistry(self.store, loc.bucket, loc.prefix) for loc in self.also]
         self.overlays = TopicOverlayStore(self.store, self.default.bucket, self.default.prefix)
         self._scan_enabled = scan
         self._scanned: list[FoundTopicDir] | None = None
@@ -60,15 +88,11 @@ class TopicCatalog:
                 self._overlay_list = []
         return self._overlay_list
 
-    @staticmethod
-    def _overlay_location(overlay: TopicOverlay, default: Location) -> Location:
-        bucket = overlay.configs.get(TOPIC_PREFIX + "bucket", default.bucket)
-        prefix = overlay.configs.get(TOPIC_PREFIX + "prefix", default.prefix)
-        return Location(bucket.strip(), prefix.strip())
+    _overlay_location = staticmethod(overlay_location)
 
     def scan_buckets(self) -> list[str]:
         """The buckets a scan lists: the configuration's and every overlay's."""
-        buckets = [self.default.bucket]
+        buckets = [self.default.bucket, *(loc.bucket for loc in self.also)]
         buckets += [self._overlay_location(o, self.default).bucket for o in self._all_overlays()]
         return list(dict.fromkeys(buckets))
 
@@ -105,7 +129,7 @@ class TopicCatalog:
 
     def topic_names(self) -> list[str]:
         """Every topic name with a location record, an overlay or (by scan) a committed segment."""
-        names = set(self.registry.topics()) | {o.topic for o in self._all_overlays()}
+        names = set(self._recorded_topics()) | {o.topic for o in self._all_overlays()}
         if self._scan_enabled:
             for found in self._scan():
                 try:
@@ -117,7 +141,7 @@ class TopicCatalog:
 
     def topic_ids(self, topic: str) -> dict[uuid.UUID, int]:
         """Every id the topic name has had in the store -> when it was last written (ms; 0 if unknown)."""
-        ids: dict[uuid.UUID, int] = dict(self.registry.topics().get(topic, {}))
+        ids: dict[uuid.UUID, int] = dict(self._recorded_topics().get(topic, {}))
         for overlay in self._all_overlays():
             if overlay.topic == topic:
                 ids[overlay.topic_id] = max(ids.get(overlay.topic_id, 0), overlay.updated_ms)
@@ -125,6 +149,16 @@ class TopicCatalog:
             for tid, _ in self._scanned_for(topic):
                 ids.setdefault(tid, 0)
         return ids
+
+    def _recorded_topics(self) -> dict[str, dict[uuid.UUID, int]]:
+        """`LocationRegistry.topics` of the current record and of the earlier defaults' (`also`)."""
+        merged = self.registry.topics()
+        for older in self._older:
+            for topic, ids in _missing_ok(older.topics, {}).items():
+                mine = merged.setdefault(topic, {})
+                for tid, stamp in ids.items():
+                    mine[tid] = max(mine.get(tid, 0), stamp)
+        return merged
 
     def live_topic_id(self, topic: str) -> uuid.UUID:
         """The topic id written most recently under this name (the live topic, for a re-created one)."""
@@ -157,6 +191,10 @@ class TopicCatalog:
             if overlay.topic == topic and overlay.topic_id == topic_id:
                 found.append(self._overlay_location(overlay, self.default))
         found += recorded
+        for older in self._older:
+            found += _missing_ok(lambda r=older: r.lookup(topic, topic_id)[0], [])
+        if self.also:
+            complete = False  # an earlier default's bucket is scanned whatever the current record says
         if self._scan_enabled and not complete:
             found += [loc for tid, loc in self._scanned_for(topic, topic_id) if tid == topic_id]
         return list(dict.fromkeys(found))

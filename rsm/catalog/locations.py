@@ -7,13 +7,25 @@ once, before the first segment lands there. The record is a format other tools r
 
     <broker bucket>/<broker prefix>_rsm/topic-locations/<topic>-<topicId base64>/<digest>.json
     {"version": 1, "topic": "t", "topic_id": "<22-char base64>", "bucket": "b", "prefix": "p/",
-     "recorded_ms": 1700000000000}
+     "recorded_ms": 1700000000000[, "found_by": "fetch" | "delete" | "scan"]}
 
 `<digest>` is the first 32 hex digits of SHA-256 over `bucket + "\\n" + prefix`, so recording a location
 is an idempotent PUT of its own object: two brokers recording the same or different locations at once
 never overwrite each other's entries (one document per topic would lose one of two concurrent updates).
 The record lives beside the topic overlays, under the broker's default location, which every tool
 configured like the brokers knows.
+
+Who writes an entry: a copy (and `rsm migrate move`) before the first object lands at a location: no
+`found_by`, and `recorded_ms` dates the topic id (a re-created topic's live id is the one written last).
+An entry with `found_by` records a location where segments were found rather than written: by the RSM
+fetching from or deleting in a location other than its default (`fetch`, `delete`: the location came from
+Kafka's custom metadata, so after the broker's default `bucket`/`prefix` changed, the old location is
+recorded in the new default's record as soon as a broker touches it), or by `rsm store locate --record`
+(`scan`). Such an entry says nothing about when the topic id was written, so it never dates it.
+
+An entry lives as long as its topic id has anything in the store: `rsm migrate gc` removes a topic id's
+entries once no recorded location holds any object of it and no unfinished migration names it
+(`rsm.migrate.gc_records`).
 
 Stores written before this record existed (or locations recorded only partly) are found by a scan: every
 manifest key in the buckets that the configuration and the topic overlays name is parsed as
@@ -34,22 +46,32 @@ import uuid
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from enum import StrEnum
 
 from rsm.layout import MANIFEST_SUFFIX, Location
 from rsm.metadata import to_uuid, uuid_to_base64
-from rsm.storage import ObjectNotFound, ObjectStore
+from rsm.storage import ObjectInfo, ObjectNotFound, ObjectStore
 
 log = logging.getLogger(__name__)
 
 REGISTRY_DIR = "_rsm/topic-locations/"
 RECORD_VERSION = 1
 COMPLETE_MARKER = "_complete.json"
+_ENTRY_LEAF = re.compile(r"[0-9a-f]{32}\.json")
 _TOPIC_DIR = re.compile(r"^(?P<topic>.+)-(?P<tid>[A-Za-z0-9_-]{22})$")
 # <anything><topic>-<tid>/<partition>/<20-digit offset>-<segment id>.manifest
 _MANIFEST_KEY = re.compile(
     r"^(?P<dir>(?:.*/)?)(?P<name>[^/]+)-(?P<tid>[A-Za-z0-9_-]{22})/(?P<partition>\d+)/"
     r"(?P<offset>\d{20})-(?P<sid>[A-Za-z0-9_-]{22})" + re.escape(MANIFEST_SUFFIX) + "$"
 )
+
+
+class FoundBy(StrEnum):
+    """How an entry that was not written by a copy came to be (its `found_by` field)."""
+
+    FETCH = "fetch"
+    DELETE = "delete"
+    SCAN = "scan"
 
 
 def location_digest(location: Location) -> str:
@@ -112,11 +134,19 @@ class LocationRegistry:
     def describe(self) -> str:
         return self.store.describe(self.bucket, self.prefix + REGISTRY_DIR)
 
-    def record(self, topic: str, topic_id: uuid.UUID | str, location: Location) -> bool:
+    def record(
+        self,
+        topic: str,
+        topic_id: uuid.UUID | str,
+        location: Location,
+        *,
+        found_by: FoundBy | None = None,
+    ) -> bool:
         """Make sure `location` is in the topic id's record; True if this call wrote it.
 
         Called by every copy before its first upload, so it must cost nothing on the hot path: a location
         already recorded by this process is answered from memory, one already in the store by a HEAD.
+        `found_by`: the location was found, not written to (see the module docstring).
         """
         tid = to_uuid(topic_id)
         ident = (tid, location)
@@ -134,15 +164,32 @@ class LocationRegistry:
                 "prefix": location.prefix,
                 "recorded_ms": int(time.time() * 1000),
             }
+            if found_by is not None:
+                doc["found_by"] = found_by.value
             self.store.put(self.bucket, key, json.dumps(doc, sort_keys=True).encode() + b"\n")
-            log.info("recorded location %s of topic %s (%s)", location, topic, uuid_to_base64(tid))
+            how = "" if found_by is None else f" (found by a {found_by.value})"
+            log.info("recorded location %s of topic %s (%s)%s", location, topic, uuid_to_base64(tid), how)
             wrote = True
         with self._lock:
             self._recorded.add(ident)
         return wrote
 
+    def known(self, topic_id: uuid.UUID, location: Location) -> bool:
+        """Whether this process recorded (or found) the entry already, so `record` would write nothing.
+
+        One set lookup without the lock (atomic in CPython): a stale miss only costs `record` a HEAD.
+        """
+        return (topic_id, location) in self._recorded
+
+    def forget(self, topic_id: uuid.UUID | str) -> None:
+        """Drop this process's memory of a topic id's entries (after `rsm migrate gc` removed them)."""
+        tid = to_uuid(topic_id)
+        with self._lock:
+            self._recorded = {ident for ident in self._recorded if ident[0] != tid}
+
     def topics(self) -> dict[str, dict[uuid.UUID, int]]:
-        """Every (topic name -> topic id -> newest recorded_ms) in the record."""
+        """Every (topic name -> topic id -> newest recorded_ms of a copy's entry; 0 if only found) in the
+        record."""
         out: dict[str, dict[uuid.UUID, int]] = {}
         base = self.prefix + REGISTRY_DIR
         for key in self.store.list(self.bucket, base):
@@ -156,9 +203,26 @@ class LocationRegistry:
             except ValueError:
                 continue
             entry = self._read(key)
-            stamp = int(entry.get("recorded_ms", 0)) if entry else 0
+            stamp = int(entry.get("recorded_ms", 0)) if entry and "found_by" not in entry else 0
             ids = out.setdefault(m["topic"], {})
             ids[tid] = max(ids.get(tid, 0), stamp)
+        return out
+
+    def entries(self) -> dict[tuple[str, uuid.UUID], list[ObjectInfo]]:
+        """Every topic id's record objects (its entries and its `_complete.json` marker), from one listing;
+        objects of other shapes under the record's directory are left out (nothing here owns them)."""
+        out: dict[tuple[str, uuid.UUID], list[ObjectInfo]] = {}
+        base = self.prefix + REGISTRY_DIR
+        for obj in self.store.list_objects(self.bucket, base):
+            directory, _, leaf = obj.key[len(base) :].partition("/")
+            m = _TOPIC_DIR.match(directory)
+            if m is None or not (leaf == COMPLETE_MARKER or _ENTRY_LEAF.fullmatch(leaf)):
+                continue
+            try:
+                tid = to_uuid(m["tid"])
+            except ValueError:
+                continue
+            out.setdefault((m["topic"], tid), []).append(obj)
         return out
 
     def locations(self, topic: str, topic_id: uuid.UUID | str) -> list[Location]:

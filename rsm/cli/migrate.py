@@ -59,6 +59,8 @@ from rsm.migrate import gc as gc_
 from rsm.migrate import plan as plans
 from rsm.migrate.context import Context, ItemResult, JobSpec, MigrateError
 from rsm.migrate.engines import LocalEngine, RunReport, SparkEngine, execute
+from rsm.migrate.gc_records import KIND as RECORD_KIND
+from rsm.migrate.gc_records import StaleRecords
 from rsm.migrate.journal import JournalError, job_id
 from rsm.migrate.transfer import DEFAULT_COPY_PART_SIZE
 from rsm.storage import ObjectStore
@@ -108,7 +110,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--deep", action="store_true", help="also decode every batch (CRCs) and the indexes")
     p.add_argument("--retire", action="append", default=[], metavar="KEY_ID", help="report segments under it")
     p.add_argument("--grace", default="1h", help="orphans younger than this are reported as recent (1h)")
-    p = add("gc", "remove orphans older than the grace period (a dry run unless --apply)")
+    p = add(
+        "gc",
+        "remove orphans, and the location records of deleted topics, older than the grace period "
+        "(a dry run unless --apply)",
+    )
     p.add_argument("--grace", default="1h", help="leave anything younger alone (default 1h; e.g. 30m, 2h, 0)")
     p.add_argument("--apply", action="store_true", help="remove them (default: only show them)")
     p = add("import", "tier a Kafka partition directory into the store")
@@ -473,12 +479,17 @@ def _gc(
     grace = parse_duration(args.grace)
     now = time.time()
     orphans = gc_.scan(catalog.store, _units(catalog, args))
+    # location records of topic ids with nothing left, judged before this run removes any orphan (a topic
+    # id whose only objects are orphans keeps its record until a later run)
+    records = StaleRecords(catalog.store, catalog.default)
+    orphans += records.scan(None if args.topic is None else set(_targets(catalog, args)))
     eligible = gc_.removable(orphans, grace, now)
     removed: list[gc_.Orphan] = []
     kept: list[gc_.Orphan] = []
     if args.apply and not args.dry_run:
         for o in eligible:
-            (removed if gc_.remove(catalog.store, o) else kept).append(o)
+            gone = records.remove(o) if o.kind == RECORD_KIND else gc_.remove(catalog.store, o)
+            (removed if gone else kept).append(o)
     if args.json:
         out.print_json(json.dumps({
             "apply": bool(args.apply and not args.dry_run), "grace_s": grace,

@@ -2,7 +2,7 @@
 
     rsm store --config server.properties du [--topic T] [--json]
     rsm store --config server.properties ls --topic T [--partition P] [--topic-id ID] [--json]
-    rsm store --config server.properties locate [--topic T] [--record] [--json]
+    rsm store --config server.properties locate [--topic T] [--record] [--bucket OLD [--prefix P]] [--json]
 
 `du` answers per topic, partition and location: segments, stored bytes, offsets, the first and last
 timestamps, key ids and orphans (objects without a committed manifest, temporary files of unfinished
@@ -10,6 +10,10 @@ writes). `ls` lists one topic's segments with the
 history the readers use (which copy serves which offsets, and why a copy is not read). `locate` shows
 every location a topic's segments are in; `--record` writes what a scan found into the location record
 (`rsm.catalog.locations`) so readers need not scan again: the only action here that writes.
+`--bucket OLD` (repeatable) also reads the location record of an earlier default location (`OLD` with
+`--prefix`, default the configured prefix) and scans that bucket: after the brokers' default `bucket` or
+`prefix` changed, `locate --record --bucket OLD` with the new configuration records the topics found there
+in the new default's record, where the readers given the new configuration look.
 """
 
 from __future__ import annotations
@@ -25,12 +29,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from rsm.catalog import TopicCatalog
+from rsm.catalog.locations import FoundBy
 from rsm.catalog.segments import CatalogError
 from rsm.catalog.usage import topic_usage
 from rsm.cli.console import err_console, out_console
 from rsm.cli.options import config_and_json
 from rsm.config import RsmConfig
 from rsm.errors import ConfigException
+from rsm.layout import Location
 from rsm.metadata import to_uuid, uuid_to_base64
 
 ACTIONS = ("du", "ls", "locate")
@@ -56,17 +62,43 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p = actions.add_parser("locate", help="every location of a topic's segments")
     p.add_argument("--topic", help="one topic (default: every topic in the store)")
     p.add_argument("--record", action="store_true", help="write scanned locations into the location record")
+    p.add_argument(
+        "--bucket",
+        action="append",
+        default=[],
+        metavar="OLD",
+        help="also read this earlier default bucket's location record and scan it (repeatable)",
+    )
+    p.add_argument("--prefix", help="the earlier default's prefix (default: the configured prefix)")
     config_and_json(p, argparse.SUPPRESS)
     parser.set_defaults(func=run, config=None, json=False, action=None)
 
 
-def _catalog(path: Path) -> TopicCatalog:
+def _catalog(path: Path, args: argparse.Namespace) -> TopicCatalog:
     from rsm.bridge.properties import rsm_configs_from_file
 
     try:
-        return TopicCatalog(RsmConfig(rsm_configs_from_file(path)))
+        config = RsmConfig(rsm_configs_from_file(path))
     except ConfigException as exc:
         raise ValueError(f"{path}: {exc}") from None
+    return TopicCatalog(config, also=_earlier_defaults(config, args))
+
+
+def _earlier_defaults(config: RsmConfig, args: argparse.Namespace) -> list[Location]:
+    """`locate --bucket OLD [--prefix P]`: the earlier default locations to read and scan."""
+    from rsm.names import bucket_problem, prefix_problem
+
+    buckets: list[str] = getattr(args, "bucket", None) or []
+    prefix = getattr(args, "prefix", None)
+    if prefix is not None and not buckets:
+        raise ValueError("--prefix names the earlier default's prefix: give --bucket OLD with it")
+    prefix = str(config.get("prefix")) if prefix is None else prefix
+    for what, name, problem in [("--bucket", b, bucket_problem(b)) for b in buckets] + [
+        ("--prefix", prefix, prefix_problem(prefix) if buckets else None)
+    ]:
+        if problem:
+            raise ValueError(f"{what} {name!r}: it {problem}")
+    return [Location(b, prefix) for b in buckets]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -78,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         err.print("rsm store: --config server.properties (or rsm.properties) is required")
         return 2
     try:
-        catalog = _catalog(args.config)
+        catalog = _catalog(args.config, args)
         return {"du": _du, "ls": _ls, "locate": _locate}[args.action](catalog, args, out)
     except (CatalogError, ConfigException, ValueError, OSError) as exc:
         err.print(f"rsm store: {escape(str(exc))}")
@@ -185,13 +217,15 @@ def _ls(catalog: TopicCatalog, args: argparse.Namespace, out: Console) -> int:
 
 def _locate(catalog: TopicCatalog, args: argparse.Namespace, out: Console) -> int:
     found = []
+    seen: set[str] = set()  # buckets holding segments
     for topic in _topics(catalog, args.topic):
         for topic_id in catalog.topic_ids(topic):
             # where segments are, in the order first seen (the default location only if it holds some)
             locations = list(dict.fromkeys(seg.location for seg in catalog.segments(topic, topic_id)))
+            seen.update(loc.bucket for loc in locations)
             if args.record:
                 for location in locations:
-                    catalog.registry.record(topic, topic_id, location)
+                    catalog.registry.record(topic, topic_id, location, found_by=FoundBy.SCAN)
                 catalog.registry.mark_complete(topic, topic_id, catalog.scan_buckets())
             found.append(
                 {
@@ -199,6 +233,12 @@ def _locate(catalog: TopicCatalog, args: argparse.Namespace, out: Console) -> in
                     "topic_id": uuid_to_base64(topic_id),
                     "locations": [str(x) for x in locations],
                 }
+            )
+    for old in catalog.also:  # a mistyped --bucket finds nothing: say so rather than succeed silently
+        if old.bucket not in seen:
+            err_console().print(
+                f"rsm store: no segment found in {escape(catalog.store.describe(old.bucket, ''))} "
+                "(--bucket): no such bucket, or nothing tiered there"
             )
     if args.json:
         out.print_json(json.dumps(found))
