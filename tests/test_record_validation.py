@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from test_rsm_helpers import read_all
 from user_policy_pkg.policies import Json, RequireHeader, SchemaId, Seen
 
+import segment_format.records
 from rsm import (
     LogConfig,
     RemoteLogSegmentId,
@@ -324,7 +325,9 @@ def test_compressed_batches_are_decompressed_once(tmp_path: Path, monkeypatch: p
         return call
 
     monkeypatch.setattr(columnar, "_DECOMPRESSORS", tuple(counting(i) for i in range(5)))
-    monkeypatch.setattr(columnar.records, "decompress", lambda *a, **k: pytest.fail("decompressed twice"))
+    monkeypatch.setattr(
+        segment_format.records, "decompress", lambda *a, **k: pytest.fail("decompressed twice")
+    )
     result = _run(BuiltinPolicies(), log, "json", chunk=4096)
     assert result.records == 300
     assert counted == [CompressionType.ZSTD] * data_batches
