@@ -60,17 +60,17 @@ from rsm import (
     TopicIdPartition,
 )
 from rsm.catalog import TopicCatalog
-from rsm.config import RsmConfig
-from rsm.fetch import cipher_for
-from rsm.keyring import generate_key
-from rsm.layout import Location
+from rsm.config.keyring import generate_key
+from rsm.config.settings import RsmConfig
+from rsm.copy.transform import Codec, PieceKind
+from rsm.fetch.reader import cipher_for
 from rsm.migrate import plan as plans
 from rsm.migrate.context import Context, JobSpec
 from rsm.migrate.engines import LocalEngine, execute
 from rsm.migrate.journal import job_id
 from rsm.migrate.verify import READ_GROUP_BYTES
-from rsm.storage import ObjectStore
-from rsm.transform import Codec, PieceKind
+from rsm.store.layout import Location
+from rsm.store.objects import ObjectStore
 
 MiB = 1 << 20
 
@@ -174,7 +174,7 @@ def deep_limit(
     """Seconds of the work alone (decrypt, decompress, CRC-32C of every batch) over the stored chunks,
     read into memory first (not timed; with `download`, read in the timed part, in the 16 MiB requests
     verify makes); and the stored bytes."""
-    from rsm.keyring import Keyring
+    from rsm.config.keyring import Keyring
 
     keyring = Keyring(configs["encryption.keyring.path"])
 

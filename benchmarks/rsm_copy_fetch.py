@@ -36,7 +36,7 @@ from _common import Target, finish, make_segment, metadata_for, pin_to_one_cpu, 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from rsm import LogConfig, RemoteStorageManager
-from rsm.keyring import generate_key
+from rsm.config.keyring import generate_key
 
 MiB = 1 << 20
 

@@ -34,7 +34,7 @@ from _common import Target, finish, make_segment, metadata_for, print_table  # n
 from bridge import bridge_batch, start_bridge  # noqa: E402
 
 from rsm.bridge.client import BridgeClient  # noqa: E402
-from rsm.keyring import generate_key  # noqa: E402
+from rsm.config.keyring import generate_key  # noqa: E402
 
 MiB = 1 << 20
 READ_BYTES = MiB

@@ -223,7 +223,7 @@ def decoder_alone(parts: list[Any], rounds: int) -> tuple[float, int, list[list[
 
     Also returns the rows and each partition's batch sizes (what the source yields, before filtering).
     """
-    from rsm.fetch import SegmentReader, cipher_for
+    from rsm.fetch.reader import SegmentReader, cipher_for
     from segment_format.columnar import iter_stream_record_batches
     from spark_reader.partition_reader import clients
 

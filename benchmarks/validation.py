@@ -49,7 +49,7 @@ from rsm import (  # noqa: E402
     RemoteStorageManager,
     TopicIdPartition,
 )
-from rsm.errors import InvalidRecordException  # noqa: E402
+from rsm.api.errors import InvalidRecordException  # noqa: E402
 from rsm.validation import (  # noqa: E402
     RecordIntrospectionHints,
     RecordProxy,

@@ -5,9 +5,9 @@ every operation receives the topic's `LogConfig` (whose `unchecked.rsm.*` keys p
 encryption, compression and chunk size per topic).
 """
 
-from rsm.errors import RemoteResourceNotFoundException, RemoteStorageException
-from rsm.log_config import LogConfig
-from rsm.metadata import (
+from rsm.api.errors import RemoteResourceNotFoundException, RemoteStorageException
+from rsm.api.log_config import LogConfig
+from rsm.api.metadata import (
     CustomMetadata,
     IndexType,
     LogSegmentData,

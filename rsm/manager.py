@@ -2,10 +2,10 @@
 
 The interface is Kafka's `RemoteStorageManager` in snake_case with seed 004's extension: every operation
 receives the topic's LogConfig, whose `unchecked.rsm.*` keys choose bucket, prefix, encryption,
-compression and chunk size (see `rsm.config`).
+compression and chunk size (see `rsm.config.settings`).
 
 Today's brokers refuse `unchecked.*` topic configs, so those keys also come from the topic's overlay in
-the store (`rsm.overlay`, set with `rsm topic-config`, keyed by topic id, cached `topic.overlay.cache.ms`):
+the store (`rsm.config.overlay`, set with `rsm topic-config`, keyed by topic id, cached `topic.overlay.cache.ms`):
 LogConfig keys win over the overlay, the overlay over the broker's `rsm.config.*`. Only new copies read
 the settings: an existing segment is found through its custom metadata (where it was written), so a
 changed bucket or prefix never orphans it.
@@ -21,13 +21,13 @@ Copy, in order (so that nothing a reader can mistake for a segment reaches the s
 4. write the manifest: the commit point. On failure, every object of the segment is removed (best effort;
    a write whose answer was lost may have landed) and a `RemoteStorageException` names the topic-partition,
    the segment and the object;
-5. failed or not, remove what unfinished writes of the segment's keys left (`rsm.debris`): temporary files
+5. failed or not, remove what unfinished writes of the segment's keys left (`rsm.store.debris`): temporary files
    or multipart uploads of this attempt or of an earlier one killed mid-copy.
 
 Memory during a copy is bounded by a few chunks plus the S3 part buffer, whatever the segment size.
 Where segments are is recorded under the default location for readers without a broker: a copy records its
 location before its first upload, and a fetch or delete records any other location it finds a segment in
-(`rsm.location_notes`: after the default bucket or prefix changed, the older locations follow).
+(`rsm.store.location_notes`: after the default bucket or prefix changed, the older locations follow).
 Every method is thread-safe; the bridge calls them from many threads at once.
 
 Every public method checks the types of its arguments first and refuses a wrong one with
@@ -49,13 +49,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO
 
-from rsm import custom_metadata as cm
-from rsm import forward, metrics
-from rsm.cache import ByteLRU, IdentityMemo
-from rsm.catalog.locations import LocationRegistry
-from rsm.config import ConfigEntry, RsmConfig, TopicSettings, ViolationAction
-from rsm.debris import remove_segment_leftovers
-from rsm.errors import (
+from rsm import metrics
+from rsm.api.errors import (
     ConfigException,
     InvalidArgumentException,
     RecordValidationError,
@@ -63,12 +58,21 @@ from rsm.errors import (
     RemoteStorageException,
     SegmentIntegrityError,
 )
-from rsm.fetch import ChunkAllocator, SegmentReader, cipher_for
-from rsm.keyring import Keyring
-from rsm.layout import Location, SegmentKeys
-from rsm.location_notes import LocationNotes
-from rsm.log_config import LogConfig
-from rsm.manifest import (
+from rsm.api.log_config import LogConfig
+from rsm.api.metadata import (
+    CustomMetadata,
+    IndexType,
+    LogSegmentData,
+    RemoteLogSegmentMetadata,
+    TopicIdPartition,
+    is_int,
+)
+from rsm.config.keyring import Keyring
+from rsm.config.names import topic_problem
+from rsm.config.overlay import OverlayCache, TopicOverlayStore
+from rsm.config.redact import redact_text
+from rsm.config.settings import ConfigEntry, RsmConfig, TopicSettings, ViolationAction
+from rsm.copy.manifest import (
     ChunkIndex,
     Encryption,
     IndexEntry,
@@ -77,25 +81,7 @@ from rsm.manifest import (
     SegmentInfo,
     require_authenticated,
 )
-from rsm.metadata import (
-    CustomMetadata,
-    IndexType,
-    LogSegmentData,
-    RemoteLogSegmentMetadata,
-    TopicIdPartition,
-    is_int,
-)
-from rsm.names import topic_problem
-from rsm.overlay import OverlayCache, TopicOverlayStore
-from rsm.policies import BuiltinPolicies
-from rsm.policy.api import TopicManagementPolicy
-from rsm.policy.enforce import PolicyGate
-from rsm.policy.loading import load_topic_policy
-from rsm.policy.pending import PendingAdopter, PendingOverlayStore
-from rsm.record_validation import RecordValidator, ValidationResult, ValidationStats
-from rsm.redact import redact_text
-from rsm.storage import ObjectNotFound, ObjectStore
-from rsm.transform import (
+from rsm.copy.transform import (
     Codec,
     PieceKind,
     SegmentCipher,
@@ -106,6 +92,21 @@ from rsm.transform import (
     new_data_key,
     piece_tag,
 )
+from rsm.fetch.cache import ByteLRU, IdentityMemo
+from rsm.fetch.reader import ChunkAllocator, SegmentReader, cipher_for
+from rsm.policies import BuiltinPolicies
+from rsm.policy.api import TopicManagementPolicy
+from rsm.policy.enforce import PolicyGate
+from rsm.policy.loading import load_topic_policy
+from rsm.policy.pending import PendingAdopter, PendingOverlayStore
+from rsm.record_validation import RecordValidator, ValidationResult, ValidationStats
+from rsm.store import custom_metadata as cm
+from rsm.store import forward
+from rsm.store.debris import remove_segment_leftovers
+from rsm.store.layout import Location, SegmentKeys
+from rsm.store.location_notes import LocationNotes
+from rsm.store.locations import LocationRegistry
+from rsm.store.objects import ObjectNotFound, ObjectStore
 from rsm.validation import (
     IntegritySummary,
     RecordValidationPolicy,
@@ -369,7 +370,7 @@ class RemoteStorageManager:
         self, metadata: RemoteLogSegmentMetadata, keys: SegmentKeys
     ) -> tuple[Manifest, SegmentKeys]:
         """`_manifest`, or, when the manifest is gone, the one where `rsm migrate move` took the segment:
-        its forwards (`rsm.forward`) are followed to the first location holding its manifest."""
+        its forwards (`rsm.store.forward`) are followed to the first location holding its manifest."""
         try:
             return self._manifest(metadata, keys), keys
         except RemoteResourceNotFoundException as not_here:
@@ -900,7 +901,7 @@ class RemoteStorageManager:
         self, metadata: RemoteLogSegmentMetadata, log_config: Mapping[str, str] | None = None
     ) -> None:
         """Remove the segment's objects, the manifest first so readers never see a half-deleted segment, then
-        whatever unfinished writes of them left (`rsm.debris`).
+        whatever unfinished writes of them left (`rsm.store.debris`).
 
         Why the leftovers too: Kafka deletes a segment whose copy never finished (a broker or bridge killed
         mid-copy) through this call, and nothing else would ever find its temporary files or incomplete
@@ -956,7 +957,7 @@ class RemoteStorageManager:
     def _delete_moved(self, metadata: RemoteLogSegmentMetadata, keys: SegmentKeys) -> None:
         """After the segment's own objects: its objects at every location forwards lead to from there
         (`rsm migrate move`), then the forwards themselves, last, so a delete cut short and retried still
-        finds whatever the first attempt left (`rsm.forward`)."""
+        finds whatever the first attempt left (`rsm.store.forward`)."""
         ref = forward.SegmentRef.of(metadata)
         with self._errors("forward read", metadata, keys.bucket, ref.forward_key(keys.location)):
             hops = forward.chain(self.store, keys.location, ref)
@@ -1035,7 +1036,7 @@ def _fill(f: object, view: memoryview, n: int) -> int:
 
 
 def _safe(exc: BaseException) -> str:
-    """An exception's message without anything that looks like a credential (`rsm.redact.redact_text`:
+    """An exception's message without anything that looks like a credential (`rsm.config.redact.redact_text`:
     URLs' user information, signatures, tokens, the configured credentials), cut at anything else that
     might introduce one."""
     text = redact_text(str(exc))

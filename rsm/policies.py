@@ -28,7 +28,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
-from rsm.errors import ConfigException
+from rsm.api.errors import ConfigException
 from rsm.validation import (
     Failures,
     RecordIntrospectionHints,

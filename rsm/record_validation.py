@@ -37,7 +37,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rsm.errors import InvalidRecordException, RemoteStorageException, SegmentIntegrityError
+from rsm.api.errors import InvalidRecordException, RemoteStorageException, SegmentIntegrityError
 from rsm.validation import (
     Failures,
     Header,

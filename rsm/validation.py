@@ -44,8 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rsm.errors import ConfigException, InvalidRecordException, SegmentIntegrityError
-from rsm.metadata import TopicIdPartition
+from rsm.api.errors import ConfigException, InvalidRecordException, SegmentIntegrityError
+from rsm.api.metadata import TopicIdPartition
 from segment_format.errors import CorruptRecordError
 from segment_format.index_check import SegmentIndexChecker
 from segment_format.log_entries import AnyRecordBatch

@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rsm.config import BROKER_PREFIX, SETTINGS_BY_NAME, RsmConfig
-from rsm.errors import ConfigException
+from rsm.api.errors import ConfigException
+from rsm.config.settings import BROKER_PREFIX, SETTINGS_BY_NAME, RsmConfig
 
 
 class OptionError(ValueError):

@@ -29,13 +29,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
+from rsm.api.errors import RemoteStorageException
 from rsm.catalog.splits import ReadSplit
-from rsm.config import RsmConfig
-from rsm.errors import RemoteStorageException
-from rsm.fetch import SegmentReader, cipher_for
-from rsm.keyring import Keyring
-from rsm.storage import ObjectNotFound, ObjectStore
-from rsm.transform import TransformError
+from rsm.config.keyring import Keyring
+from rsm.config.settings import RsmConfig
+from rsm.copy.transform import TransformError
+from rsm.fetch.reader import SegmentReader, cipher_for
+from rsm.store.objects import ObjectNotFound, ObjectStore
 from segment_format.columnar import iter_stream_record_batches
 from segment_format.errors import CorruptRecordError
 from spark_reader.errors import DataLossError, ReaderError

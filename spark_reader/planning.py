@@ -21,13 +21,13 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from rsm.api.errors import RemoteStorageException
 from rsm.catalog import SegmentSlice, TopicCatalog
 from rsm.catalog.segments import StoredSegment
 from rsm.catalog.splits import SegmentIndexes, split_slice
-from rsm.config import Backend
-from rsm.errors import RemoteStorageException
-from rsm.keyring import Keyring
-from rsm.storage import ObjectStore
+from rsm.config.keyring import Keyring
+from rsm.config.settings import Backend
+from rsm.store.objects import ObjectStore
 from segment_format.errors import CorruptRecordError
 from spark_reader.errors import DataLossError, ReaderError
 from spark_reader.filters import PushedFilters

@@ -11,9 +11,9 @@ import re
 import uuid
 from dataclasses import dataclass
 
+from rsm.api.metadata import to_uuid, uuid_to_base64
 from rsm.catalog import PartitionHistory, TopicCatalog, TopicNotFound
 from rsm.catalog.segments import CatalogError
-from rsm.metadata import to_uuid, uuid_to_base64
 from spark_reader.errors import ReaderError
 from spark_reader.filters import Bound
 from spark_reader.options import OptionError, SourceOptions

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from rsm import RemoteStorageManager
-from rsm.config import RsmConfig
-from rsm.storage import ObjectStore
+from rsm.config.settings import RsmConfig
+from rsm.store.objects import ObjectStore
 
 S3_WRITES = ("create_multipart_upload", "upload_part", "complete_multipart_upload", "put_object")
 

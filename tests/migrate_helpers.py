@@ -21,7 +21,7 @@ from tiering import PartitionLog
 
 from rsm import RemoteLogSegmentMetadata, RemoteStorageManager, TopicIdPartition
 from rsm.catalog import TopicCatalog
-from rsm.config import RsmConfig
+from rsm.config.settings import RsmConfig
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -140,7 +140,7 @@ def run_cli(
 
 def objects(configs: dict[str, str], bucket: str, prefix: str = "") -> dict[str, bytes]:
     """Every object under a prefix (temporary files too), with its bytes."""
-    from rsm.storage import ObjectStore
+    from rsm.store.objects import ObjectStore
 
     store = ObjectStore.from_config(RsmConfig(configs))
     return {k: store.get(bucket, k) for k in store.list(bucket, prefix, include_temporary=True)}

@@ -25,7 +25,7 @@ from rsm import (
     RemoteStorageManager,
     TopicIdPartition,
 )
-from rsm.errors import InvalidArgumentException, SegmentIntegrityError
+from rsm.api.errors import InvalidArgumentException, SegmentIntegrityError
 
 
 @pytest.fixture

@@ -16,10 +16,10 @@ from tiering import PartitionLog
 from rsm import RemoteStorageManager, TopicIdPartition
 from rsm.catalog import TopicCatalog
 from rsm.catalog.history import resolve_history
-from rsm.catalog.locations import REGISTRY_DIR, LocationRegistry
 from rsm.catalog.segments import CatalogError
-from rsm.config import RsmConfig
-from rsm.layout import Location
+from rsm.config.settings import RsmConfig
+from rsm.store.layout import Location
+from rsm.store.locations import REGISTRY_DIR, LocationRegistry
 
 
 def _configs(root: Path, **extra: str) -> dict[str, str]:
@@ -204,7 +204,7 @@ def test_an_end_offset_past_the_last_batch_does_not_hide_the_next_segment(tmp_pa
         log.roll()
     rsm.close()
     from rsm.catalog.segments import StoredSegment
-    from rsm.manifest import Manifest
+    from rsm.copy.manifest import Manifest
 
     first = min((tmp_path / "store").rglob("*.manifest"))
     doc = json.loads(first.read_bytes())

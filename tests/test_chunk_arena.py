@@ -394,7 +394,7 @@ def test_the_default_arena_fits_every_valid_chunk_size(chunk: int) -> None:
     (each announced piece counts for at least one slot) rather than by its bytes."""
     from rsm.bridge.memory import ARENA_MAX_BYTES
     from rsm.bridge.shm import check_arena_shape
-    from rsm.config import MAX_CHUNK_SIZE, MIN_CHUNK_SIZE
+    from rsm.config.settings import MAX_CHUNK_SIZE, MIN_CHUNK_SIZE
 
     assert MIN_CHUNK_SIZE <= chunk <= MAX_CHUNK_SIZE
     blocks = default_arena_blocks(64 * 1024 * KIB, chunk, 1, 8 * 1024 * KIB, slots=8)

@@ -30,11 +30,11 @@ import pytest
 from test_rsm_helpers import Segment, make_segment, read_all
 
 from rsm import RemoteStorageException, RemoteStorageManager, TopicIdPartition
-from rsm.config import Backend, RsmConfig
-from rsm.debris import segment_leftovers
-from rsm.layout import Location, SegmentKeys
-from rsm.metadata import uuid_to_base64
-from rsm.storage import ObjectStore, temp_name
+from rsm.api.metadata import uuid_to_base64
+from rsm.config.settings import Backend, RsmConfig
+from rsm.store.debris import segment_leftovers
+from rsm.store.layout import Location, SegmentKeys
+from rsm.store.objects import ObjectStore, temp_name
 
 TESTS_DIR = Path(__file__).resolve().parent
 REPO = TESTS_DIR.parent

@@ -172,7 +172,7 @@ def test_s3_without_credentials_is_one_line(tmp_path: Path) -> None:
 
 def test_file_root_that_is_a_file(tmp_path: Path) -> None:
     from rsm import RemoteStorageManager
-    from rsm.errors import ConfigException
+    from rsm.api.errors import ConfigException
 
     afile = tmp_path / "afile"
     afile.write_text("x")
@@ -244,22 +244,22 @@ def test_every_error_in_main_is_one_line_and_debug_shows_it(monkeypatch, capsys)
 
 
 def test_a_keyring_others_can_read_is_warned_about_once(tmp_path: Path, caplog) -> None:  # type: ignore[no-untyped-def]
-    from rsm.keyring import Keyring, generate_key
+    from rsm.config.keyring import Keyring, generate_key
 
     path = tmp_path / "keyring.json"
     path.write_text(json.dumps({"k1": generate_key()}))
     path.chmod(0o644)
-    with caplog.at_level(logging.WARNING, logger="rsm.keyring"):
+    with caplog.at_level(logging.WARNING, logger="rsm.config.keyring"):
         Keyring(path)
         Keyring(path)
-    warnings = [r.getMessage() for r in caplog.records if r.name == "rsm.keyring"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "rsm.config.keyring"]
     assert len(warnings) == 1 and "chmod 600" in warnings[0] and "mode 644" in warnings[0]
     assert generate_key()[:8] not in warnings[0]
     caplog.clear()
     path.chmod(0o600)
-    with caplog.at_level(logging.WARNING, logger="rsm.keyring"):
+    with caplog.at_level(logging.WARNING, logger="rsm.config.keyring"):
         Keyring(tmp_path / "keyring.json")
-    assert not [r for r in caplog.records if r.name == "rsm.keyring"]
+    assert not [r for r in caplog.records if r.name == "rsm.config.keyring"]
 
 
 def test_unknown_config_keys_are_warned_about_once_per_process(tmp_path: Path, caplog) -> None:  # type: ignore[no-untyped-def]
@@ -290,7 +290,7 @@ def test_keyring_command_writes_owner_only_and_never_prints_keys(tmp_path: Path)
     assert listed.stdout == "k1\nk2\n"
     printed = done.stdout + done.stderr + listed.stdout + listed.stderr
     assert not any(key in printed for key in keys.values())
-    from rsm.keyring import Keyring
+    from rsm.config.keyring import Keyring
 
     assert Keyring(path).key_ids() == ["k1", "k2"]
     one_line(rsm("keyring", "new", str(path)), "exists")  # never overwritten

@@ -28,16 +28,16 @@ from rsm import (
     RemoteStorageManager,
     TopicIdPartition,
 )
-from rsm import custom_metadata as cm
+from rsm.api.errors import ConfigException
+from rsm.api.metadata import RemoteLogSegmentMetadata, uuid_to_base64
 from rsm.cli.main import main
-from rsm.config import RsmConfig
-from rsm.errors import ConfigException
-from rsm.fetch import SegmentReader
-from rsm.layout import Location, SegmentKeys
-from rsm.manifest import Manifest, ManifestError, canonical_bytes
-from rsm.metadata import RemoteLogSegmentMetadata, uuid_to_base64
-from rsm.overlay import TopicOverlayStore
-from rsm.storage import ObjectStore
+from rsm.config.overlay import TopicOverlayStore
+from rsm.config.settings import RsmConfig
+from rsm.copy.manifest import Manifest, ManifestError, canonical_bytes
+from rsm.fetch.reader import SegmentReader
+from rsm.store import custom_metadata as cm
+from rsm.store.layout import Location, SegmentKeys
+from rsm.store.objects import ObjectStore
 
 BUCKET = "tiered"
 

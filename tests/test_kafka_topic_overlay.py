@@ -20,9 +20,9 @@ from harness.waiting import wait_until
 from test_bridge_plugin import bridge_command, bridge_plugin_jar  # noqa: F401 - fixtures
 from test_rsm_helpers import write_keyring
 
+from rsm.api.metadata import to_uuid, uuid_to_base64
 from rsm.cli.main import main
 from rsm.cli.topic_config import lookup_topic_id
-from rsm.metadata import to_uuid, uuid_to_base64
 
 pytestmark = [pytest.mark.kafka, pytest.mark.s3, pytest.mark.timeout(300)]
 

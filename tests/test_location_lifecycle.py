@@ -2,7 +2,7 @@
 
 - The brokers' default `bucket` changes from A to B: new segments go to B, the older ones stay in A, and
   the readers given B's configuration (the catalog, the Spark reader, `rsm migrate verify`) must still find
-  them: a broker fetching or deleting in A records A under B (`rsm.location_notes`), and the operator's
+  them: a broker fetching or deleting in A records A under B (`rsm.store.location_notes`), and the operator's
   step `rsm store locate --record --bucket A` records what no broker touched (README).
 - `rsm migrate gc` removes the record of a topic id with nothing left in any of its locations, past the
   grace period, and nothing else: not a live topic's, not a recent one's, not one a forward or an
@@ -28,14 +28,14 @@ from migrate_helpers import REPO, run_cli, write_properties
 from tiering import PartitionLog
 
 from rsm import RemoteStorageManager, TopicIdPartition
+from rsm.api.metadata import uuid_to_base64
 from rsm.catalog import TopicCatalog
-from rsm.catalog.locations import REGISTRY_DIR, LocationRegistry
 from rsm.cli.main import main
-from rsm.config import RsmConfig
-from rsm.layout import Location
-from rsm.metadata import uuid_to_base64
+from rsm.config.settings import RsmConfig
 from rsm.migrate.gc_records import StaleRecords
-from rsm.storage import ObjectStore
+from rsm.store.layout import Location
+from rsm.store.locations import REGISTRY_DIR, LocationRegistry
+from rsm.store.objects import ObjectStore
 
 
 def _rsm(configs: dict[str, str]) -> RemoteStorageManager:

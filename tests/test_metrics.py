@@ -16,12 +16,12 @@ import pytest
 from tiering import PartitionLog
 
 from rsm import IndexType, RemoteStorageManager, TopicIdPartition, metrics
+from rsm.api.errors import RemoteResourceNotFoundException, RemoteStorageException, SegmentIntegrityError
 from rsm.catalog import TopicCatalog
 from rsm.catalog.usage import topic_usage
-from rsm.config import RsmConfig
-from rsm.errors import RemoteResourceNotFoundException, RemoteStorageException, SegmentIntegrityError
+from rsm.config.settings import RsmConfig
 from rsm.metrics import WINDOW_S, MetricsRegistry, RsmMetrics
-from rsm.storage import ObjectStore
+from rsm.store.objects import ObjectStore
 
 
 @pytest.fixture(autouse=True)
@@ -93,7 +93,7 @@ def test_partitions_add_up_to_their_topic_and_the_total():
 
 
 def test_error_kinds():
-    from rsm.errors import ConfigException, InvalidArgumentException, RecordValidationError
+    from rsm.api.errors import ConfigException, InvalidArgumentException, RecordValidationError
 
     kinds = [
         metrics.error_kind(e)

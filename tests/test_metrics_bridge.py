@@ -17,12 +17,12 @@ from test_metrics import scrape
 from tiering import PartitionLog
 
 from rsm import TopicIdPartition
+from rsm.api.errors import RemoteStorageException
 from rsm.bridge.client import BridgeClient
 from rsm.catalog import TopicCatalog
 from rsm.catalog.usage import topic_usage
 from rsm.cli.bridge import serve_command
-from rsm.config import RsmConfig
-from rsm.errors import RemoteStorageException
+from rsm.config.settings import RsmConfig
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -26,7 +26,7 @@ from test_bridge_plugin import (  # noqa: F401 - fixtures
 
 from rsm.catalog import TopicCatalog
 from rsm.catalog.usage import topic_usage
-from rsm.config import RsmConfig
+from rsm.config.settings import RsmConfig
 
 PATTERN = "kafka.server:type=plugins,*"
 PREFIX = (

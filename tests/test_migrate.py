@@ -18,12 +18,12 @@ import pytest
 from migrate_helpers import Tiered, objects, tier_topic, topic_keys, write_properties
 from test_rsm_helpers import write_keyring
 
+from rsm.api.errors import RemoteResourceNotFoundException
 from rsm.cli.main import main
-from rsm.errors import RemoteResourceNotFoundException
-from rsm.manifest import Manifest
+from rsm.config.overlay import TopicOverlayStore
+from rsm.copy.manifest import Manifest
 from rsm.migrate import gc as gc_
-from rsm.overlay import TopicOverlayStore
-from rsm.storage import ObjectStore
+from rsm.store.objects import ObjectStore
 
 
 @pytest.fixture(params=["file", "s3"])
@@ -376,7 +376,7 @@ def test_properties_of_bare_rsm_keys(tmp_path: Path, capsys: pytest.CaptureFixtu
 def test_a_copy_onto_a_link_of_itself_leaves_no_temporary_file(tmp_path: Path) -> None:
     """A resumed move copies again onto what its killed run linked: rename() between two links of one file
     does nothing, so the temporary name must be removed by hand."""
-    from rsm.config import RsmConfig
+    from rsm.config.settings import RsmConfig
     from rsm.migrate.transfer import copy_object
 
     store = ObjectStore.from_config(
@@ -415,7 +415,7 @@ def _kafka_dir(root: Path, topic_id: uuid.UUID, *, corrupt: bool = False) -> Pat
 def test_import_applies_the_integrity_check_and_the_topics_validation_policy(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from rsm.metadata import uuid_to_base64
+    from rsm.api.metadata import uuid_to_base64
 
     configs = {"storage.backend": "file", "storage.file.root": str(tmp_path / "store"), "bucket": "main",
                "record.validation.policy.class.name": "rsm.validation:RequireHeaderValidationPolicy"}  # fmt: skip

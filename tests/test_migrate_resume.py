@@ -24,7 +24,7 @@ import pytest
 from migrate_helpers import Tiered, run_cli, tier_topic, topic_keys, write_properties
 
 from rsm.migrate import gc as gc_
-from rsm.storage import ObjectStore
+from rsm.store.objects import ObjectStore
 
 SAMPLE = 12
 SEED = int(os.environ.get("RSM_TEST_SEED", random.randrange(1 << 30)))

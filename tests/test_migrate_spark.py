@@ -25,8 +25,8 @@ import pytest
 from migrate_helpers import REPO, Tiered, objects, tier_topic, topic_keys, write_properties
 from test_spark_reader import _expected, _read, _rows
 
+from rsm.api.metadata import uuid_to_base64
 from rsm.cli.main import main
-from rsm.metadata import uuid_to_base64
 from segment_format.leader_epoch import LeaderEpochCheckpoint
 from segment_format.producer_snapshot import ProducerSnapshot
 from segment_format.writer import SegmentWriter, build_batch

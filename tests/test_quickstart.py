@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from rsm.cli.demo import DEMO_CODECS, write_demo_partition
 from rsm.cli.main import main
-from rsm.demo import DEMO_CODECS, write_demo_partition
 from segment_format import LogSegment, TransactionIndex
 
 

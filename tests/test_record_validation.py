@@ -26,9 +26,9 @@ from rsm import (
     RemoteStorageManager,
     TopicIdPartition,
 )
-from rsm.errors import ConfigException, InvalidRecordException, RecordValidationError
-from rsm.manifest import Manifest
-from rsm.metadata import LogSegmentData
+from rsm.api.errors import ConfigException, InvalidRecordException, RecordValidationError
+from rsm.api.metadata import LogSegmentData
+from rsm.copy.manifest import Manifest
 from rsm.policies import BuiltinPolicies, JsonValuesPolicy, SchemaIdPolicy, parse_policy
 from rsm.record_validation import PerRecordAdapter, RecordValidator, projection_for
 from rsm.validation import (

@@ -23,11 +23,11 @@ from rsm import (
     RemoteStorageManager,
     TopicIdPartition,
 )
-from rsm.catalog.locations import REGISTRY_DIR
-from rsm.config import Backend, RsmConfig
-from rsm.errors import RecordValidationError, SegmentIntegrityError
-from rsm.manifest import Manifest
-from rsm.storage import ObjectStore
+from rsm.api.errors import RecordValidationError, SegmentIntegrityError
+from rsm.config.settings import Backend, RsmConfig
+from rsm.copy.manifest import Manifest
+from rsm.store.locations import REGISTRY_DIR
+from rsm.store.objects import ObjectStore
 
 
 class Injected(OSError):

@@ -1,4 +1,4 @@
-"""The RSM follows a move's forwards (`rsm.forward`): fetch and delete through a segment's old custom metadata.
+"""The RSM follows a move's forwards (`rsm.store.forward`): fetch and delete through a segment's old custom metadata.
 
 The objects are moved here by hand (copy, rewritten manifest, forward, source removed), as `rsm migrate
 move` does, so these tests pin the RSM's side alone: a forward is followed only when the manifest is absent,
@@ -16,10 +16,10 @@ import pytest
 from tiering import PartitionLog
 
 from rsm import RemoteStorageManager, TopicIdPartition
-from rsm.errors import RemoteResourceNotFoundException, RemoteStorageException
-from rsm.forward import FORWARD_SUFFIX, Forward, SegmentRef, chain, write_forward
-from rsm.layout import Location, SegmentKeys
-from rsm.rekey import rekey_manifest
+from rsm.api.errors import RemoteResourceNotFoundException, RemoteStorageException
+from rsm.copy.rekey import rekey_manifest
+from rsm.store.forward import FORWARD_SUFFIX, Forward, SegmentRef, chain, write_forward
+from rsm.store.layout import Location, SegmentKeys
 
 
 def _setup(tmp_path: Path) -> tuple[RemoteStorageManager, PartitionLog, bytes]:

@@ -24,7 +24,7 @@ from rsm import (
     RemoteLogSegmentMetadata,
     TopicIdPartition,
 )
-from rsm.keyring import generate_key
+from rsm.config.keyring import generate_key
 from segment_format.indexes import build_indexes
 
 GZIP = 1

@@ -17,13 +17,13 @@ from test_rsm_helpers import make_segment, read_all, write_keyring
 from test_rsm_topics import Store, store  # noqa: F401 - parametrized store fixture (file and moto S3)
 
 from rsm import LogConfig, RemoteStorageManager, TopicIdPartition
-from rsm.catalog.locations import REGISTRY_DIR
-from rsm.config import ConfigSource, RsmConfig
-from rsm.errors import ConfigException, RemoteStorageException
-from rsm.manifest import Manifest
-from rsm.metadata import uuid_to_base64
-from rsm.overlay import OVERLAY_DIR, OverlayCache, TopicOverlay, TopicOverlayStore, overlay_key
-from rsm.storage import ObjectStore
+from rsm.api.errors import ConfigException, RemoteStorageException
+from rsm.api.metadata import uuid_to_base64
+from rsm.config.overlay import OVERLAY_DIR, OverlayCache, TopicOverlay, TopicOverlayStore, overlay_key
+from rsm.config.settings import ConfigSource, RsmConfig
+from rsm.copy.manifest import Manifest
+from rsm.store.locations import REGISTRY_DIR
+from rsm.store.objects import ObjectStore
 
 
 def _file_store(tmp_path: Path) -> tuple[RsmConfig, ObjectStore]:

@@ -18,10 +18,10 @@ from rsm import (
     RemoteStorageManager,
     TopicIdPartition,
 )
-from rsm.catalog.locations import REGISTRY_DIR
-from rsm.layout import Location, SegmentKeys
-from rsm.manifest import Manifest
-from rsm.metadata import uuid_to_base64
+from rsm.api.metadata import uuid_to_base64
+from rsm.copy.manifest import Manifest
+from rsm.store.layout import Location, SegmentKeys
+from rsm.store.locations import REGISTRY_DIR
 
 
 class Store:
@@ -180,7 +180,7 @@ def test_key_rotation_keeps_old_segments_readable(tmp_path: Path) -> None:
         # rotate: add k2 to the file (picked up without restart) and point the topic at it
         import json
 
-        from rsm.keyring import generate_key
+        from rsm.config.keyring import generate_key
 
         doc = json.loads(keyring.read_text())
         doc["k2"] = generate_key()
@@ -206,8 +206,8 @@ def test_key_rotation_keeps_old_segments_readable(tmp_path: Path) -> None:
 
 def test_segments_read_back_from_manifests_alone(store: Store, tmp_path: Path) -> None:
     """What the Spark reader and the migration tool do: list manifests, open readers, no broker metadata."""
-    from rsm.fetch import SegmentReader, list_manifests
-    from rsm.keyring import Keyring
+    from rsm.config.keyring import Keyring
+    from rsm.fetch.reader import SegmentReader, list_manifests
 
     rsm = RemoteStorageManager()
     rsm.configure({**store.configs, "bucket": store.buckets["b"], "chunk.size": "4096"})

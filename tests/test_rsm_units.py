@@ -23,15 +23,15 @@ from rsm import (
     RemoteStorageManager,
     TopicIdPartition,
 )
-from rsm import custom_metadata as cm
-from rsm.cache import ByteLRU, IdentityMemo
-from rsm.config import ConfigSource, RsmConfig
-from rsm.errors import ConfigException, SegmentIntegrityError
-from rsm.keyring import Keyring
-from rsm.layout import Location, SegmentKeys
-from rsm.manifest import Manifest, ManifestError
-from rsm.metadata import uuid_from_base64, uuid_to_base64
-from rsm.transform import PieceKind, SegmentCipher, TransformError, decode_piece, encode_piece
+from rsm.api.errors import ConfigException, SegmentIntegrityError
+from rsm.api.metadata import uuid_from_base64, uuid_to_base64
+from rsm.config.keyring import Keyring
+from rsm.config.settings import ConfigSource, RsmConfig
+from rsm.copy.manifest import Manifest, ManifestError
+from rsm.copy.transform import PieceKind, SegmentCipher, TransformError, decode_piece, encode_piece
+from rsm.fetch.cache import ByteLRU, IdentityMemo
+from rsm.store import custom_metadata as cm
+from rsm.store.layout import Location, SegmentKeys
 from rsm.validation import SegmentIntegrityVerifier
 from segment_format.indexes import build_indexes
 

@@ -27,10 +27,10 @@ import pytest
 from test_rsm_helpers import make_segment
 
 from rsm import RemoteStorageException, RemoteStorageManager, TopicIdPartition
-from rsm import custom_metadata as cm
-from rsm.config import RsmConfig
-from rsm.errors import ConfigException
-from rsm.layout import Location, SegmentKeys
+from rsm.api.errors import ConfigException
+from rsm.config.settings import RsmConfig
+from rsm.store import custom_metadata as cm
+from rsm.store.layout import Location, SegmentKeys
 
 BUCKET = "stalled-bucket"
 GENEROUS = 30.0  # seconds: a bound no deadline below should come near; before the fix calls ran minutes

@@ -40,7 +40,7 @@ from rsm import (
     RemoteStorageManager,
     TopicIdPartition,
 )
-from rsm.layout import Location, SegmentKeys
+from rsm.store.layout import Location, SegmentKeys
 
 pytestmark = pytest.mark.s3
 

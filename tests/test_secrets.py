@@ -17,14 +17,14 @@ import pytest
 from test_rsm_helpers import make_segment, write_keyring
 
 from rsm import RemoteStorageManager, TopicIdPartition
+from rsm.api.errors import ConfigException
+from rsm.api.metadata import uuid_to_base64
 from rsm.bridge.server import mask_configs
 from rsm.cli.main import main
-from rsm.config import RsmConfig, parse_topic_config
-from rsm.errors import ConfigException
-from rsm.keyring import Keyring, generate_key
-from rsm.metadata import uuid_to_base64
-from rsm.overlay import validate_overlay_configs
-from rsm.redact import looks_like_key_material, looks_secret, redact_url
+from rsm.config.keyring import Keyring, generate_key
+from rsm.config.overlay import validate_overlay_configs
+from rsm.config.redact import looks_like_key_material, looks_secret, redact_url
+from rsm.config.settings import RsmConfig, parse_topic_config
 
 USER, PASSWORD = "tenant-admin", "pw-Zq81-url-secret"
 AWS_SECRET = "wJalrXUtnFI7K7MDENG+bPxRfiCY3kEY9xAmPLE2"  # the shape of an AWS secret access key (40)

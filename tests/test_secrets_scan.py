@@ -32,10 +32,10 @@ import pytest
 from test_rsm_helpers import make_segment, read_all
 
 from rsm import IndexType, LogConfig, RemoteStorageManager, TopicIdPartition
+from rsm.api.metadata import uuid_to_base64
 from rsm.cli.main import main
-from rsm.config import RsmConfig, parse_topic_config
-from rsm.keyring import Keyring, generate_key
-from rsm.metadata import uuid_to_base64
+from rsm.config.keyring import Keyring, generate_key
+from rsm.config.settings import RsmConfig, parse_topic_config
 
 THIRD_PARTY = ("botocore", "aiobotocore", "boto3", "s3fs", "fsspec", "urllib3", "aiohttp", "asyncio")
 TEST_SERVER_LOGGERS = ("moto", "werkzeug")

@@ -387,7 +387,7 @@ def test_subscribe_pattern_and_topic_id(tiered_spark, tmp_path: Path) -> None:  
     other.append(3)
     other.roll()
     assert _read(tiered_spark, opts, subscribe="clicks").count() == 8
-    from rsm.metadata import uuid_to_base64
+    from rsm.api.metadata import uuid_to_base64
 
     assert _read(tiered_spark, opts, subscribe="clicks", topicId=uuid_to_base64(first.topic_id)).count() == 5
     both = _read(tiered_spark, opts, subscribePattern="(clicks|views)")

@@ -11,11 +11,11 @@ import pytest
 from tiering import BASE_TS, PartitionLog
 
 from rsm import RemoteStorageManager, TopicIdPartition
+from rsm.api.metadata import uuid_to_base64
 from rsm.catalog import TopicCatalog
-from rsm.catalog.locations import REGISTRY_DIR
 from rsm.cli.main import main
-from rsm.config import RsmConfig
-from rsm.metadata import uuid_to_base64
+from rsm.config.settings import RsmConfig
+from rsm.store.locations import REGISTRY_DIR
 
 
 @pytest.fixture(params=["file", "s3"])

@@ -12,11 +12,11 @@ import pytest
 from test_rsm_helpers import make_segment, write_keyring
 
 from rsm import LogConfig, RemoteStorageManager, TopicIdPartition
+from rsm.api.metadata import uuid_to_base64
 from rsm.bridge.server import load_properties, split_rsm_configs
-from rsm.catalog.locations import REGISTRY_DIR
 from rsm.cli.main import main
-from rsm.metadata import uuid_to_base64
-from rsm.overlay import OVERLAY_DIR
+from rsm.config.overlay import OVERLAY_DIR
+from rsm.store.locations import REGISTRY_DIR
 
 SECRET = "not-a-real-secret-0123"
 

@@ -16,8 +16,8 @@ import pytest
 from test_rsm_helpers import make_segment, write_keyring
 
 from rsm import LogConfig, RemoteStorageException, RemoteStorageManager, TopicIdPartition
-from rsm.errors import ConfigException
-from rsm.overlay import TopicOverlayStore
+from rsm.api.errors import ConfigException
+from rsm.config.overlay import TopicOverlayStore
 from rsm.policy import (
     AlterTopicRequest,
     CreateTopicRequest,

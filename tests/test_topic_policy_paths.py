@@ -16,18 +16,18 @@ import pytest
 from test_rsm_helpers import make_segment, write_keyring
 
 from rsm import RemoteStorageManager, TopicIdPartition
+from rsm.api.errors import ConfigException, RemoteStorageException
+from rsm.api.metadata import uuid_to_base64
 from rsm.bridge import protocol
 from rsm.bridge.client import BridgeClient
 from rsm.bridge.policy_ops import policy_handlers
 from rsm.bridge.server import BridgeServer
-from rsm.catalog.locations import REGISTRY_DIR
 from rsm.cli.main import main
-from rsm.errors import ConfigException, RemoteStorageException
-from rsm.metadata import uuid_to_base64
-from rsm.overlay import OVERLAY_DIR, OverlayCache, TopicOverlayStore
+from rsm.config.overlay import OVERLAY_DIR, OverlayCache, TopicOverlayStore
 from rsm.policy import PolicyViolationException
 from rsm.policy.pending import PENDING_DIR, PENDING_TTL_MS
-from rsm.storage import ObjectStore
+from rsm.store.locations import REGISTRY_DIR
+from rsm.store.objects import ObjectStore
 
 SECRET = "s3-secret-that-must-never-show-0xBEEF"
 ENCRYPTED = {"unchecked.rsm.encryption.enabled": "true", "unchecked.rsm.encryption.key.id": "k2"}
@@ -166,7 +166,7 @@ def test_a_broker_that_loses_the_adoption_race_still_finds_the_overlay(tmp_path:
 
 
 def _file_config(tmp_path: Path) -> Any:
-    from rsm.config import RsmConfig
+    from rsm.config.settings import RsmConfig
 
     return RsmConfig(
         {"storage.backend": "file", "storage.file.root": str(tmp_path / "store"), "bucket": "main"}

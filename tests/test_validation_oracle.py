@@ -31,9 +31,9 @@ from rsm import (
     RemoteStorageManager,
     TopicIdPartition,
 )
-from rsm.errors import RecordValidationError, SegmentIntegrityError
-from rsm.manifest import Manifest
-from rsm.metadata import LogSegmentData
+from rsm.api.errors import RecordValidationError, SegmentIntegrityError
+from rsm.api.metadata import LogSegmentData
+from rsm.copy.manifest import Manifest
 from segment_format.log_entries import iter_batches
 
 pytestmark = pytest.mark.oracle

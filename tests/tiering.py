@@ -22,7 +22,7 @@ from rsm import (
     RemoteStorageManager,
     TopicIdPartition,
 )
-from rsm.metadata import CustomMetadata
+from rsm.api.metadata import CustomMetadata
 from segment_format.log_entries import iter_batches
 from segment_format.producer_snapshot import ProducerSnapshot, ProducerStateEntry
 from segment_format.records import ControlRecordType

@@ -20,7 +20,7 @@ from typing import Any
 
 from rsm.bridge import values
 from rsm.bridge.protocol import Op
-from rsm.config import ConfigEntry
+from rsm.config.settings import ConfigEntry
 from rsm.policy.api import (
     AlterTopicRequest,
     CreateTopicRequest,

@@ -106,8 +106,8 @@ def split_rsm_configs(props: Mapping[str, str]) -> tuple[dict[str, str], dict[st
 
 def mask_configs(configs: Mapping[str, str]) -> dict[str, str]:
     """Configs with sensitive values replaced, safe for logs and the configure_info answer (URLs'
-    credentials and secret-looking values too: `rsm.redact.redact_configs`)."""
-    from rsm.redact import redact_configs
+    credentials and secret-looking values too: `rsm.config.redact.redact_configs`)."""
+    from rsm.config.redact import redact_configs
 
     return redact_configs(configs)
 

@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 
 from rsm import metrics
+from rsm.api.errors import RemoteStorageException
 from rsm.bridge import listener, protocol, shm, streaming
 from rsm.bridge.admission import Limits, RateLimitedLog, Refusals, set_receive_tick
 from rsm.bridge.connection import Connection
@@ -49,9 +50,8 @@ from rsm.bridge.protocol import (
     ProtocolError,
     ReceiveTimeout,
 )
-from rsm.errors import RemoteStorageException
 from rsm.processes import pid_alive
-from rsm.storage import ObjectStore
+from rsm.store.objects import ObjectStore
 
 log = logging.getLogger(__name__)
 

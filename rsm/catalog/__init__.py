@@ -14,8 +14,8 @@ truncated leader-epoch branches resolved). This package answers them once, below
 
 from rsm.catalog.catalog import TopicCatalog, TopicNotFound
 from rsm.catalog.history import PartitionHistory, SegmentSlice, resolve_history
-from rsm.catalog.locations import LocationRegistry
 from rsm.catalog.segments import StoredSegment
+from rsm.store.locations import LocationRegistry
 
 __all__ = [
     "LocationRegistry",

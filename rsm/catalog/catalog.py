@@ -5,7 +5,7 @@ ids' segments may still be in the store. Without a broker the live one is the id
 (its newest location record, else its newest manifest); callers can name another id.
 
 Where a topic id's segments are: the broker's default location, the location its overlay names, every
-location in its record (`rsm.catalog.locations`), and, unless a scan has recorded them all, every topic
+location in its record (`rsm.store.locations`), and, unless a scan has recorded them all, every topic
 directory found by listing the buckets the configuration and the overlays name (once per catalog).
 """
 
@@ -18,14 +18,14 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+from rsm.api.metadata import uuid_to_base64
 from rsm.catalog.history import PartitionHistory, resolve_history
-from rsm.catalog.locations import FoundTopicDir, LocationRegistry, scan_bucket
 from rsm.catalog.segments import CatalogError, StoredSegment, list_segments, read_manifest
-from rsm.config import TOPIC_PREFIX, RsmConfig
-from rsm.layout import Location
-from rsm.metadata import uuid_to_base64
-from rsm.overlay import TopicOverlay, TopicOverlayStore
-from rsm.storage import ObjectNotFound, ObjectStore
+from rsm.config.overlay import TopicOverlay, TopicOverlayStore
+from rsm.config.settings import TOPIC_PREFIX, RsmConfig
+from rsm.store.layout import Location
+from rsm.store.locations import FoundTopicDir, LocationRegistry, scan_bucket
+from rsm.store.objects import ObjectNotFound, ObjectStore
 
 log = logging.getLogger(__name__)
 

@@ -13,10 +13,10 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from rsm.layout import MANIFEST_SUFFIX, Location, partition_dir
-from rsm.manifest import Manifest, ManifestError
-from rsm.metadata import uuid_to_base64
-from rsm.storage import ObjectNotFound, ObjectStore
+from rsm.api.metadata import uuid_to_base64
+from rsm.copy.manifest import Manifest, ManifestError
+from rsm.store.layout import MANIFEST_SUFFIX, Location, partition_dir
+from rsm.store.objects import ObjectNotFound, ObjectStore
 
 log = logging.getLogger(__name__)
 

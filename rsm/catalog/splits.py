@@ -20,13 +20,13 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
+from rsm.api.metadata import IndexType
 from rsm.catalog.history import SegmentSlice
 from rsm.catalog.segments import StoredSegment
-from rsm.fetch import SegmentReader, cipher_for
-from rsm.keyring import Keyring
-from rsm.manifest import Manifest
-from rsm.metadata import IndexType
-from rsm.storage import ObjectStore
+from rsm.config.keyring import Keyring
+from rsm.copy.manifest import Manifest
+from rsm.fetch.reader import SegmentReader, cipher_for
+from rsm.store.objects import ObjectStore
 from segment_format.offset_index import OffsetIndex
 from segment_format.producer_snapshot import ProducerSnapshot
 from segment_format.time_index import TimeIndex

@@ -15,10 +15,10 @@ import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from rsm.api.metadata import uuid_to_base64
 from rsm.catalog.catalog import TopicCatalog
 from rsm.catalog.segments import StoredSegment
-from rsm.layout import INDEXES_SUFFIX, LOG_SUFFIX, MANIFEST_SUFFIX, Location
-from rsm.metadata import uuid_to_base64
+from rsm.store.layout import INDEXES_SUFFIX, LOG_SUFFIX, MANIFEST_SUFFIX, Location
 
 
 @dataclass

@@ -74,7 +74,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"rsm bridge serve: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # noqa: BLE001 - e.g. the RSM refusing its configuration: one clear line
-        from rsm.errors import RemoteStorageException
+        from rsm.api.errors import RemoteStorageException
 
         if not isinstance(exc, RemoteStorageException):
             raise

@@ -21,14 +21,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+from rsm.api.errors import ConfigException, RemoteStorageException
+from rsm.api.metadata import IndexType
 from rsm.bridge.properties import rsm_configs_from_file
 from rsm.cli.dump_files import dump_files
-from rsm.config import RsmConfig
-from rsm.errors import ConfigException, RemoteStorageException
-from rsm.keyring import Keyring
-from rsm.manifest import Manifest, ManifestError
-from rsm.metadata import IndexType
-from rsm.storage import ObjectStore
+from rsm.config.keyring import Keyring
+from rsm.config.settings import RsmConfig
+from rsm.copy.manifest import Manifest, ManifestError
+from rsm.store.objects import ObjectStore
 
 OBJECT_NAME = re.compile(r"^(\d{20})-([A-Za-z0-9_-]{22})\.(log|indexes|manifest)$")
 KINDS = {
@@ -59,7 +59,7 @@ def materialize(
     store: ObjectStore, bucket: str, manifest: Manifest, keyring: Keyring | None, into: Path
 ) -> Path:
     """The segment's files under Kafka's names in ``into``, decoded by the RSM's fetch path; the .log path."""
-    from rsm.fetch import SegmentReader, cipher_for
+    from rsm.fetch.reader import SegmentReader, cipher_for
 
     if manifest.encryption is not None and keyring is None:
         raise _Refused(
@@ -104,9 +104,9 @@ def _dump(args: argparse.Namespace, segment_dir: Path, log_path: Path, kind: str
 
 def run_tiered(args: argparse.Namespace) -> int:
     """``--config --topic --partition --offset``: the segment serving that offset, from the store."""
+    from rsm.api.metadata import to_uuid
     from rsm.catalog import TopicCatalog
     from rsm.catalog.segments import CatalogError
-    from rsm.metadata import to_uuid
 
     missing = [f"--{n}" for n in ("config", "topic", "partition", "offset") if getattr(args, n) is None]
     try:

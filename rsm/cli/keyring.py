@@ -1,6 +1,6 @@
 """``rsm keyring new | add | list``: make and grow the keyring file that encryption uses.
 
-The file is JSON, ``{"key-id": "<base64 256-bit key>", ...}`` (see :mod:`rsm.keyring`). ``new`` writes a
+The file is JSON, ``{"key-id": "<base64 256-bit key>", ...}`` (see :mod:`rsm.config.keyring`). ``new`` writes a
 file with one fresh random key; ``add`` adds a fresh key under a new id (rotation: point
 ``encryption.key.id`` at it; old ids must stay, old segments name them); ``list`` prints the key ids.
 Files are written owner-only (0600) and replaced atomically; a key is never printed, and ``list``
@@ -54,8 +54,8 @@ def _check_id(key_id: str) -> str:
 
 
 def _read(path: Path) -> dict[str, str]:
-    from rsm.errors import ConfigException
-    from rsm.keyring import Keyring, exposed_mode
+    from rsm.api.errors import ConfigException
+    from rsm.config.keyring import Keyring, exposed_mode
 
     try:
         mode = path.stat().st_mode
@@ -97,7 +97,7 @@ def _write(path: Path, keys: dict[str, str], *, new: bool) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from rsm.keyring import generate_key
+    from rsm.config.keyring import generate_key
 
     path: Path = args.path
     try:

@@ -17,7 +17,7 @@ import logging
 import sys
 from typing import NoReturn
 
-from rsm.redact import install_log_redaction
+from rsm.config.redact import install_log_redaction
 
 # command name -> module under rsm.cli; each exposes register(subparsers) which sets `func` on its parser
 SUBCOMMANDS = {
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         if args.debug:
             raise
-        from rsm.errors import ConfigException, RemoteStorageException
+        from rsm.api.errors import ConfigException, RemoteStorageException
 
         cause = exc
         # the RSM wraps storage errors: say what is underneath (e.g. missing S3 credentials)

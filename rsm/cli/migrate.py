@@ -44,15 +44,14 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from rsm.api.errors import ConfigException, RemoteStorageException
+from rsm.api.metadata import to_uuid, uuid_to_base64
 from rsm.catalog import TopicCatalog
 from rsm.catalog.segments import CatalogError
 from rsm.cli.console import err_console, out_console
 from rsm.cli.options import config_and_json
-from rsm.config import RsmConfig
-from rsm.errors import ConfigException, RemoteStorageException
-from rsm.keyring import Keyring
-from rsm.layout import Location
-from rsm.metadata import to_uuid, uuid_to_base64
+from rsm.config.keyring import Keyring
+from rsm.config.settings import RsmConfig
 from rsm.metrics import serve_prometheus_from_config
 from rsm.migrate import export as export_
 from rsm.migrate import gc as gc_
@@ -63,7 +62,8 @@ from rsm.migrate.gc_records import KIND as RECORD_KIND
 from rsm.migrate.gc_records import StaleRecords
 from rsm.migrate.journal import JournalError, job_id
 from rsm.migrate.transfer import DEFAULT_COPY_PART_SIZE
-from rsm.storage import ObjectStore
+from rsm.store.layout import Location
+from rsm.store.objects import ObjectStore
 
 COMMANDS = ("move", "rekey", "verify", "gc", "import", "export")
 EXIT_PROBLEMS = 3
@@ -345,7 +345,7 @@ def _move(
 
 
 def _check_location(location: Location) -> None:
-    from rsm.names import bucket_problem, prefix_problem
+    from rsm.config.names import bucket_problem, prefix_problem
 
     for what, name, problem in (("--to-bucket", location.bucket, bucket_problem(location.bucket)),
                                 ("--to-prefix", location.prefix, prefix_problem(location.prefix))):  # fmt: skip

@@ -110,7 +110,7 @@ def prepare_dir(root: Path, keep: bool) -> None:
 
 
 def _write_keyring(path: Path) -> None:
-    from rsm.keyring import generate_key
+    from rsm.config.keyring import generate_key
 
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         RemoteStorageManager,
         TopicIdPartition,
     )
-    from rsm.demo import write_demo_partition
+    from rsm.cli.demo import write_demo_partition
 
     console = out_console()
     root: Path = args.dir.resolve()

@@ -9,7 +9,7 @@ timestamps, key ids and orphans (objects without a committed manifest, temporary
 writes). `ls` lists one topic's segments with the
 history the readers use (which copy serves which offsets, and why a copy is not read). `locate` shows
 every location a topic's segments are in; `--record` writes what a scan found into the location record
-(`rsm.catalog.locations`) so readers need not scan again: the only action here that writes.
+(`rsm.store.locations`) so readers need not scan again: the only action here that writes.
 `--bucket OLD` (repeatable) also reads the location record of an earlier default location (`OLD` with
 `--prefix`, default the configured prefix) and scans that bucket: after the brokers' default `bucket` or
 `prefix` changed, `locate --record --bucket OLD` with the new configuration records the topics found there
@@ -28,16 +28,16 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from rsm.api.errors import ConfigException
+from rsm.api.metadata import to_uuid, uuid_to_base64
 from rsm.catalog import TopicCatalog
-from rsm.catalog.locations import FoundBy
 from rsm.catalog.segments import CatalogError
 from rsm.catalog.usage import topic_usage
 from rsm.cli.console import err_console, out_console
 from rsm.cli.options import config_and_json
-from rsm.config import RsmConfig
-from rsm.errors import ConfigException
-from rsm.layout import Location
-from rsm.metadata import to_uuid, uuid_to_base64
+from rsm.config.settings import RsmConfig
+from rsm.store.layout import Location
+from rsm.store.locations import FoundBy
 
 ACTIONS = ("du", "ls", "locate")
 
@@ -86,7 +86,7 @@ def _catalog(path: Path, args: argparse.Namespace) -> TopicCatalog:
 
 def _earlier_defaults(config: RsmConfig, args: argparse.Namespace) -> list[Location]:
     """`locate --bucket OLD [--prefix P]`: the earlier default locations to read and scan."""
-    from rsm.names import bucket_problem, prefix_problem
+    from rsm.config.names import bucket_problem, prefix_problem
 
     buckets: list[str] = getattr(args, "bucket", None) or []
     prefix = getattr(args, "prefix", None)

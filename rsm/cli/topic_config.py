@@ -29,14 +29,15 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from rsm.api.errors import ConfigException
+from rsm.api.metadata import to_uuid, uuid_to_base64
 from rsm.bridge.server import load_properties, split_rsm_configs
 from rsm.cli.console import err_console, out_console
 from rsm.cli.options import config_and_json
-from rsm.config import ConfigEntry, ConfigSource, RsmConfig, unknown_topic_key
-from rsm.errors import ConfigException
-from rsm.keyring import Keyring
-from rsm.metadata import to_uuid, uuid_to_base64
-from rsm.overlay import TopicOverlay, TopicOverlayStore, known_keys, validate_overlay_configs
+from rsm.config.keyring import Keyring
+from rsm.config.overlay import TopicOverlay, TopicOverlayStore, known_keys, validate_overlay_configs
+from rsm.config.redact import redact_text, shown
+from rsm.config.settings import ConfigEntry, ConfigSource, RsmConfig, unknown_topic_key
 from rsm.policy.api import (
     AlterTopicRequest,
     CreateTopicRequest,
@@ -50,8 +51,7 @@ from rsm.policy.api import (
 from rsm.policy.enforce import topic_configs
 from rsm.policy.loading import load_topic_policy
 from rsm.policy.pending import PendingOverlay, PendingOverlayStore
-from rsm.redact import redact_text, shown
-from rsm.storage import ObjectStore
+from rsm.store.objects import ObjectStore
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from rsm.metrics.registry import REGISTRY, MetricsRegistry
 
 def error_kind(exc: BaseException) -> str:
     """A short, stable name for what went wrong (the ``kind`` tag of ``errors``)."""
-    from rsm.errors import (
+    from rsm.api.errors import (
         ConfigException,
         InvalidArgumentException,
         RecordValidationError,

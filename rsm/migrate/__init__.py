@@ -9,7 +9,7 @@ One module per job, each documenting its steps and guarantees:
 
 - `plan`: what a run will do, from the catalog (items: one segment copy each; units: one segment);
 - `journal`: the job's journal in the store (the format other tools read), lock, resumption, crash points;
-- `move`: relocation, with forwards (`rsm.forward`) so brokers holding old custom metadata still fetch and
+- `move`: relocation, with forwards (`rsm.store.forward`) so brokers holding old custom metadata still fetch and
   delete; `transfer`: server-side / kernel copies;
 - `rekey`: key re-wrap (manifests only) and re-encryption (data rewritten through a staging copy);
 - `verify`: every segment against its manifest (`--deep`: every batch and index), orphans, key ids;

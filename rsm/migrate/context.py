@@ -13,17 +13,17 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from rsm.catalog.locations import LocationRegistry
-from rsm.config import Backend, RsmConfig
-from rsm.fetch import cipher_for
-from rsm.forward import FORWARD_SUFFIX, SegmentRef
-from rsm.keyring import Keyring
-from rsm.layout import INDEXES_SUFFIX, LOG_SUFFIX, MANIFEST_SUFFIX, Location, SegmentKeys
-from rsm.manifest import Manifest
+from rsm.config.keyring import Keyring
+from rsm.config.settings import Backend, RsmConfig
+from rsm.copy.manifest import Manifest
+from rsm.copy.transform import SegmentCipher
+from rsm.fetch.reader import cipher_for
 from rsm.migrate.journal import Journal
 from rsm.migrate.plan import PlanItem
-from rsm.storage import ObjectNotFound, ObjectStore
-from rsm.transform import SegmentCipher
+from rsm.store.forward import FORWARD_SUFFIX, SegmentRef
+from rsm.store.layout import INDEXES_SUFFIX, LOG_SUFFIX, MANIFEST_SUFFIX, Location, SegmentKeys
+from rsm.store.locations import LocationRegistry
+from rsm.store.objects import ObjectNotFound, ObjectStore
 
 T = TypeVar("T")
 
@@ -211,7 +211,7 @@ def context_of(spec: JobSpec) -> Context:
 
 @dataclass(frozen=True)
 class Keys(SegmentKeys):
-    """The objects of one segment at one location, its forward among them (`rsm.forward`)."""
+    """The objects of one segment at one location, its forward among them (`rsm.store.forward`)."""
 
     @classmethod
     def at(cls, ref: SegmentRef, location: Location) -> Keys:

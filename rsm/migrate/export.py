@@ -31,9 +31,9 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from rsm.api.metadata import IndexType, uuid_to_base64
 from rsm.catalog import PartitionHistory, SegmentSlice, TopicCatalog
-from rsm.fetch import SegmentReader, cipher_for
-from rsm.metadata import IndexType, uuid_to_base64
+from rsm.fetch.reader import SegmentReader, cipher_for
 from rsm.migrate.context import MigrateError
 from segment_format.indexes import build_indexes
 from segment_format.log_entries import iter_batches
@@ -139,7 +139,7 @@ def _snapshot(reader: SegmentReader, manifest, out: Path, last: int) -> None:  #
 
 
 def _keyring(catalog: TopicCatalog):  # noqa: ANN202
-    from rsm.keyring import Keyring
+    from rsm.config.keyring import Keyring
 
     path = catalog.config.get("encryption.keyring.path")
     return Keyring(str(path)) if path else None

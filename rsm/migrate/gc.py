@@ -8,7 +8,7 @@ Orphans are objects of this product's shape that no reader can reach:
   `_rsm/` (a process killed while writing);
 - incomplete S3 multipart uploads of such keys (a process killed while uploading; they are invisible to
   listings of objects but are billed);
-- dangling forwards: a `.forward` (`rsm.forward`) whose own stem has no manifest and whose chain of
+- dangling forwards: a `.forward` (`rsm.store.forward`) whose own stem has no manifest and whose chain of
   forwards reaches no location holding the segment's manifest (the segment was deleted by other means).
   A forward whose stem still has a manifest belongs to a move under way and is never an orphan.
 
@@ -34,10 +34,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from rsm.config import Backend
-from rsm.forward import FORWARD_SUFFIX, Forward, ForwardError, chain
-from rsm.layout import INDEXES_SUFFIX, LOG_SUFFIX, MANIFEST_SUFFIX, Location
-from rsm.storage import ObjectInfo, ObjectNotFound, ObjectStore
+from rsm.config.settings import Backend
+from rsm.store.forward import FORWARD_SUFFIX, Forward, ForwardError, chain
+from rsm.store.layout import INDEXES_SUFFIX, LOG_SUFFIX, MANIFEST_SUFFIX, Location
+from rsm.store.objects import ObjectInfo, ObjectNotFound, ObjectStore
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """`rsm migrate gc`: the location records of topic ids that have nothing left in the store.
 
-A topic's location record (`rsm.catalog.locations`) is kept under the default location, one entry per
+A topic's location record (`rsm.store.locations`) is kept under the default location, one entry per
 (topic id, location), and nothing in Kafka tells the RSM that a topic was deleted: its segments go one
 delete at a time, the entries stay. A cluster that creates and deletes topics all day would accumulate
 them, and every reader lists them. `gc` removes a topic id's entries (and its `_complete.json` marker)
@@ -37,15 +37,15 @@ import uuid
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from rsm.api.metadata import uuid_to_base64
 from rsm.catalog.catalog import overlay_location
-from rsm.catalog.locations import COMPLETE_MARKER, LocationRegistry
-from rsm.config import Backend
-from rsm.layout import Location
-from rsm.metadata import uuid_to_base64
+from rsm.config.overlay import TopicOverlayStore
+from rsm.config.settings import Backend
 from rsm.migrate.gc import Orphan
 from rsm.migrate.journal import JOURNAL_DIR
-from rsm.overlay import TopicOverlayStore
-from rsm.storage import ObjectInfo, ObjectNotFound, ObjectStore
+from rsm.store.layout import Location
+from rsm.store.locations import COMPLETE_MARKER, LocationRegistry
+from rsm.store.objects import ObjectInfo, ObjectNotFound, ObjectStore
 
 log = logging.getLogger(__name__)
 

@@ -42,10 +42,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from rsm.catalog import PartitionHistory, TopicCatalog
-from rsm.layout import Location
-from rsm.manager import RemoteStorageManager
-from rsm.metadata import (
+from rsm.api.metadata import (
     LogSegmentData,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -53,9 +50,12 @@ from rsm.metadata import (
     to_uuid,
     uuid_to_base64,
 )
+from rsm.catalog import PartitionHistory, TopicCatalog
+from rsm.manager import RemoteStorageManager
 from rsm.migrate.context import Context, ItemResult, Keys, MigrateError
 from rsm.migrate.journal import ItemState, crash_point
 from rsm.migrate.plan import Plan, PlanItem, topic_settings
+from rsm.store.layout import Location
 from segment_format.errors import CorruptRecordError
 from segment_format.indexes import IndexBuilder
 from segment_format.leader_epoch import LeaderEpochCheckpoint

@@ -44,11 +44,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from rsm.config import Backend
-from rsm.layout import Location
+from rsm.config.settings import Backend
 from rsm.migrate.plan import PlanItem
 from rsm.processes import pid_alive
-from rsm.storage import ObjectNotFound, ObjectStore
+from rsm.store.layout import Location
+from rsm.store.objects import ObjectNotFound, ObjectStore
 
 log = logging.getLogger(__name__)
 

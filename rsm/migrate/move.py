@@ -9,8 +9,8 @@ it must keep; the other steps are told from the store when a run resumes):
    and their sizes checked against the manifest. D is recorded in the topic's location record first, so
    the catalog finds the copy the moment it is committed. The segment's origin is noted: the location
    Kafka's custom metadata names, i.e. the one whose forward leads to S (the planner lists forwards), or S.
-2. `forwarded`: a forward `<S stem>.forward` naming D is written at S (`rsm.forward`).
-3. `committed`: the manifest, rewritten to name D's keys and sealed again (`rsm.rekey.rekey_manifest`,
+2. `forwarded`: a forward `<S stem>.forward` naming D is written at S (`rsm.store.forward`).
+3. `committed`: the manifest, rewritten to name D's keys and sealed again (`rsm.copy.rekey.rekey_manifest`,
    which also upgrades a version 1 manifest to version 2), is written at D: the commit point; then read
    back and checked (parse, seal, object sizes).
 4. `done`: D's copy is checked again (manifest, seal, sizes), so a source is never deleted before its copy
@@ -50,16 +50,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rsm.errors import RemoteStorageException
-from rsm.forward import read_forward, write_forward
-from rsm.layout import Location
-from rsm.manifest import Manifest, ManifestError
+from rsm.api.errors import RemoteStorageException
+from rsm.copy.manifest import Manifest, ManifestError
+from rsm.copy.rekey import rekey_manifest
 from rsm.migrate.context import Context, ItemResult, Keys, MigrateError, indexes_size
 from rsm.migrate.journal import TERMINAL, ItemState, crash_point
 from rsm.migrate.plan import PlanItem
 from rsm.migrate.transfer import DEFAULT_COPY_PART_SIZE, copy_object
-from rsm.rekey import rekey_manifest
-from rsm.storage import ObjectNotFound
+from rsm.store.forward import read_forward, write_forward
+from rsm.store.layout import Location
+from rsm.store.objects import ObjectNotFound
 
 log = logging.getLogger(__name__)
 

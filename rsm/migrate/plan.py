@@ -23,12 +23,12 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from rsm.api.metadata import uuid_to_base64
 from rsm.catalog import TopicCatalog
 from rsm.catalog.segments import StoredSegment, list_segments
-from rsm.config import RsmConfig, TopicSettings
-from rsm.forward import FORWARD_SUFFIX, SegmentRef
-from rsm.layout import Location
-from rsm.metadata import uuid_to_base64
+from rsm.config.settings import RsmConfig, TopicSettings
+from rsm.store.forward import FORWARD_SUFFIX, SegmentRef
+from rsm.store.layout import Location
 
 STAGING_PREFIX = "_rsm-staging/"
 

@@ -1,6 +1,6 @@
 """`rsm migrate rekey`: data keys re-wrapped under another key id, or data re-encrypted, or decrypted.
 
-Re-wrap (the default). Each encrypted copy's manifest is rewritten in place by `rsm.rekey.rekey_manifest`:
+Re-wrap (the default). Each encrypted copy's manifest is rewritten in place by `rsm.copy.rekey.rekey_manifest`:
 its data key unwrapped with the keyring key it names, wrapped under the new key id, the manifest sealed
 again (and upgraded to version 2). One GET and one PUT per segment, whatever its size; the pieces are not
 touched. Readers see the old or the new manifest, both of which decrypt the same pieces. Journal: the item
@@ -35,14 +35,9 @@ import dataclasses
 import uuid
 from typing import Any
 
-from rsm.forward import read_forward
-from rsm.manifest import INDEX_NUMBERS, ChunkIndex, Encryption, IndexEntry, Manifest
-from rsm.migrate.context import Context, ItemResult, Keys, MigrateError
-from rsm.migrate.journal import ItemState, crash_point
-from rsm.migrate.move import Phase, move_segment
-from rsm.migrate.plan import PlanItem
-from rsm.rekey import rekey_manifest
-from rsm.transform import (
+from rsm.copy.manifest import INDEX_NUMBERS, ChunkIndex, Encryption, IndexEntry, Manifest
+from rsm.copy.rekey import rekey_manifest
+from rsm.copy.transform import (
     Codec,
     PieceKind,
     SegmentCipher,
@@ -52,6 +47,11 @@ from rsm.transform import (
     new_data_key,
     piece_tag,
 )
+from rsm.migrate.context import Context, ItemResult, Keys, MigrateError
+from rsm.migrate.journal import ItemState, crash_point
+from rsm.migrate.move import Phase, move_segment
+from rsm.migrate.plan import PlanItem
+from rsm.store.forward import read_forward
 
 
 # -- re-wrap --------------------------------------------------------------------------------------------------
@@ -130,7 +130,7 @@ def _reencoder(target: str | None):  # noqa: ANN202 - a Transform (rsm.migrate.m
 def reencode(ctx: Context, manifest: Manifest, src: Keys, dst: Keys, target: str | None) -> tuple[bytes, int]:
     """Stream a copy's pieces to `dst` under a fresh data key wrapped by `target` (None: plain); returns
     the new manifest (sealed, naming `dst`) and the bytes written."""
-    from rsm.fetch import cipher_for
+    from rsm.fetch.reader import cipher_for
 
     old = cipher_for(manifest, ctx.keyring)
     uid = manifest.segment_uuid

@@ -23,8 +23,8 @@ import shutil
 import uuid
 from collections.abc import Callable
 
-from rsm.config import Backend
-from rsm.storage import ObjectNotFound, ObjectStore
+from rsm.config.settings import Backend
+from rsm.store.objects import ObjectNotFound, ObjectStore
 
 DEFAULT_COPY_PART_SIZE = 256 << 20
 

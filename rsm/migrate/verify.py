@@ -31,15 +31,15 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from rsm.errors import RemoteStorageException
-from rsm.fetch import cipher_for
-from rsm.manifest import INDEX_NUMBERS, Manifest, ManifestError
-from rsm.metadata import IndexType
+from rsm.api.errors import RemoteStorageException
+from rsm.api.metadata import IndexType
+from rsm.copy.manifest import INDEX_NUMBERS, Manifest, ManifestError
+from rsm.copy.transform import Codec, PieceKind, SegmentCipher, TransformError, check_piece, decode_piece
+from rsm.fetch.reader import cipher_for
 from rsm.migrate.context import Context, ItemResult, Keys, indexes_size
 from rsm.migrate.journal import ItemState, crash_point
 from rsm.migrate.plan import PlanItem
-from rsm.storage import ObjectNotFound
-from rsm.transform import Codec, PieceKind, SegmentCipher, TransformError, check_piece, decode_piece
+from rsm.store.objects import ObjectNotFound
 from segment_format.errors import CorruptRecordError
 from segment_format.leader_epoch import LeaderEpochCheckpoint
 from segment_format.offset_index import OffsetIndex

@@ -32,7 +32,11 @@ import re
 import threading
 from collections.abc import Mapping
 
-from rsm.config import (
+from rsm.api.errors import ConfigException
+from rsm.config.keyring import Keyring
+from rsm.config.names import topic_problem
+from rsm.config.redact import is_sensitive_key
+from rsm.config.settings import (
     TOPIC_KEYS,
     TOPIC_PREFIX,
     ConfigEntry,
@@ -43,9 +47,6 @@ from rsm.config import (
     parse_topic_config,
     unknown_topic_key,
 )
-from rsm.errors import ConfigException
-from rsm.keyring import Keyring
-from rsm.names import topic_problem
 from rsm.policy.api import (
     AlterTopicRequest,
     ClusterState,
@@ -56,7 +57,6 @@ from rsm.policy.api import (
     RequestedTopicState,
     TopicManagementPolicy,
 )
-from rsm.redact import is_sensitive_key
 
 __all__ = ["BuiltinTopicPolicy"]
 

@@ -22,8 +22,8 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 
-from rsm.errors import ConfigException, RemoteStorageException
-from rsm.metadata import RemoteLogSegmentMetadata, TopicIdPartition
+from rsm.api.errors import ConfigException, RemoteStorageException
+from rsm.api.metadata import RemoteLogSegmentMetadata, TopicIdPartition
 from rsm.policy.api import (
     AlterTopicRequest,
     DeleteRecordsRequest,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping
 
-from rsm.errors import ConfigException
+from rsm.api.errors import ConfigException
 from rsm.policy.api import TopicManagementPolicy
 from rsm.policy.builtin import BuiltinTopicPolicy
 

@@ -2,7 +2,7 @@
 created under that name before its first segment is tiered.
 
 Why: today's brokers (Kafka 4.4) refuse `unchecked.rsm.*` topic configs, so a topic's bucket, prefix and
-encryption live in an overlay keyed by topic id (`rsm.overlay`), and a topic id exists only once the topic
+encryption live in an overlay keyed by topic id (`rsm.config.overlay`), and a topic id exists only once the topic
 does. A topic that the policy requires to be encrypted (`policy.encryption.required.topics`) could then
 never be created: the create policy sees no encryption setting, and there is nothing to attach one to.
 So an operator writes the settings under the name first:
@@ -28,7 +28,7 @@ and then:
    broker's adoption (the pending overlay deleted after the id's overlay was written) still finds it.
 
 Bound by name, adopted under the new topic id, and only by a topic id that has no overlay of its own and
-has tiered nothing yet (no location record, `rsm.catalog.locations`): an existing topic of that name, which
+has tiered nothing yet (no location record, `rsm.store.locations`): an existing topic of that name, which
 has tiered segments, never picks up settings meant for its successor, and a later re-creation of the name
 starts clean because adoption consumes the pending overlay. It expires after `PENDING_TTL_MS` (7 days;
 writing it again renews it) so a forgotten one is not adopted months later by an unrelated topic.
@@ -47,12 +47,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from rsm.catalog.locations import LocationRegistry
-from rsm.errors import ConfigException
-from rsm.metadata import to_uuid, uuid_to_base64
-from rsm.names import topic_problem
-from rsm.overlay import MAX_OVERLAY_BYTES, TopicOverlay, TopicOverlayStore, validate_overlay_configs
-from rsm.storage import ObjectNotFound, ObjectStore
+from rsm.api.errors import ConfigException
+from rsm.api.metadata import to_uuid, uuid_to_base64
+from rsm.config.names import topic_problem
+from rsm.config.overlay import MAX_OVERLAY_BYTES, TopicOverlay, TopicOverlayStore, validate_overlay_configs
+from rsm.store.locations import LocationRegistry
+from rsm.store.objects import ObjectNotFound, ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +194,7 @@ class PendingOverlayStore:
 class PendingAdopter:
     """Adopts a topic name's pending overlay for a topic id that has none (step 2 of the module docstring).
 
-    Called by `rsm.overlay.OverlayCache` when a topic id has no overlay; returns the adopted overlay or None.
+    Called by `rsm.config.overlay.OverlayCache` when a topic id has no overlay; returns the adopted overlay or None.
     """
 
     def __init__(

@@ -156,7 +156,7 @@ def build_test_java(*, force: bool = False, cache_dir: Path = CACHE_DIR) -> Java
             JAVA_PROJECT / "pom.xml",
             ["package"],
             cache_dir / "logs" / "maven-tests-java.log",
-            properties={"rsm.cache.dir": str(cache_dir)},
+            properties={"rsm.fetch.cache.dir": str(cache_dir)},
         )
         if not build.oracle_jar.is_file() or not any(build.kafka_libs.glob("kafka_2.13-*.jar")):
             raise MavenError(f"Maven succeeded but {build.oracle_jar} or {build.kafka_libs} is missing")
@@ -193,7 +193,7 @@ def build_dump_log_tool(*, force: bool = False, cache_dir: Path = CACHE_DIR) -> 
             DUMP_LOG_PROJECT / "pom.xml",
             ["package"],
             cache_dir / "logs" / "maven-dumplog.log",
-            properties={"rsm.cache.dir": str(cache_dir)},
+            properties={"rsm.fetch.cache.dir": str(cache_dir)},
             offline_first=(
                 Path.home() / ".m2" / "repository" / "org" / "apache" / "kafka" / "kafka-tools"
             ).is_dir(),

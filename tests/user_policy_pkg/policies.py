@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from rsm.errors import InvalidRecordException
+from rsm.api.errors import InvalidRecordException
 from rsm.validation import RecordIntrospectionHints, RecordProxy, RecordValidationPolicy, TopicMetadata
 
 

@@ -29,8 +29,8 @@ from pathlib import Path
 
 import rsm
 from rsm import LogConfig, LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
-from rsm.manifest import VERSION
-from rsm.metadata import uuid_to_base64
+from rsm.api.metadata import uuid_to_base64
+from rsm.copy.manifest import VERSION
 from segment_format.codecs import CompressionType
 from segment_format.transaction_index import AbortedTxn, TransactionIndex
 from segment_format.writer import SegmentWriter, build_batch

@@ -14,14 +14,14 @@ Writes are atomic per object:
 
 Credentials for S3 come from the config or, when absent, from the standard AWS chain (environment,
 shared files, instance roles) through botocore; they are never logged: the S3 store registers them with
-`rsm.redact` and installs its log redaction, which cleans botocore's and s3fs's DEBUG records too.
+`rsm.config.redact` and installs its log redaction, which cleans botocore's and s3fs's DEBUG records too.
 
 Every S3 request has deadlines (`s3_deadlines`): connect and read timeouts and a number of attempts for
 botocore, and a wall-clock bound on the whole request, retries included, so an endpoint that stops answering
 fails the operation in time instead of holding one of Kafka's remote reader threads.
 
 Names are checked on every call, whoever the caller: a bucket must be a valid bucket name and a key
-relative, without "." / ".." or empty segments, backslashes or control characters (`rsm.names`), and on the
+relative, without "." / ".." or empty segments, backslashes or control characters (`rsm.config.names`), and on the
 file store the path must resolve, symlinks followed, inside `<root>/<bucket>/`. A refused name raises
 `InvalidArgumentException` naming the object. Why here as well as where names enter: a name that slipped
 past one entry point (issue 15: custom metadata, manifests, topic names) once made the file store unlink and
@@ -47,10 +47,10 @@ from typing import Any, Protocol, TypeVar
 import fsspec
 from fsspec.exceptions import FSTimeoutError
 
-from rsm.config import Backend, RsmConfig
-from rsm.errors import ConfigException, InvalidArgumentException
-from rsm.names import bucket_problem, key_problem
-from rsm.redact import install_log_redaction, redact_text, register_secrets, split_userinfo
+from rsm.api.errors import ConfigException, InvalidArgumentException
+from rsm.config.names import bucket_problem, key_problem
+from rsm.config.redact import install_log_redaction, redact_text, register_secrets, split_userinfo
+from rsm.config.settings import Backend, RsmConfig
 from segment_format.buffers import copy_into, pread_into
 from segment_format.crc import crc32c
 

@@ -9,7 +9,7 @@ session token. One module answers, for every place that shows a value:
 - which keys are sensitive (`is_sensitive_key`): their values are never shown, only `[hidden]`;
 - which values look like a secret whatever key they came under (`looks_secret`: base64 of 32 bytes as a
   keyring holds, an AWS access key id, a long random token): such a value given for an ordinary key is
-  refused naming the key (`rsm.config`), and messages say "a value that looks like a secret" (`shown`);
+  refused naming the key (`rsm.config.settings`), and messages say "a value that looks like a secret" (`shown`);
 - how to show a URL (`redact_url`): user information and secret-looking query parameters replaced;
 - how to clean any text (`redact_text`): URLs, `Authorization` / `X-Amz-Security-Token` headers, SigV4
   credentials and signatures, and the exact credentials this process was configured with.

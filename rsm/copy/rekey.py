@@ -2,7 +2,7 @@
 
 Why: stores hold years of segments whose manifests are version 1, which nothing authenticates. Before an
 operator sets `manifest.require.authenticated=true`, each of them is rewritten as a sealed version 2
-manifest (`rsm.manifest`), and that needs the manifest alone: the pieces stay exactly as they were written.
+manifest (`rsm.copy.manifest`), and that needs the manifest alone: the pieces stay exactly as they were written.
 An encrypted segment keeps its data key and its version 1 associated data (`encryption.aad_version` = 1)
 and gets an HMAC seal, which needs the keyring (as reading does); a plain one gets its recorded CRC-32Cs
 bound to their pieces (computed from the recorded values, no data read) and a SHA-256 seal. The same
@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from rsm.fetch import unwrap_data_key
-from rsm.keyring import Keyring
-from rsm.layout import INDEXES_SUFFIX, LOG_SUFFIX, Location, partition_dir
-from rsm.manifest import INDEX_NUMBERS, Encryption, Manifest
-from rsm.transform import PieceKind, SegmentCipher, bind_crc32c, piece_tag
+from rsm.config.keyring import Keyring
+from rsm.copy.manifest import INDEX_NUMBERS, Encryption, Manifest
+from rsm.copy.transform import PieceKind, SegmentCipher, bind_crc32c, piece_tag
+from rsm.fetch.reader import unwrap_data_key
+from rsm.store.layout import INDEXES_SUFFIX, LOG_SUFFIX, Location, partition_dir
 
 
 def rekey_manifest(

@@ -25,16 +25,16 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import TYPE_CHECKING
 
-from rsm.cache import ByteLRU
-from rsm.errors import RemoteStorageException
-from rsm.keyring import Keyring
-from rsm.layout import MANIFEST_SUFFIX
-from rsm.manifest import INDEX_NUMBERS, Manifest
-from rsm.manifest import require_authenticated as require_authenticated_manifest
-from rsm.metadata import IndexType
+from rsm.api.errors import RemoteStorageException
+from rsm.api.metadata import IndexType
+from rsm.config.keyring import Keyring
+from rsm.copy.manifest import INDEX_NUMBERS, Manifest
+from rsm.copy.manifest import require_authenticated as require_authenticated_manifest
+from rsm.copy.transform import Codec, PieceKind, SegmentCipher, check_piece, decode_piece, decode_piece_into
+from rsm.fetch.cache import ByteLRU
 from rsm.metrics import FOLD_AFTER
-from rsm.storage import ObjectStore
-from rsm.transform import Codec, PieceKind, SegmentCipher, check_piece, decode_piece, decode_piece_into
+from rsm.store.layout import MANIFEST_SUFFIX
+from rsm.store.objects import ObjectStore
 from segment_format.buffers import Buffer, copy_into
 
 if TYPE_CHECKING:

@@ -23,8 +23,8 @@ from pathlib import Path
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from rsm.errors import ConfigException, RemoteStorageException
-from rsm.redact import looks_like_key_material, looks_secret
+from rsm.api.errors import ConfigException, RemoteStorageException
+from rsm.config.redact import looks_like_key_material, looks_secret
 
 log = logging.getLogger(__name__)
 

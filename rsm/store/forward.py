@@ -1,7 +1,7 @@
 """Forwards: the small object a move leaves at a segment's old location, naming where it went.
 
 Kafka keeps, with each tiered segment, the custom metadata its copy returned: the location (bucket,
-prefix) the segment was written to (`rsm.custom_metadata`). `rsm migrate move` relocates segments
+prefix) the segment was written to (`rsm.store.custom_metadata`). `rsm migrate move` relocates segments
 without a broker, so brokers keep handing the RSM the old location. For fetch and delete to keep
 working, a move leaves a forward beside the segment's old objects before it commits the new copy:
 
@@ -18,8 +18,8 @@ locations and never twice through one location (a move back and forth leaves a c
 manifest at its end).
 
 What a forward may name is checked like custom metadata: the bucket and prefix must be valid names
-(`rsm.names`), and its segment fields must be the segment's own, so a forward can only lead to this
-segment's objects (`rsm.layout` derives every key from the location and the segment). A reader still
+(`rsm.config.names`), and its segment fields must be the segment's own, so a forward can only lead to this
+segment's objects (`rsm.store.layout` derives every key from the location and the segment). A reader still
 checks the manifest it finds there (the RSM: its segment id against Kafka's metadata, and its seal).
 
 The forward is not a manifest: the catalog (`rsm.catalog`), which lists manifests only, never reads a
@@ -37,10 +37,10 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from rsm.layout import Location, partition_dir
-from rsm.metadata import RemoteLogSegmentMetadata, uuid_to_base64
-from rsm.names import bucket_problem, prefix_problem
-from rsm.storage import ObjectNotFound, ObjectStore
+from rsm.api.metadata import RemoteLogSegmentMetadata, uuid_to_base64
+from rsm.config.names import bucket_problem, prefix_problem
+from rsm.store.layout import Location, partition_dir
+from rsm.store.objects import ObjectNotFound, ObjectStore
 
 FORMAT = "kafka-tiered-rsm/segment-forward"
 VERSION = 1
@@ -70,7 +70,7 @@ class SegmentRef:
                    uuid_to_base64(seg.id))  # fmt: skip
 
     def stem(self, location: Location) -> str:
-        """The key stem of the segment's objects at `location` (as `rsm.layout.SegmentKeys`)."""
+        """The key stem of the segment's objects at `location` (as `rsm.store.layout.SegmentKeys`)."""
         base = partition_dir(location.prefix, self.topic, self.topic_id, self.partition)
         return f"{base}{self.start_offset:020d}-{self.segment_id}"
 

@@ -7,7 +7,7 @@ chunk size.
 
 Today's brokers (Kafka 4.4) refuse unknown topic configs (`INVALID_CONFIG: Unknown topic config name:
 unchecked.rsm.bucket`) and pass no LogConfig, so a topic cannot hold those keys yet. Until it can, the same
-keys live in a per-topic overlay document kept in the store itself (`rsm.overlay`, keyed by topic id,
+keys live in a per-topic overlay document kept in the store itself (`rsm.config.overlay`, keyed by topic id,
 changed at run time by `rsm topic-config`): every broker, the Spark reader and the migration tool see one
 copy, a change needs no restart, and a recreated topic does not inherit its predecessor's settings.
 
@@ -30,10 +30,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from rsm.errors import ConfigException
-from rsm.log_config import LogConfig
-from rsm.names import S3_BUCKET_MIN_LENGTH, bucket_problem, prefix_problem
-from rsm.redact import HIDDEN_VALUE, looks_secret, redact_url, shown
+from rsm.api.errors import ConfigException
+from rsm.api.log_config import LogConfig
+from rsm.config.names import S3_BUCKET_MIN_LENGTH, bucket_problem, prefix_problem
+from rsm.config.redact import HIDDEN_VALUE, looks_secret, redact_url, shown
 
 BROKER_PREFIX = "rsm.config."
 TOPIC_PREFIX = "unchecked.rsm."
@@ -292,7 +292,7 @@ SETTINGS_BY_NAME = {s.name: s for s in SETTINGS}
 def parse_setting(setting: Setting, key: str, text: str) -> object:
     """Parse `text` given under `key` for `setting`; ConfigException naming the key when it is refused.
 
-    A value that looks like a secret (`rsm.redact.looks_secret`: key material, an AWS key id, a random
+    A value that looks like a secret (`rsm.config.redact.looks_secret`: key material, an AWS key id, a random
     token) is refused for every setting that is not a credential, without showing it: it is a secret pasted
     into the wrong key, and the value of an ordinary key is shown by `describe`, `--dry-run` and the
     configured-RSM log line, stored in bucket-readable overlays and, for a prefix, in object keys.
@@ -436,7 +436,7 @@ class RsmConfig:
     ) -> TopicSettings:
         """The effective settings for an operation on a topic with this LogConfig and overlay.
 
-        `overlay` is the topic's `unchecked.*` keys from the store (`rsm.overlay`), used for every key the
+        `overlay` is the topic's `unchecked.*` keys from the store (`rsm.config.overlay`), used for every key the
         LogConfig does not carry. Raises ConfigException naming the offending key (never echoing a
         sensitive value).
         """

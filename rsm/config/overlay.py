@@ -32,12 +32,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from rsm.config import TOPIC_KEYS, parse_topic_config
-from rsm.errors import ConfigException
-from rsm.metadata import to_uuid, uuid_to_base64
-from rsm.names import topic_problem
-from rsm.redact import is_sensitive_key, shown
-from rsm.storage import ObjectNotFound, ObjectStore
+from rsm.api.errors import ConfigException
+from rsm.api.metadata import to_uuid, uuid_to_base64
+from rsm.config.names import topic_problem
+from rsm.config.redact import is_sensitive_key, shown
+from rsm.config.settings import TOPIC_KEYS, parse_topic_config
+from rsm.store.objects import ObjectNotFound, ObjectStore
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import logging
 
-from rsm.layout import SEGMENT_SUFFIXES
-from rsm.storage import ObjectStore, UnfinishedWrite
+from rsm.store.layout import SEGMENT_SUFFIXES
+from rsm.store.objects import ObjectStore, UnfinishedWrite
 
 log = logging.getLogger(__name__)
 

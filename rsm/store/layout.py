@@ -11,7 +11,7 @@ Object layout (one segment = three objects under one stem)::
 - the prefix is used verbatim (write `tenant-a/` to get a directory level);
 - `.log` holds the transformed chunks of the segment back to back; `.indexes` holds every index of the
   segment (offset, time, producer snapshot, transaction when present, leader epoch) back to back; where each
-  piece starts, and how to decode it, is in the `.manifest` (see `rsm.manifest`), written last.
+  piece starts, and how to decode it, is in the `.manifest` (see `rsm.copy.manifest`), written last.
 
 A location is the pair (bucket, prefix). The file store maps a bucket to a directory under its root; S3 maps
 it to a bucket.
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rsm.metadata import RemoteLogSegmentMetadata, uuid_to_base64
+from rsm.api.metadata import RemoteLogSegmentMetadata, uuid_to_base64
 
 LOG_SUFFIX = ".log"
 INDEXES_SUFFIX = ".indexes"

@@ -48,9 +48,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
 
-from rsm.layout import MANIFEST_SUFFIX, Location
-from rsm.metadata import to_uuid, uuid_to_base64
-from rsm.storage import ObjectInfo, ObjectNotFound, ObjectStore
+from rsm.api.metadata import to_uuid, uuid_to_base64
+from rsm.store.layout import MANIFEST_SUFFIX, Location
+from rsm.store.objects import ObjectInfo, ObjectNotFound, ObjectStore
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The RSM records the locations it fetches from and deletes in, so readers follow a default that moved.
 
-Every copy records where it writes (`rsm.catalog.locations`), in the record kept under the broker's
+Every copy records where it writes (`rsm.store.locations`), in the record kept under the broker's
 default location. When an operator changes that default (`rsm.config.bucket` / `prefix`), the brokers copy
 new segments to the new default and keep fetching and deleting the older ones where Kafka's custom metadata
 says they are; but the older locations are recorded only under the old default, which readers given the
@@ -22,10 +22,10 @@ import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from rsm.catalog.locations import FoundBy, LocationRegistry
-from rsm.layout import Location
-from rsm.metadata import RemoteLogSegmentMetadata
-from rsm.storage import ObjectNotFound
+from rsm.api.metadata import RemoteLogSegmentMetadata
+from rsm.store.layout import Location
+from rsm.store.locations import FoundBy, LocationRegistry
+from rsm.store.objects import ObjectNotFound
 
 log = logging.getLogger(__name__)
 

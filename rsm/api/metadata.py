@@ -27,8 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rsm.errors import InvalidArgumentException
-from rsm.names import topic_problem
+from rsm.api.errors import InvalidArgumentException
+from rsm.config.names import topic_problem
 
 __all__ = [
     "CustomMetadata",

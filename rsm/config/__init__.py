@@ -1,0 +1,1 @@
+"""Configuration: every setting (`settings`), per-topic overlays, names, the keyring, redaction of secrets."""
