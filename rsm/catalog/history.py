@@ -12,6 +12,13 @@ epoch of the lineage ends where the next one starts. A segment's records of epoc
 log only inside the lineage's range of E, so a truncated branch (records of E past the offset where E+1
 began, or of an epoch the lineage does not contain) is cut off exactly. What is left is covered greedily
 by offset: each offset comes from one copy (the one reaching furthest, the newest among equals).
+
+Compacted history (issue 21). A segment's slice ends at its last batch (`StoredSegment.last_record_offset`),
+not at Kafka's `endOffset`, which is the next segment's base - 1 and can lie past it in a log compacted
+before it was tiered. The offsets between a used copy's last batch and its `endOffset` were compacted away
+(Kafka's log has no record there either; a consumer skips them), so they are no gap: readers return no
+rows for them and raise no data loss. Offsets no copy claims (between one segment's `endOffset` and the
+next one's base) stay a gap: records Kafka had and the store does not.
 """
 
 from __future__ import annotations
@@ -32,7 +39,10 @@ class SegmentSlice:
 
     @property
     def whole(self) -> bool:
-        return self.first_offset <= self.segment.start_offset and self.last_offset >= self.segment.end_offset
+        return (
+            self.first_offset <= self.segment.start_offset
+            and self.last_offset >= self.segment.last_record_offset
+        )
 
 
 @dataclass(frozen=True)
@@ -84,7 +94,9 @@ def _lineage(segments: list[StoredSegment]) -> dict[int, int]:
 def _valid_ranges(seg: StoredSegment, lineage: dict[int, int]) -> list[tuple[int, int]]:
     """The offset ranges of `seg` whose records are in the final log (by their epoch)."""
     if not lineage:
-        return [(seg.start_offset, seg.end_offset)]
+        return (
+            [(seg.start_offset, seg.last_record_offset)] if seg.last_record_offset >= seg.start_offset else []
+        )
     epochs = sorted(lineage)
     out = []
     for epoch, lo, hi in seg.epoch_ranges():

@@ -162,6 +162,7 @@ def _pieces(
     verifier = _IndexedVerifier(
         file=log_obj, expected_start_offset=seg.start_offset, expected_end_offset=seg.end_offset,
         exact_end_offset=False, total_size=index.size,
+        leader_epochs=[int(e) for e in seg.segment_leader_epochs],  # the copy's rule (rsm.validation)
     ) if deep else None  # fmt: skip
     read = 0
     try:
