@@ -114,6 +114,22 @@ def _valid_ranges(seg: StoredSegment, lineage: dict[int, int]) -> list[tuple[int
     return out
 
 
+def _unclaimed(gap: tuple[int, int], claimed: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The pieces of `gap` outside every claimed range (`claimed` sorted by start)."""
+    a, b = gap
+    out = []
+    for lo, hi in claimed:
+        if hi < a or lo > b:
+            continue
+        if lo > a:
+            out.append((a, lo - 1))
+        a = max(a, hi + 1)
+        if a > b:
+            return out
+    out.append((a, b))
+    return out
+
+
 def resolve_history(partition: int, segments: Iterable[StoredSegment]) -> PartitionHistory:
     """The partition's history from all its committed copies (see the module docstring)."""
     segs = [s for s in segments if s.partition == partition and s.end_offset >= s.start_offset]
@@ -140,9 +156,10 @@ def resolve_history(partition: int, segments: Iterable[StoredSegment]) -> Partit
         slices.append(SegmentSlice(seg, first, hi))
         used.add(id(seg))
         next_needed = hi + 1
-    # offsets a used copy claims but holds no batch for (a compacted tail) are no loss
-    claimed = [(s.segment.start_offset, s.segment.end_offset) for s in slices]
-    gaps = [(a, b) for a, b in gaps if not any(lo <= a and b <= hi for lo, hi in claimed)]
+    # offsets a used copy claims but holds no batch for (a compacted tail) are no loss: only what is left
+    # of a gap once every used copy's [start_offset, end_offset] is taken out of it
+    claimed = sorted({(s.segment.start_offset, s.segment.end_offset) for s in slices})
+    gaps = [piece for gap in gaps for piece in _unclaimed(gap, claimed)]
     for seg in segs:
         if id(seg) not in used and not any(s is seg for s, _ in superseded):
             superseded.append((seg, "its offsets are all held by another copy"))
