@@ -64,12 +64,12 @@ class SegmentSummary:
         return self.last_offset + 1
 
 
-def leader_epoch_problem(base_offset: int, last_offset: int, epoch: int, epochs: Collection[int]) -> str:
+def leader_epoch_problem(base_offset: int, epoch: int, epochs: Collection[int]) -> str:
     """The one wording of a batch whose leader epoch is not the segment's (the copy's and the reader's)."""
     return (
-        f"batch at offset {base_offset} (offsets {base_offset}..{last_offset}) carries partition leader "
-        f"epoch {epoch}, which is not one of the segment's leader epochs {sorted(epochs)} "
-        "(its partitionLeaderEpoch lies outside the batch CRC: damaged, or not this segment's)"
+        f"batch at offset {base_offset} carries partition leader epoch {epoch}, which is not one of the "
+        f"segment's leader epochs {sorted(epochs)} (partitionLeaderEpoch lies outside the batch CRC: "
+        "damaged, or not this segment's batch)"
     )
 
 
@@ -246,7 +246,7 @@ class SegmentVerifier:
             epochs = self.leader_epochs
             if epochs is not None and batch.partition_leader_epoch not in epochs:
                 raise CorruptRecordError(
-                    leader_epoch_problem(base, last, batch.partition_leader_epoch, epochs),
+                    leader_epoch_problem(base, batch.partition_leader_epoch, epochs),
                     file=self.file,
                     position=pos,
                 )
