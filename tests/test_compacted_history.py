@@ -204,3 +204,42 @@ def test_the_reader_refuses_a_stored_batch_of_another_epoch(
     )
     # what the reader does not need to read is not refused: the first segment reads
     assert _read(tmp_path, "stored", endingOffsets='{"stored":{"0":10}}') == _expected(log, hi=10)
+
+
+def test_a_segment_the_cleaner_emptied_is_no_data_loss(rsm: RemoteStorageManager, tmp_path: Path) -> None:
+    """A segment whose every batch was compacted away (a 0-byte `.log`) copies, and its offsets read as
+    compacted away: no rows, no gap, while offsets no copy claims are still a gap."""
+    import dataclasses
+
+    from rsm import LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata
+    from segment_format.producer_snapshot import ProducerSnapshot
+
+    log = PartitionLog(rsm, TopicIdPartition(uuid.uuid4(), "emptied", 0), tmp_path / "w")
+    log.append(10)
+    log.roll()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for suffix in (".log", ".index", ".timeindex"):
+        (empty / f"{10:020d}{suffix}").write_bytes(b"")
+    (empty / f"{20:020d}.snapshot").write_bytes(ProducerSnapshot([]).to_bytes())
+    md = RemoteLogSegmentMetadata(
+        RemoteLogSegmentId(log.tip, uuid.uuid4()), 10, 19, -1, 1, 0, 0, segment_leader_epochs={0: 10}
+    )
+    stem = empty / f"{10:020d}"
+    data = LogSegmentData(
+        stem.with_suffix(".log"), stem.with_suffix(".index"), stem.with_suffix(".timeindex"), None,
+        empty / f"{20:020d}.snapshot", b"0\n1\n0 10\n",
+    )  # fmt: skip
+    log.tier(md, data)
+    log.compact_away(10)
+    log.append(10)
+    log.roll()
+    (emptied,) = [m for m in _manifests(tmp_path) if m.segment.start_offset == 10]
+    assert emptied.integrity["batches"] == 0 and emptied.last_batch_offset == 9
+    (history,) = TopicCatalog(RsmConfig(_configs(tmp_path))).histories("emptied", log.tip.topic_id).values()
+    assert [(s.first_offset, s.last_offset) for s in history.slices] == [(0, 9), (20, 29)]
+    assert history.gaps == ()
+    assert _read(tmp_path, "emptied") == _expected(log)
+    rsm.delete_log_segment_data(dataclasses.replace(md, custom_metadata=log.copied[1].custom_metadata))
+    (history,) = TopicCatalog(RsmConfig(_configs(tmp_path))).histories("emptied", log.tip.topic_id).values()
+    assert history.gaps == ((10, 19),)

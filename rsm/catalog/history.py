@@ -136,7 +136,13 @@ def resolve_history(partition: int, segments: Iterable[StoredSegment]) -> Partit
     lineage = _lineage(segs)
     candidates: list[tuple[int, int, StoredSegment]] = []
     superseded: list[tuple[StoredSegment, str]] = []
+    empty: list[StoredSegment] = []
     for seg in segs:
+        if seg.last_record_offset < seg.start_offset:
+            # the cleaner left no batch: its offsets were all compacted away, which is no loss
+            empty.append(seg)
+            superseded.append((seg, "it holds no batch (every offset compacted away)"))
+            continue
         ranges = _valid_ranges(seg, lineage)
         if not ranges:
             superseded.append((seg, "its records are on a truncated leader-epoch branch"))
@@ -156,9 +162,9 @@ def resolve_history(partition: int, segments: Iterable[StoredSegment]) -> Partit
         slices.append(SegmentSlice(seg, first, hi))
         used.add(id(seg))
         next_needed = hi + 1
-    # offsets a used copy claims but holds no batch for (a compacted tail) are no loss: only what is left
-    # of a gap once every used copy's [start_offset, end_offset] is taken out of it
-    claimed = sorted({(s.segment.start_offset, s.segment.end_offset) for s in slices})
+    # offsets a used copy claims but holds no batch for (a compacted tail; every offset of a copy the
+    # cleaner emptied) are no loss: only what is left of a gap once their [start_offset, end_offset] is out
+    claimed = sorted({(s.start_offset, s.end_offset) for s in [*(x.segment for x in slices), *empty]})
     gaps = [piece for gap in gaps for piece in _unclaimed(gap, claimed)]
     for seg in segs:
         if id(seg) not in used and not any(s is seg for s, _ in superseded):
