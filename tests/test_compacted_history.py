@@ -11,6 +11,7 @@ the segment's leader epochs is refused by the copy and by the reader.
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from pathlib import Path
@@ -243,3 +244,53 @@ def test_a_segment_the_cleaner_emptied_is_no_data_loss(rsm: RemoteStorageManager
     rsm.delete_log_segment_data(dataclasses.replace(md, custom_metadata=log.copied[1].custom_metadata))
     (history,) = TopicCatalog(RsmConfig(_configs(tmp_path))).histories("emptied", log.tip.topic_id).values()
     assert history.gaps == ((10, 19),)
+
+
+def test_migrate_import_and_verify_agree_with_the_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`rsm migrate import` of a compacted partition directory gives Kafka's end offsets (the next segment's
+    base - 1), so its holes read as compacted away; `verify --deep` applies the copy's epoch rule."""
+    from migrate_helpers import write_properties
+
+    from rsm.cli.main import main
+    from segment_format.writer import SegmentWriter, build_batch
+
+    configs = {**_configs(tmp_path), "bucket": "main"}
+    props = write_properties(tmp_path / "server.properties", configs)
+    tid = uuid.uuid4()
+    pdir = tmp_path / "kafka" / "imported-0"
+    for base, batches in ((0, 4), (100, 3)):  # 80..99 compacted away at the first segment's end
+        with SegmentWriter(pdir, base, index_interval_bytes=1024) as w:
+            for b in range(batches):
+                w.append(
+                    build_batch([(b"k", b"v" * 40, (), 1_700_000_000_000)] * 20, base_offset=base + b * 20)
+                )
+    (pdir / "leader-epoch-checkpoint").write_text("0\n1\n0 0\n")
+    (pdir / "partition.metadata").write_text(f"version: 0\ntopic_id: {tid}\n")
+    assert main(["migrate", "--config", str(props), "import", "--dir", str(pdir), "--json"]) == 0
+    capsys.readouterr()
+    catalog = TopicCatalog(RsmConfig(configs))
+    ends = [(s.start_offset, s.end_offset, s.last_record_offset) for s in catalog.segments("imported", tid)]
+    assert ends == [(0, 99, 79), (100, 159, 159)]
+    (history,) = catalog.histories("imported", tid).values()
+    assert history.gaps == () and history.next_offset == 160
+    assert main(["migrate", "--config", str(props), "verify", "--deep", "--json"]) == 0
+    capsys.readouterr()
+
+    # a batch of another epoch, stored by a copy that did not check it: verify --deep names it
+    log = PartitionLog(RemoteStorageManager(), TopicIdPartition(uuid.uuid4(), "stored", 0), tmp_path / "w")
+    log.rsm.configure(configs)
+    log.append(10)
+    log.append(10)
+    log.pending[1] = _flip_epoch_bit(log.pending[1], 3)  # epoch 0 -> 8
+    md, data = log.roll(copy=False)
+    monkeypatch.setattr(
+        "rsm.manager.SegmentIntegrityVerifier",
+        lambda *a, **kw: SegmentIntegrityVerifier(*a, **{**kw, "leader_epochs": None}),
+    )
+    log.tier(md, data)
+    log.rsm.close()
+    assert main(["migrate", "--config", str(props), "verify", "--topic", "stored", "--deep", "--json"]) == 3
+    report = json.dumps(json.loads(capsys.readouterr().out))
+    assert "batch at offset 10 carries partition leader epoch 8, which is not one of the segment's" in report
