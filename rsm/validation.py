@@ -5,10 +5,11 @@ every batch with `segment_format`'s `SegmentVerifier` (the project's one checker
 CRC (CRC-32C over attributes..end for magic 2; CRC-32 over magic..end for the legacy magic 0/1 message
 sets), header sanity (lengths, record count against the offset delta), offsets strictly increasing from the
 metadata's start_offset and never past its end_offset, every magic-2 batch's leader epoch one of the
-metadata's `segment_leader_epochs`, and that the batches exactly fill a file of the size the metadata states. Any fault raises `SegmentIntegrityError` naming the file, the byte
-position of the batch and the fault. It also counts, per chunk, the bytes of batches that are already
-compressed, so the copy can skip compressing those chunks again. The copy runs it over the whole file
-before uploading anything, so a corrupt segment never reaches the store.
+metadata's `segment_leader_epochs`, and that the batches exactly fill a file of the size the metadata
+states. Any fault raises `SegmentIntegrityError` naming the file, the byte position of the batch and the
+fault. It also counts, per chunk, the bytes of batches that are already compressed, so the copy can skip
+compressing those chunks again. The copy runs it over the whole file before uploading anything, so a
+corrupt segment never reaches the store.
 
 Index integrity joins it: the segment's offset and time index (the files Kafka hands the copy) are checked
 against the batches as they pass (`segment_format.index_check`): every position a batch start inside the
