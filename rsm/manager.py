@@ -601,6 +601,7 @@ class RemoteStorageManager:
                 offset_index_file=_name(data.offset_index, "offset index"),
                 time_index_file=_name(data.time_index, "time index"),
                 on_batch=None if validator is None else validator.on_batch,
+                leader_epochs=metadata.segment_leader_epochs.keys(),
             )
             with path.open("rb", buffering=0) as f:
                 while True:

@@ -4,11 +4,12 @@ Integrity. `SegmentIntegrityVerifier` is fed the segment's bytes in chunks, as t
 every batch with `segment_format`'s `SegmentVerifier` (the project's one checker of segment bytes): the
 CRC (CRC-32C over attributes..end for magic 2; CRC-32 over magic..end for the legacy magic 0/1 message
 sets), header sanity (lengths, record count against the offset delta), offsets strictly increasing from the
-metadata's start_offset and ending exactly at its end_offset, and that the batches exactly fill a file of
-the size the metadata states. Any fault raises `SegmentIntegrityError` naming the file, the byte
-position of the batch and the fault. It also counts, per chunk, the bytes of batches that are already
-compressed, so the copy can skip compressing those chunks again. The copy runs it over the whole file
-before uploading anything, so a corrupt segment never reaches the store.
+metadata's start_offset and never past its end_offset, every magic-2 batch's leader epoch one of the
+metadata's `segment_leader_epochs`, and that the batches exactly fill a file of the size the metadata
+states. Any fault raises `SegmentIntegrityError` naming the file, the byte position of the batch and the
+fault. It also counts, per chunk, the bytes of batches that are already compressed, so the copy can skip
+compressing those chunks again. The copy runs it over the whole file before uploading anything, so a
+corrupt segment never reaches the store.
 
 Index integrity joins it: the segment's offset and time index (the files Kafka hands the copy) are checked
 against the batches as they pass (`segment_format.index_check`): every position a batch start inside the
@@ -39,7 +40,7 @@ from __future__ import annotations
 import abc
 import importlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -83,18 +84,27 @@ class SegmentIntegrityVerifier:
     """Streaming batch-by-batch check of a segment; feed bytes in order, then `finish()`.
 
     A thin adapter over `segment_format.segment.SegmentVerifier` (the project's one integrity check):
-    it fixes the RSM's semantics (offsets inside the metadata's `[start_offset, end_offset]`, the last
-    batch ending exactly at `end_offset`, the file exactly `expected_size` bytes), has it count
+    it fixes the RSM's semantics (offsets inside the metadata's `[start_offset, end_offset]`, magic-2
+    batches of the metadata's leader epochs only, the file exactly `expected_size` bytes), has it count
     already-compressed bytes per chunk of `chunk_size`, and turns `CorruptRecordError` into
     `SegmentIntegrityError`.
 
-    Why exactly at `end_offset` (issue 15): Kafka publishes the metadata's offsets as the range the remote
-    copy serves, and the manifest carries them for the Spark reader and migration, which plan by them; a
-    copy claiming offsets its file does not hold would make readers look for records in the wrong segment.
-    Kafka sets `endOffset` to the next segment's base offset minus one, which is the last batch's last
-    offset except in a log with offset holes at a segment's end (a topic compacted before it was switched
-    to `delete` and tiered); such a segment is refused too, and stays local, rather than tiered with offsets
-    it does not have.
+    Why `end_offset` may lie past the last batch (issue 21): Kafka's RemoteLogManager sets `endOffset` to
+    the next segment's base offset minus one. That is the last batch's last offset except where the log
+    has a hole at the segment's end: a topic compacted before it was switched to `delete` and tiered keeps
+    the holes its cleaner made. Kafka retries a refused copy forever, so refusing those offsets would stop
+    the partition from ever tiering again. The offsets between the last batch and `end_offset` hold no
+    record in Kafka's log either (a consumer skips them), so the copy accepts them, records both offsets in
+    the manifest (`segment.end_offset`, and `integrity.last_offset`, the last batch's last offset), and the
+    catalog and readers take that range as compacted away: no rows, no data loss. What stays refused is a
+    batch past `end_offset` (the copy would serve offsets Kafka attributes to the next segment) or below
+    `start_offset`.
+
+    Why leader epochs (issue 21): a batch's `partitionLeaderEpoch` lies outside its CRC, yet the catalog's
+    one-history rule places each offset by the epoch that wrote it. Kafka records every appended batch's
+    epoch in its leader-epoch cache, from which it computes `segmentLeaderEpochs`, so a magic-2 batch of
+    another epoch is damage (or not this segment's) and is refused, naming its offset. A metadata without
+    epochs (never from Kafka, whose `RemoteLogSegmentMetadata` requires them) is not checked.
     """
 
     def __init__(
@@ -110,9 +120,11 @@ class SegmentIntegrityVerifier:
         offset_index_file: str | None = None,
         time_index_file: str | None = None,
         on_batch: Callable[[AnyRecordBatch], None] | None = None,
+        leader_epochs: Collection[int] | None = None,
     ) -> None:
         """`offset_index` / `time_index`: the bytes of the segment's index files, checked against its
-        batches (None: not checked); `on_batch` sees every batch once checked (see SegmentVerifier)."""
+        batches (None: not checked); `on_batch` sees every batch once checked (see SegmentVerifier);
+        `leader_epochs`: the metadata's `segment_leader_epochs` keys (None or empty: not checked)."""
         self.file = file
         self.start_offset = start_offset
         self.end_offset = end_offset
@@ -135,11 +147,12 @@ class SegmentIntegrityVerifier:
             file=file,
             expected_start_offset=start_offset,
             expected_end_offset=end_offset,
-            exact_end_offset=True,
+            exact_end_offset=False,
             total_size=expected_size,
             region_size=chunk_size,
             indexes=indexes,
             on_batch=on_batch,
+            leader_epochs=leader_epochs,
         )
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:

@@ -9,7 +9,7 @@ checked while it streams, reading the data once.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +22,7 @@ from .offset_index import OffsetIndex
 from .records import HEADER_PREFIX, NO_TIMESTAMP, RecordBatch
 from .time_index import TimeIndex
 
-__all__ = ["LogSegment", "SegmentSummary", "SegmentVerifier", "parse_segment_name"]
+__all__ = ["LogSegment", "SegmentSummary", "SegmentVerifier", "leader_epoch_problem", "parse_segment_name"]
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,15 @@ class SegmentSummary:
         return self.last_offset + 1
 
 
+def leader_epoch_problem(base_offset: int, epoch: int, epochs: Collection[int]) -> str:
+    """The one wording of a batch whose leader epoch is not the segment's (the copy's and the reader's)."""
+    return (
+        f"batch at offset {base_offset} carries partition leader epoch {epoch}, which is not one of the "
+        f"segment's leader epochs {sorted(epochs)} (partitionLeaderEpoch lies outside the batch CRC: "
+        "damaged, or not this segment's batch)"
+    )
+
+
 class SegmentVerifier:
     """Verifies a segment's bytes fed in order with :meth:`update`; :meth:`finish` returns the summary.
 
@@ -71,8 +80,18 @@ class SegmentVerifier:
     ``RemoteLogSegmentMetadata.endOffset`` to the next segment's base offset minus one, and a log can have
     offset gaps before that point (``LocalLog.roll`` rolls at the larger of the expected next offset and
     the log end offset; a once-compacted log keeps its holes); ``exact_end_offset=False`` only requires
-    every offset to lie inside the range. The RSM keeps it exact and refuses such segments (see
-    ``rsm.validation``).
+    every offset to lie inside the range, so an end offset past the last batch is accepted and one below
+    it is still refused, at the batch that crosses it. The RSM's copy uses that (see ``rsm.validation``).
+
+    ``leader_epochs`` (the epochs of the segment's leader-epoch entries, Kafka's ``segmentLeaderEpochs``)
+    refuses a magic-2 batch whose ``partitionLeaderEpoch`` is not one of them, naming its offsets. The
+    field lies outside the batch CRC, so a flipped bit there passes every other check. Kafka stamps every
+    batch it appends with the leader's epoch and records each batch's epoch in its leader-epoch cache
+    (``UnifiedLog.append`` -> ``LeaderEpochFileCache.assign``, which refuses a negative epoch, so a
+    magic-2 batch of epoch -1 is refused too); legacy magic 0/1 batches carry no epoch and are skipped.
+    Only membership is checked, not the epoch's offset range: the cache's first entry is moved up to the
+    log start offset (``truncateFromStart``), which can lie inside a segment, so batches of that epoch can
+    sit before its recorded start. None or empty: not checked.
 
     When ``total_size`` (the size the segment's metadata states) is given, a batch length running past it
     is refused as soon as its 17-byte prefix is read, and feeding more or fewer bytes than that is an
@@ -102,8 +121,10 @@ class SegmentVerifier:
         region_size: int | None = None,
         indexes: SegmentIndexChecker | None = None,
         on_batch: Callable[[AnyRecordBatch], None] | None = None,
+        leader_epochs: Collection[int] | None = None,
     ) -> None:
         self.file = file
+        self.leader_epochs = frozenset(leader_epochs) if leader_epochs else None
         self.indexes = indexes
         self.on_batch = on_batch
         self.total_size = total_size
@@ -214,6 +235,13 @@ class SegmentVerifier:
                     f"record count {count} does not fit offsets {base}..{last}",
                     file=self.file,
                     position=pos + 57,
+                )
+            epochs = self.leader_epochs
+            if epochs is not None and batch.partition_leader_epoch not in epochs:
+                raise CorruptRecordError(
+                    leader_epoch_problem(base, batch.partition_leader_epoch, epochs),
+                    file=self.file,
+                    position=pos,
                 )
         codec = batch.compression_type
         if self.deep or magic < 2:

@@ -8,10 +8,16 @@ whatever the segment size. Rows then pass, in order:
 1. the timestamp rules of `startingTimestamp` / `endingTimestamp` (rows before the first record with a
    timestamp >= T, or from it on, as Kafka's offsetsForTimes would place the offset; control records
    count, as they do in Kafka's time lookup);
-2. the filter that makes them a consumer's rows: no control records, offsets of this partition's history
+2. the leader-epoch check: every row's batch must carry one of the segment's leader epochs (the manifest's
+   `segment_leader_epochs`), the copy's own rule (`rsm.validation`), since the history that chose this
+   segment for these offsets trusted those epochs and the field lies outside the batch CRC; a batch of
+   another epoch fails the task with one line naming the object and the batch's offset. Rows of epoch -1
+   are legacy magic 0/1 messages (no epoch; the copy refuses a magic-2 batch of epoch -1) and pass; an
+   empty batch (left by compaction) has no rows and nothing to misplace;
+3. the filter that makes them a consumer's rows: no control records, offsets of this partition's history
    only, no records of aborted transactions under read_committed, the pushed filters, and (violations=drop)
    no flagged records;
-3. the conversion to Spark's Kafka source schema.
+4. the conversion to Spark's Kafka source schema.
 
 Clients (store, keyring) are made lazily once per Python worker and reused by later tasks.
 """
@@ -38,6 +44,8 @@ from rsm.fetch.reader import SegmentReader, cipher_for
 from rsm.store.objects import ObjectNotFound, ObjectStore
 from segment_format.columnar import iter_stream_record_batches
 from segment_format.errors import CorruptRecordError
+from segment_format.records import NO_PARTITION_LEADER_EPOCH
+from segment_format.segment import leader_epoch_problem
 from spark_reader.errors import DataLossError, ReaderError
 from spark_reader.filters import NO_FILTERS, PushedFilters
 from spark_reader.schema import to_spark_batch
@@ -141,6 +149,17 @@ class _RowRules:
         return batch.slice(lo, hi - lo) if (lo, hi) != (0, batch.num_rows) else batch
 
 
+def _check_leader_epochs(batch: pa.RecordBatch, epochs: pa.Array, where: str) -> None:
+    """Refuse rows whose batch carries a leader epoch the segment does not have (see the module)."""
+    column = batch.column("partition_leader_epoch")
+    ok = pc.or_(pc.is_in(column, value_set=epochs), pc.equal(column, NO_PARTITION_LEADER_EPOCH))
+    if ok.false_count:
+        i = int(np.flatnonzero(np.logical_not(ok.to_numpy(zero_copy_only=False)))[0])
+        base = batch.column("batch_base_offset")[i].as_py()
+        problem = leader_epoch_problem(base, column[i].as_py(), epochs.to_pylist())
+        raise ReaderError(f"refusing {where}: {problem}")
+
+
 def _keep_mask(batch: pa.RecordBatch, part: TieredPartition, dropped: frozenset[int]) -> pa.Array:
     split = part.split
     offsets = batch.column("offset")
@@ -193,6 +212,8 @@ def read_partition(part: InputPartition) -> Iterator[pa.RecordBatch]:
     violations = _violations(split) if settings.violations != "include" else {}
     dropped = frozenset(violations) if settings.violations == "drop" else frozenset()
     rules = _RowRules(part.start_timestamp, part.end_timestamp)
+    chain = split.manifest.segment.segment_leader_epochs
+    epochs = pa.array(sorted(int(e) for e in chain), pa.int32()) if chain else None
     batches = iter_stream_record_batches(
         _chunks(reader, split.start_position, split.end_position),
         file=where,
@@ -200,6 +221,8 @@ def read_partition(part: InputPartition) -> Iterator[pa.RecordBatch]:
     )
     try:
         for batch in batches:
+            if epochs is not None:
+                _check_leader_epochs(batch, epochs, where)
             if rules.start_timestamp is not None or rules.end_timestamp is not None:
                 ruled = rules.apply(batch)
                 if ruled is None:

@@ -26,6 +26,7 @@ from rsm import (
     TopicIdPartition,
 )
 from rsm.api.errors import InvalidArgumentException, SegmentIntegrityError
+from rsm.copy.manifest import Manifest
 
 
 @pytest.fixture
@@ -122,16 +123,30 @@ def test_log_segment_data_files_must_be_paths(tmp_path: Path, field: str, value:
         dataclasses.replace(seg.data, **{field: value})
 
 
-def test_end_offset_past_the_segments_last_offset_refuses_the_copy(
+def test_an_end_offset_past_the_last_batch_copies_and_one_below_it_is_refused(
     rsm: RemoteStorageManager, tmp_path: Path
 ) -> None:
+    """Kafka's endOffset is the next segment's base - 1: past the last batch where compaction left a hole at
+    the segment's end (issue 21). The copy takes it and the manifest keeps both offsets; an end offset below
+    the last batch would serve offsets Kafka gives the next segment, and is refused in one line."""
     seg = make_segment(tmp_path / "seg", TopicIdPartition(uuid.uuid4(), "types", 0), batches=5)
     last = seg.metadata.end_offset
-    claimed = dataclasses.replace(seg.metadata, end_offset=last + 100)
-    with pytest.raises(SegmentIntegrityError, match=f"ends at offset {last}, expected {last + 100}"):
-        rsm.copy_log_segment_data(claimed, seg.data)
+    short = dataclasses.replace(seg.metadata, end_offset=last - 1)
+    with pytest.raises(SegmentIntegrityError) as info:
+        rsm.copy_log_segment_data(short, seg.data)
+    message = str(info.value)
+    assert (
+        "\n" not in message
+        and f"batch last offset {last} is beyond the expected end offset {last - 1}" in message
+    )
     assert _stored(tmp_path) == []
-    assert rsm.copy_log_segment_data(seg.metadata, seg.data) is not None  # the true end_offset copies
+    claimed = dataclasses.replace(seg.metadata, end_offset=last + 100)
+    assert rsm.copy_log_segment_data(claimed, seg.data) is not None
+    (path,) = (tmp_path / "store").rglob("*.manifest")
+    manifest = Manifest.from_bytes(path.read_bytes())
+    assert manifest.segment.end_offset == last + 100
+    assert manifest.integrity["last_offset"] == manifest.last_batch_offset == last
+    assert read_all(rsm.fetch_log_segment(claimed, 0)) == seg.data.log_segment.read_bytes()
 
 
 @pytest.mark.parametrize(

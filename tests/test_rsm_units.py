@@ -213,6 +213,17 @@ def _real_logs() -> list[Path]:
     return sorted(p for p in FIXTURES.rglob("*.log") if p.stat().st_size > 0)
 
 
+def _leader_epochs(raw: bytes) -> dict[int, int]:
+    """A real segment's leader epochs as Kafka's metadata gives them: each epoch's first offset."""
+    from segment_format.log_entries import iter_batches
+
+    epochs: dict[int, int] = {}
+    for _, batch in iter_batches(raw):
+        if batch.magic == 2:
+            epochs.setdefault(batch.partition_leader_epoch, batch.base_offset)
+    return epochs or {0: 0}
+
+
 def _last_offset(raw: bytes) -> int:
     """A real segment's last offset, read by segment_format (the copy wants the metadata to end there)."""
     from segment_format.log_entries import iter_batches
@@ -247,9 +258,10 @@ def test_verifier_accepts_real_kafka_segments_and_locates_corruption() -> None:
         assert info.value.position == last and "CRC" in info.value.reason, path
 
 
-def test_verifier_wants_offsets_from_start_to_exactly_end_and_counts_compressed_bytes_per_chunk() -> None:
-    """Offsets must lie inside [start, end] and the last batch end exactly at end (issue 15: a copy must not
-    claim offsets its file does not hold); per chunk, the bytes of compressed batches are counted."""
+def test_verifier_wants_offsets_inside_start_to_end_and_counts_compressed_bytes_per_chunk() -> None:
+    """Offsets must lie inside [start, end]; an end past the last batch is a compacted tail (issue 21: Kafka's
+    endOffset is the next segment's base - 1) and is accepted; per chunk, the bytes of compressed batches
+    are counted."""
     writer = pytest.importorskip("segment_format.writer")
     codecs = pytest.importorskip("segment_format.codecs")
     plain = writer.build_batch([(b"k", b"v" * 300, (), 1)], base_offset=10)
@@ -267,10 +279,12 @@ def test_verifier_wants_offsets_from_start_to_exactly_end_and_counts_compressed_
         expected[p // 256] += 1
     assert summary.compressed_bytes_per_chunk == expected
     assert summary.compressed_batch_bytes == len(packed)
-    claims_more = SegmentIntegrityVerifier("s.log", 10, 50, len(raw), 256)
-    claims_more.feed(raw)
-    with pytest.raises(SegmentIntegrityError, match="ends at offset 11, expected 50"):
-        claims_more.finish()
+    compacted_tail = SegmentIntegrityVerifier("s.log", 10, 50, len(raw), 256)
+    compacted_tail.feed(raw)
+    assert compacted_tail.finish().last_offset == 11
+    claims_less = SegmentIntegrityVerifier("s.log", 10, 10, len(raw), 256)
+    with pytest.raises(SegmentIntegrityError, match="last offset 11 is beyond the expected end offset 10"):
+        claims_less.feed(raw)
     early = SegmentIntegrityVerifier("s.log", 11, 50, len(raw), 256)
     with pytest.raises(SegmentIntegrityError, match="outside the segment's range 11..50") as info:
         early.feed(raw)
@@ -296,7 +310,14 @@ def test_real_snappy_and_gzip_segments_round_trip(tmp_path: Path) -> None:
             seg.data.offset_index.write_bytes(offset_index)
             seg.data.time_index.write_bytes(time_index)
             md = RemoteLogSegmentMetadata(
-                RemoteLogSegmentId(tip, uuid.uuid4()), base, _last_offset(raw), 0, 0, 0, len(raw), {0: base}
+                RemoteLogSegmentId(tip, uuid.uuid4()),
+                base,
+                _last_offset(raw),
+                0,
+                0,
+                0,
+                len(raw),
+                _leader_epochs(raw),
             )
             data = dataclasses.replace(seg.data, log_segment=seg.data.log_segment)
             md = dataclasses.replace(md, custom_metadata=rsm.copy_log_segment_data(md, data))

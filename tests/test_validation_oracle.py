@@ -34,6 +34,7 @@ from rsm import (
 from rsm.api.errors import RecordValidationError, SegmentIntegrityError
 from rsm.api.metadata import LogSegmentData
 from rsm.copy.manifest import Manifest
+from segment_format.leader_epoch import LeaderEpochCheckpoint
 from segment_format.log_entries import iter_batches
 
 pytestmark = pytest.mark.oracle
@@ -118,12 +119,14 @@ def _copy(
     expected = json.loads((directory / "expected.json").read_text())
     last = expected["batches"][-1]["lastOffset"]
     tip = TopicIdPartition(uuid.uuid4(), "kafka-written", 0)
+    checkpoint = (directory / "leader-epoch-checkpoint").read_bytes()
+    epochs = {e.epoch: e.start_offset for e in LeaderEpochCheckpoint.from_bytes(checkpoint).entries}
     md = RemoteLogSegmentMetadata(
-        RemoteLogSegmentId(tip, uuid.uuid4()), 0, last, 0, 1, 0, log.stat().st_size, {0: 0}
+        RemoteLogSegmentId(tip, uuid.uuid4()), 0, last, 0, 1, 0, log.stat().st_size, epochs
     )
     snapshot = next(directory.glob("*.snapshot"))
     data = LogSegmentData(log, log.with_suffix(".index"), log.with_suffix(".timeindex"), None, snapshot,
-                          (directory / "leader-epoch-checkpoint").read_bytes())  # fmt: skip
+                          checkpoint)  # fmt: skip
     try:
         rsm.copy_log_segment_data(md, data, LogConfig(topic_configs))
         return rsm, Manifest.from_bytes(next(store.rglob("*.manifest")).read_bytes())

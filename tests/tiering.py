@@ -113,6 +113,11 @@ class PartitionLog:
         self.next_offset += n
         return rows
 
+    def compact_away(self, n: int) -> None:
+        """`n` offsets the log cleaner removed: no batch holds them, and a roll right after leaves them
+        between the segment's last batch and its end offset (Kafka's: the next segment's base - 1)."""
+        self.next_offset += n
+
     def end_txn(self, producer_id: int, commit: bool) -> None:
         first = self.open_txns.pop(producer_id)
         raw = build_control_batch(
@@ -142,7 +147,8 @@ class PartitionLog:
         with SegmentWriter(seg_dir, base, index_interval_bytes=1024) as w:
             for raw in self.pending:
                 w.append(raw)
-        last = w.next_offset - 1
+        last = w.next_offset - 1  # the last batch's last offset
+        end = self.next_offset - 1  # Kafka's endOffset: past `last` after compacted-away offsets
         # the broker's producer state spans segments: an abort whose transaction began in an earlier
         # segment is indexed here with its true first offset (the writer sees only this segment)
         txn = seg_dir / f"{base:020d}.txnindex"
@@ -151,20 +157,20 @@ class PartitionLog:
         self.aborted = []
         max_ts = max(b.max_timestamp for raw in self.pending for _, b in iter_batches(raw))
         self.pending = []
-        snapshot = seg_dir / f"{last + 1:020d}.snapshot"
+        snapshot = seg_dir / f"{end + 1:020d}.snapshot"
         entries = [
             ProducerStateEntry(pid, 0, 0, last, 0, BASE_TS, 0, first)
             for pid, first in sorted(self.open_txns.items())
         ]
         snapshot.write_bytes(ProducerSnapshot(entries).to_bytes())
-        live = {e: o for e, o in self.epochs.items() if o <= last}
+        live = {e: o for e, o in self.epochs.items() if o <= end}
         live = {e: o for e, o in live.items() if not any(e2 > e and o2 <= base for e2, o2 in live.items())}
         chain = {e: max(o, base) for e, o in live.items()}
         checkpoint = f"0\n{len(chain)}\n" + "".join(f"{e} {o}\n" for e, o in sorted(chain.items()))
         metadata = RemoteLogSegmentMetadata(
             RemoteLogSegmentId(self.tip, segment_id or uuid.uuid4()),
             start_offset=base,
-            end_offset=last,
+            end_offset=end,
             max_timestamp_ms=max_ts,
             broker_id=1,
             event_timestamp_ms=BASE_TS,

@@ -12,6 +12,13 @@ epoch of the lineage ends where the next one starts. A segment's records of epoc
 log only inside the lineage's range of E, so a truncated branch (records of E past the offset where E+1
 began, or of an epoch the lineage does not contain) is cut off exactly. What is left is covered greedily
 by offset: each offset comes from one copy (the one reaching furthest, the newest among equals).
+
+Compacted history (issue 21). A segment's slice ends at its last batch (`StoredSegment.last_record_offset`),
+not at Kafka's `endOffset`, which is the next segment's base - 1 and can lie past it in a log compacted
+before it was tiered. The offsets between a used copy's last batch and its `endOffset` were compacted away
+(Kafka's log has no record there either; a consumer skips them), so they are no gap: readers return no
+rows for them and raise no data loss. Offsets no copy claims (between one segment's `endOffset` and the
+next one's base) stay a gap: records Kafka had and the store does not.
 """
 
 from __future__ import annotations
@@ -32,7 +39,10 @@ class SegmentSlice:
 
     @property
     def whole(self) -> bool:
-        return self.first_offset <= self.segment.start_offset and self.last_offset >= self.segment.end_offset
+        return (
+            self.first_offset <= self.segment.start_offset
+            and self.last_offset >= self.segment.last_record_offset
+        )
 
 
 @dataclass(frozen=True)
@@ -84,7 +94,9 @@ def _lineage(segments: list[StoredSegment]) -> dict[int, int]:
 def _valid_ranges(seg: StoredSegment, lineage: dict[int, int]) -> list[tuple[int, int]]:
     """The offset ranges of `seg` whose records are in the final log (by their epoch)."""
     if not lineage:
-        return [(seg.start_offset, seg.end_offset)]
+        return (
+            [(seg.start_offset, seg.last_record_offset)] if seg.last_record_offset >= seg.start_offset else []
+        )
     epochs = sorted(lineage)
     out = []
     for epoch, lo, hi in seg.epoch_ranges():
@@ -102,13 +114,35 @@ def _valid_ranges(seg: StoredSegment, lineage: dict[int, int]) -> list[tuple[int
     return out
 
 
+def _unclaimed(gap: tuple[int, int], claimed: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The pieces of `gap` outside every claimed range (`claimed` sorted by start)."""
+    a, b = gap
+    out = []
+    for lo, hi in claimed:
+        if hi < a or lo > b:
+            continue
+        if lo > a:
+            out.append((a, lo - 1))
+        a = max(a, hi + 1)
+        if a > b:
+            return out
+    out.append((a, b))
+    return out
+
+
 def resolve_history(partition: int, segments: Iterable[StoredSegment]) -> PartitionHistory:
     """The partition's history from all its committed copies (see the module docstring)."""
     segs = [s for s in segments if s.partition == partition and s.end_offset >= s.start_offset]
     lineage = _lineage(segs)
     candidates: list[tuple[int, int, StoredSegment]] = []
     superseded: list[tuple[StoredSegment, str]] = []
+    empty: list[StoredSegment] = []
     for seg in segs:
+        if seg.last_record_offset < seg.start_offset:
+            # the cleaner left no batch: its offsets were all compacted away, which is no loss
+            empty.append(seg)
+            superseded.append((seg, "it holds no batch (every offset compacted away)"))
+            continue
         ranges = _valid_ranges(seg, lineage)
         if not ranges:
             superseded.append((seg, "its records are on a truncated leader-epoch branch"))
@@ -128,9 +162,10 @@ def resolve_history(partition: int, segments: Iterable[StoredSegment]) -> Partit
         slices.append(SegmentSlice(seg, first, hi))
         used.add(id(seg))
         next_needed = hi + 1
-    # offsets a used copy claims but holds no batch for (a compacted tail) are no loss
-    claimed = [(s.segment.start_offset, s.segment.end_offset) for s in slices]
-    gaps = [(a, b) for a, b in gaps if not any(lo <= a and b <= hi for lo, hi in claimed)]
+    # offsets a used copy claims but holds no batch for (a compacted tail; every offset of a copy the
+    # cleaner emptied) are no loss: only what is left of a gap once their [start_offset, end_offset] is out
+    claimed = sorted({(s.start_offset, s.end_offset) for s in [*(x.segment for x in slices), *empty]})
+    gaps = [piece for gap in gaps for piece in _unclaimed(gap, claimed)]
     for seg in segs:
         if id(seg) not in used and not any(s is seg for s, _ in superseded):
             superseded.append((seg, "its offsets are all held by another copy"))

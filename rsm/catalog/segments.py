@@ -58,10 +58,9 @@ class StoredSegment:
 
     @property
     def last_record_offset(self) -> int:
-        """The last offset a batch of this copy holds (the copy's own check recorded it); the metadata's
-        end offset can lie past it (a compacted tail, or a copy before end offsets were checked)."""
-        last = self.manifest.integrity.get("last_offset", -1)
-        return last if self.start_offset <= last <= self.end_offset else self.end_offset
+        """The last offset a batch of this copy holds (`Manifest.last_batch_offset`): the metadata's end
+        offset can lie past it (a compacted tail, issue 21), and the offsets between are no record's."""
+        return self.manifest.last_batch_offset
 
     @property
     def max_timestamp_ms(self) -> int:

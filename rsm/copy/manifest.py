@@ -31,6 +31,14 @@ Spark reader and the migration tool rely on it). This module is the format's ref
 }
 ```
 
+`segment` is Kafka's metadata of the segment as the copy received it; `integrity` is what the copy's check
+found in the file. `segment.end_offset` is Kafka's `endOffset` (the next segment's base offset - 1) and
+`integrity.last_offset` the last batch's last offset: they differ where compaction left a hole at the
+segment's end (issue 21), and the offsets between them hold no record (`Manifest.last_batch_offset`; a
+manifest without `integrity.last_offset`, or of an empty segment, reads as ending at `segment.end_offset`,
+or before `segment.start_offset`). Both are kept: Kafka, `rsm store` and deletes speak of the segment's
+range, readers stop at its last batch.
+
 `log.stored_sizes[i]` is the stored length of chunk i; chunk i holds original bytes
 [i * chunk_size, min((i + 1) * chunk_size, size)) and starts in the `.log` object at the sum of the stored
 sizes before it. `codecs` and `crc32c` follow the same numbering. Every piece must decode to exactly the
@@ -353,6 +361,18 @@ class Manifest:
     @functools.cached_property
     def segment_uuid(self) -> uuid.UUID:
         return uuid_from_base64(self.segment.segment_id)
+
+    @property
+    def last_batch_offset(self) -> int:
+        """The last offset a batch of this copy holds, which the metadata's `end_offset` can lie past (a
+        compacted tail, issue 21). From `integrity` (`last_offset`, recorded by every copy's check); a
+        manifest without it (or with a value outside the segment's range) reads as ending at `end_offset`,
+        an empty segment (no batches) as `start_offset - 1`."""
+        seg = self.segment
+        if self.integrity.get("batches") == 0:
+            return seg.start_offset - 1
+        last = self.integrity.get("last_offset")
+        return last if last is not None and seg.start_offset <= last <= seg.end_offset else seg.end_offset
 
     @property
     def stored_bytes(self) -> int:

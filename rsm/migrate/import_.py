@@ -140,7 +140,7 @@ def plan_import(catalog: TopicCatalog, pdir: PartitionDir) -> Plan:
             PlanItem(
                 kind="import", topic=pdir.topic, topic_id=uuid_to_base64(tid), partition=pdir.partition,
                 start_offset=base, end_offset=-1, segment_id=sid, source=destination, destination=destination,
-                bytes=size, extra={"dir": str(pdir.path.resolve()), "log": log_path.name,
+                bytes=size, extra={"dir": str(pdir.path.resolve()), "log": log_path.name, "upper": upper,
                                    "epochs": None if pdir.epochs is None else [list(e) for e in pdir.epochs]},
             )
         )  # fmt: skip
@@ -199,20 +199,25 @@ def run(ctx: Context, item: PlanItem, state: ItemState | None) -> ItemResult:
         if last < base:
             ctx.journal.record(item, "skipped", why="no records")
             return ItemResult(item, "skipped", message="no records")
+        # Kafka's endOffset: the next segment's base - 1, past the last batch where compaction left a hole
+        # (issue 21; the catalog reads those offsets as compacted away, not as lost); the last segment's
+        # last batch. A plan journaled before `upper` was recorded has none
+        upper = item.extra.get("upper")
+        end = max(last, upper) if isinstance(upper, int) else last
         index, timeindex = work / "index", work / "timeindex"
         index.write_bytes(builder.offset_index.to_bytes())
         timeindex.write_bytes(builder.time_index.to_bytes())
-        snapshot = directory / f"{last + 1:020d}.snapshot"
+        snapshot = directory / f"{end + 1:020d}.snapshot"
         if not snapshot.exists():
             snapshot = work / "snapshot"
             snapshot.write_bytes(ProducerSnapshot([]).to_bytes())
         txn = log_path.with_suffix(".txnindex")
-        chain = segment_epochs(item.extra.get("epochs"), batch_epochs, base, last)
+        chain = segment_epochs(item.extra.get("epochs"), batch_epochs, base, end)
         checkpoint = f"0\n{len(chain)}\n" + "".join(f"{e} {o}\n" for e, o in sorted(chain.items()))
         metadata = RemoteLogSegmentMetadata(
             RemoteLogSegmentId(tip, to_uuid(item.segment_id)),
             start_offset=base,
-            end_offset=last,
+            end_offset=end,
             max_timestamp_ms=max_ts,
             broker_id=-1,
             event_timestamp_ms=int(log_path.stat().st_mtime * 1000),
@@ -228,7 +233,7 @@ def run(ctx: Context, item: PlanItem, state: ItemState | None) -> ItemResult:
         ctx.on_bytes(metadata.segment_size_in_bytes)
         crash_point(f"imported {item.ident}")
     keys = Keys.at(item.ref, Location(settings.bucket, settings.prefix))
-    ctx.journal.record(item, "done", end_offset=last, manifest=ctx.describe(keys.location, keys.manifest))
+    ctx.journal.record(item, "done", end_offset=end, manifest=ctx.describe(keys.location, keys.manifest))
     return ItemResult(item, "done", metadata.segment_size_in_bytes)
 
 

@@ -12,8 +12,9 @@ Per segment copy (one item each, from the catalog), without `--deep`:
 
 With `--deep`, also every piece decoded to its original bytes, and:
 - the log's batches, in order, through `segment_format`'s `SegmentVerifier` (every batch's CRC, lengths,
-  offsets increasing inside the segment's range), the count and last offset compared with the manifest's
-  `integrity`;
+  offsets increasing inside the segment's range, which may end past the last batch: a compacted tail;
+  every magic-2 batch's leader epoch one of the segment's, the copy's own rule), the count and last offset
+  compared with the manifest's `integrity`;
 - the indexes parsed (offset and time index, transaction index, producer snapshot with its CRC, leader-epoch
   checkpoint), each offset-index entry pointing at the start of a batch holding its offset, each time-index
   entry naming an offset of the segment.
@@ -162,6 +163,7 @@ def _pieces(
     verifier = _IndexedVerifier(
         file=log_obj, expected_start_offset=seg.start_offset, expected_end_offset=seg.end_offset,
         exact_end_offset=False, total_size=index.size,
+        leader_epochs=[int(e) for e in seg.segment_leader_epochs],  # the copy's rule (rsm.validation)
     ) if deep else None  # fmt: skip
     read = 0
     try:

@@ -78,7 +78,8 @@ public final class PluginDriver {
                         metadata = new RemoteLogSegmentMetadata(RemoteLogSegmentId.generateNew(tip),
                                 ((Number) s.get("start")).longValue(), ((Number) s.get("end")).longValue(),
                                 System.currentTimeMillis(), 1, System.currentTimeMillis(), (int) Files.size(log),
-                                Map.of(0, ((Number) s.get("start")).longValue()));
+                                segmentLeaderEpochs(Paths.get((String) s.get("epochs_file")),
+                                        ((Number) s.get("start")).longValue(), ((Number) s.get("end")).longValue()));
                         Object txn = s.get("txnindex");
                         data = new LogSegmentData(log, Paths.get((String) s.get("index")),
                                 Paths.get((String) s.get("timeindex")),
@@ -219,6 +220,33 @@ public final class PluginDriver {
             System.out.println("@@ " + Json.write(out));
             System.out.flush();
         }
+    }
+
+    /**
+     * The segment's leader epochs as Kafka's RemoteLogManager hands them to a copy: the checkpoint's entries
+     * in [start, end], the one in force at start moved to start (LeaderEpochFileCache.epochEntriesInRange).
+     * The copy refuses a batch of any other epoch; a file that is no checkpoint gives epoch 0 from start.
+     */
+    static Map<Integer, Long> segmentLeaderEpochs(Path checkpoint, long start, long end) {
+        Map<Integer, Long> out = new LinkedHashMap<>();
+        try {
+            var lines = Files.readAllLines(checkpoint, StandardCharsets.UTF_8);
+            int count = Integer.parseInt(lines.get(1).trim());
+            for (String line : lines.subList(2, 2 + count)) {
+                String[] f = line.trim().split("\\s+");
+                int epoch = Integer.parseInt(f[0]);
+                long offset = Long.parseLong(f[1]);
+                if (offset <= start) {
+                    out.clear();
+                    out.put(epoch, start);
+                } else if (offset <= end) {
+                    out.put(epoch, offset);
+                }
+            }
+        } catch (Exception e) {
+            out.clear();
+        }
+        return out.isEmpty() ? Map.of(0, start) : out;
     }
 
     private static void digest(InputStream s, long max, Map<String, Object> out) throws Exception {
