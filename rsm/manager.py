@@ -493,7 +493,7 @@ class RemoteStorageManager:
             data_key = new_data_key()
             cipher = SegmentCipher(data_key, seg.id)
             encryption = Encryption(key_id, self._keyring.wrap(key_id, data_key, seg.id.bytes))
-        # readers without a broker find a topic's segments through this record (rsm.catalog.locations)
+        # readers without a broker find a topic's segments through this record (rsm.store.locations)
         assert self._registry is not None
         registry = self._registry
         with self._errors("location record", metadata, registry.bucket, registry.prefix):
@@ -915,7 +915,9 @@ class RemoteStorageManager:
         location = self._location(metadata, log_config)
         keys = SegmentKeys.of(location, metadata)
         self._forget(keys)
-        if self._notes is not None:  # the topic's other segments there stay findable (rsm.location_notes)
+        if (
+            self._notes is not None
+        ):  # the topic's other segments there stay findable (rsm.store.location_notes)
             self._notes.deleted(metadata, [location])
         for key in keys.all():
             with self._errors("delete", metadata, keys.bucket, key):

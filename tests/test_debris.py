@@ -161,7 +161,7 @@ def _neighbour(store: ObjectStore, configs: dict[str, str], seg: Segment) -> Seg
 
 
 # after the n-th operation of its kind (the first open, write, close and mv record the topic's location,
-# rsm.catalog.locations): the .log's temporary file half written, written but not renamed, the .log done and
+# rsm.store.locations): the .log's temporary file half written, written but not renamed, the .log done and
 # the .indexes' temporary file just opened, the manifest's temporary file just opened
 FILE_KILLS = [("write", 4), ("close", 2), ("open", 3), ("open", 4)]
 # an upload with no part yet, with one part, with two (the third would go up at commit)
@@ -263,7 +263,7 @@ class LostAnswerFS:
 
 @pytest.mark.parametrize(
     ("op", "n"),
-    # the first PUT records the topic's location (rsm.catalog.locations)
+    # the first PUT records the topic's location (rsm.store.locations)
     [("complete_multipart_upload", 1), ("put_object", 2), ("put_object", 3)],
     ids=["log-complete", "indexes-put", "manifest-put"],
 )

@@ -244,7 +244,7 @@ def test_one_info_line_per_copy_with_what_an_operator_searches_for(tmp_path, cap
     tip = TopicIdPartition(uuid.uuid4(), "payments", 3)
     log_ = PartitionLog(rsm, tip, tmp_path / "w")
     log_.append(50)
-    log_.roll()  # the topic's first copy also records its location, once (rsm.catalog.locations)
+    log_.roll()  # the topic's first copy also records its location, once (rsm.store.locations)
     log_.append(50)
     caplog.set_level(logging.INFO, logger="rsm")
     caplog.clear()

@@ -101,7 +101,7 @@ def _file_configs(root: Path, **extra: str) -> dict[str, str]:
 
 
 def _files(root: Path) -> list[str]:
-    """Objects under a file store's root, less the topics' location records (rsm.catalog.locations)."""
+    """Objects under a file store's root, less the topics' location records (rsm.store.locations)."""
     return (
         sorted(
             p.relative_to(root).as_posix()

@@ -1,4 +1,4 @@
-"""Per-topic overlay (rsm.overlay): `unchecked.*` settings kept in the store for brokers that refuse them.
+"""Per-topic overlay (rsm.config.overlay): `unchecked.*` settings kept in the store for brokers that refuse them.
 
 Resolution order LogConfig > overlay > broker > default, validation with the RSM's own parsers, the cache
 TTL, isolation of a recreated topic (new id, same name), and copies landing where the overlay says on the

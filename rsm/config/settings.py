@@ -47,7 +47,9 @@ class ConfigSource(enum.Enum):
     """Where an effective value came from (names as in KIP-525's `ConfigSource`, plus TOPIC_UNCHECKED)."""
 
     TOPIC_UNCHECKED = "TOPIC_UNCHECKED"
-    TOPIC_OVERLAY = "TOPIC_OVERLAY"  # the per-topic overlay in the store (rsm.overlay), for today's brokers
+    TOPIC_OVERLAY = (
+        "TOPIC_OVERLAY"  # the per-topic overlay in the store (rsm.config.overlay), for today's brokers
+    )
     TOPIC = "TOPIC"
     BROKER = "BROKER"
     DEFAULT = "DEFAULT"
@@ -171,7 +173,7 @@ SETTINGS: tuple[Setting, ...] = (
         lambda k, v: _size(k, v, 5 << 20, 5 << 30),
         "part size of multipart uploads (S3 minimum 5 MiB)",
     ),
-    # deadlines of S3 requests; why these defaults: rsm.storage.s3_deadlines
+    # deadlines of S3 requests; why these defaults: rsm.store.objects.s3_deadlines
     Setting(
         "storage.s3.connect.timeout.ms",
         "5000",
