@@ -106,10 +106,10 @@ def main() -> int:
                 ),  # every chunk stays cached: fetches measure the fetch path
             }
         )
-        recorders = {True: rsm._metrics, False: metrics.NoMetrics()}
+        recorders = {True: rsm._state.metrics, False: metrics.NoMetrics()}
         # segment readers keep the recorder they were made with: each side keeps its own, so a block measures
         # fetches and not the making of a reader
-        readers = {True: rsm._readers, False: type(rsm._readers)(rsm._readers.max_entries)}
+        readers = {True: rsm._state.readers, False: type(rsm._state.readers)(rsm._state.readers.max_entries)}
         # the methods as they are (their failures counted) and without that wrapper, as with no metrics
         cls = type(rsm)
         methods = {
@@ -119,8 +119,8 @@ def main() -> int:
         current = list(methods[True])
 
         def switch(enabled: bool) -> None:  # what metrics.enabled chooses at configure
-            rsm._metrics = recorders[enabled]
-            rsm._readers = readers[enabled]
+            rsm._state.metrics = recorders[enabled]
+            rsm._state.readers = readers[enabled]
             current[:] = methods[enabled]
 
         def control(enabled: bool) -> None:  # the same switching, both sides without metrics
@@ -147,7 +147,7 @@ def main() -> int:
                 s.close()
 
         def cold_fetch() -> None:
-            rsm._chunks.clear()  # every chunk read from the store and checked again, as for old data
+            rsm._state.chunks.clear()  # every chunk read from the store and checked again, as for old data
             fetch()
 
         copy_on, copy_off, copy_ratio = paired(copy, switch, args.copies)

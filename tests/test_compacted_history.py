@@ -191,7 +191,7 @@ def test_the_reader_refuses_a_stored_batch_of_another_epoch(
     def unchecked(*args: Any, **kwargs: Any) -> SegmentIntegrityVerifier:
         return SegmentIntegrityVerifier(*args, **{**kwargs, "leader_epochs": None})
 
-    monkeypatch.setattr("rsm.manager.SegmentIntegrityVerifier", unchecked)
+    monkeypatch.setattr("rsm.copy.checks.SegmentIntegrityVerifier", unchecked)
     log.tier(md, data)
     monkeypatch.undo()
     with pytest.raises(ReaderError) as info:
@@ -286,7 +286,7 @@ def test_migrate_import_and_verify_agree_with_the_copy(
     log.pending[1] = _flip_epoch_bit(log.pending[1], 3)  # epoch 0 -> 8
     md, data = log.roll(copy=False)
     monkeypatch.setattr(
-        "rsm.manager.SegmentIntegrityVerifier",
+        "rsm.copy.checks.SegmentIntegrityVerifier",
         lambda *a, **kw: SegmentIntegrityVerifier(*a, **{**kw, "leader_epochs": None}),
     )
     log.tier(md, data)

@@ -435,7 +435,7 @@ def test_a_fetch_failing_mid_stream_is_counted_by_the_kind_kafka_sees(tmp_path, 
     md = log_.copied[0]
     with rsm.fetch_log_segment(md, 0) as s:  # the manifest is cached now
         s.read(1)
-    rsm._chunks.clear()
+    rsm._state.chunks.clear()
     for obj in (tmp_path / "store").rglob(f"*{md.remote_log_segment_id.id_base64}.log"):
         obj.unlink()  # the segment's data went away behind the RSM's back
     s = rsm.fetch_log_segment(md, 0)

@@ -450,7 +450,7 @@ def test_a_copy_replaced_by_another_process_is_reread_not_served_stale(tmp_path:
         )
         assert read_all(reader.fetch_log_segment(md, 0, None, lc)) == raw  # manifest now cached by the reader
         writer.copy_log_segment_data(seg.metadata, seg.data, lc)  # a retry elsewhere: new data key
-        reader._chunks.clear()
+        reader._state.chunks.clear()
         try:
             got = read_all(reader.fetch_log_segment(md, 0, None, lc))
         except RemoteStorageException:

@@ -30,6 +30,7 @@ from rsm.config.settings import ConfigSource, RsmConfig
 from rsm.copy.manifest import Manifest, ManifestError
 from rsm.copy.transform import PieceKind, SegmentCipher, TransformError, decode_piece, encode_piece
 from rsm.fetch.cache import ByteLRU, IdentityMemo
+from rsm.fetch.segments import reader_of
 from rsm.store import custom_metadata as cm
 from rsm.store.layout import Location, SegmentKeys
 from rsm.validation import SegmentIntegrityVerifier
@@ -361,19 +362,19 @@ def test_ranged_fetch_downloads_only_covering_chunks(tmp_path: Path) -> None:
         assert index.count >= 6
         rsm.fetch_log_segment(md, 0, 0).close()  # warm the manifest cache
         for start, end in [(8192 * 2 + 5, 8192 * 3 + 100), (100, 200), (8192 * 4 - 1, 8192 * 4)]:
-            rsm._chunks.clear()
+            rsm._state.chunks.clear()
             before = rsm.store.stats.snapshot()["bytes_read"]
             assert read_all(rsm.fetch_log_segment(md, start, end)) == raw[start : end + 1]
             downloaded = rsm.store.stats.snapshot()["bytes_read"] - before
             first, last = start // 8192, end // 8192
             assert downloaded == sum(index.stored_sizes[first : last + 1]), (start, end)
         # closing a stream early stops downloading: only the first chunk (and its prefetch) is read
-        rsm._chunks.clear()
+        rsm._state.chunks.clear()
         before = rsm.store.stats.snapshot()["bytes_read"]
         stream = rsm.fetch_log_segment(md, 0)
         assert stream.read(10) == raw[:10]
         stream.close()
-        rsm._executor.shutdown(wait=True)  # type: ignore[union-attr]  # let in-flight prefetches finish
+        rsm._state.executor.shutdown(wait=True)  # type: ignore[union-attr]  # let in-flight prefetches finish
         downloaded = rsm.store.stats.snapshot()["bytes_read"] - before
         assert downloaded <= sum(index.stored_sizes[:3]) < index.stored_size
     finally:
@@ -501,10 +502,12 @@ def test_a_plain_segment_reader_is_reused_and_decodes_with_the_allocator_set_las
     )  # fmt: skip
     try:
         md, raw = _copied(rsm, tmp_path, "memo")
-        first, keys = rsm._reader(md, None)
-        again, keys_again = rsm._reader(md, None)
+        first, keys = reader_of(rsm._state, md, None)
+        again, keys_again = reader_of(rsm._state, md, None)
         assert again is first and keys_again is keys  # opened once per segment
-        assert rsm._reader(dataclasses.replace(md), None)[1] == keys  # an equal metadata object: same keys
+        assert (
+            reader_of(rsm._state, dataclasses.replace(md), None)[1] == keys
+        )  # an equal metadata object: same keys
         blocks: list[int] = []
 
         def allocate(size: int) -> bytearray:
@@ -512,7 +515,9 @@ def test_a_plain_segment_reader_is_reused_and_decodes_with_the_allocator_set_las
             return bytearray(size)
 
         rsm.set_chunk_allocator(allocate)
-        assert rsm._reader(md, None)[0] is not first  # made again: it decodes with the new allocator
+        assert (
+            reader_of(rsm._state, md, None)[0] is not first
+        )  # made again: it decodes with the new allocator
         assert read_all(rsm.fetch_log_segment(md, 100, 9000)) == raw[100:9001]
         assert blocks == [8192, 8192]  # both chunks of the range went to the allocator set last
     finally:

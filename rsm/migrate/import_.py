@@ -227,7 +227,7 @@ def run(ctx: Context, item: PlanItem, state: ItemState | None) -> ItemResult:
         data = LogSegmentData(log_path, index, timeindex, txn if txn.exists() else None, snapshot,
                               checkpoint.encode())  # fmt: skip
         rsm = _rsm(ctx)
-        settings = rsm._settings(None, tip)  # noqa: SLF001 - where the copy goes, for the report
+        settings = rsm._state.settings(None, tip)  # noqa: SLF001 - where the copy goes, for the report
         ctx.record_location(item.topic, item.topic_id, Location(settings.bucket, settings.prefix))
         rsm.copy_log_segment_data(metadata, data)
         ctx.on_bytes(metadata.segment_size_in_bytes)

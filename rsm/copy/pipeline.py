@@ -1,0 +1,184 @@
+"""The copy: a rolled segment and its indexes into the store, the manifest last, as one commit.
+
+In order, so that nothing a reader can mistake for a segment reaches the store:
+1. resolve the topic's settings and the location; ask the topic policy about the topic's state (a violation
+   refuses the copy: `rsm.policy.enforce`); encode the custom metadata (refused if over 128 bytes);
+2. read the whole segment once, checking every batch, computing a CRC-32C per chunk and noting which chunks
+   are mostly already-compressed batches; run the topic's record validation policy (`rsm.copy.checks`);
+3. record the location for readers without a broker; delete a manifest left by an earlier attempt with the
+   same segment id (so readers see "missing", never a mix of two attempts), then stream the `.log` object
+   chunk by chunk and the `.indexes` object (`rsm.copy.upload`);
+4. write the manifest: the commit point. On failure, every object of the segment is removed (best effort;
+   a write whose answer was lost may have landed) and a `RemoteStorageException` names the topic-partition,
+   the segment and the object;
+5. failed or not, remove what unfinished writes of the segment's keys left (`rsm.store.debris`): temporary
+   files or multipart uploads of this attempt or of an earlier one killed mid-copy.
+
+Memory during a copy is bounded by a few chunks plus the S3 part buffer, whatever the segment size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from rsm.api.errors import ConfigException
+from rsm.api.metadata import CustomMetadata, IndexType, LogSegmentData, RemoteLogSegmentMetadata
+from rsm.copy.checks import verify_segment
+from rsm.copy.manifest import Encryption, Manifest, SegmentInfo
+from rsm.copy.transform import SegmentCipher, new_data_key
+from rsm.copy.upload import upload_indexes, upload_log
+from rsm.store import custom_metadata as cm
+from rsm.store.deletion import sweep_leftovers
+from rsm.store.layout import Location, SegmentKeys
+from rsm.store.objects import ObjectNotFound
+
+if TYPE_CHECKING:
+    from rsm.state import RsmState
+
+log = logging.getLogger("rsm.manager")  # the copy's line, under the name operators' filters know
+
+
+def copy_segment(
+    state: RsmState,
+    metadata: RemoteLogSegmentMetadata,
+    segment_data: LogSegmentData,
+    log_config: Mapping[str, str] | None,
+) -> CustomMetadata:
+    """Upload a rolled segment and its indexes (see the module docstring); returns where it went."""
+    seg = metadata.remote_log_segment_id
+    settings = state.settings(log_config, seg.topic_id_partition)
+    state.policy_gate.check_copy(
+        seg.topic_id_partition, log_config, state.topic_overlay(seg.topic_id_partition)
+    )
+    location = Location(settings.bucket, settings.prefix)
+    custom = cm.encode(location)
+    keys = SegmentKeys.of(location, metadata)
+    key_id = None
+    if settings.encryption_enabled:
+        key_id = settings.encryption_key_id
+        if state.keyring is None:
+            raise ConfigException(
+                f"topic {seg.topic_id_partition.topic} asks for encryption but no keyring is configured "
+                "(encryption.keyring.path)"
+            )
+        if not key_id:
+            raise ConfigException(
+                f"topic {seg.topic_id_partition.topic} asks for encryption but no key id is set "
+                "(unchecked.rsm.encryption.key.id, its topic overlay, or encryption.key.id)"
+            )
+        if key_id not in state.keyring:
+            raise ConfigException(
+                f"topic {seg.topic_id_partition.topic}: encryption key id {key_id!r} is not in the keyring"
+            )
+    elif state.config.get("manifest.require.authenticated"):
+        raise ConfigException(
+            f"topic {seg.topic_id_partition.topic} is not encrypted, but manifest.require.authenticated=true "
+            "would refuse to fetch its segments"
+        )
+    log_path = segment_data.log_segment
+    started = time.monotonic()
+
+    # 1. check the whole segment (batches, indexes, the topic's record policy) before anything is uploaded
+    summary, chunk_crcs, validation = verify_segment(state, metadata, segment_data, settings)
+
+    # 2. transform and upload, manifest last
+    cipher = None
+    encryption = None
+    if key_id is not None:
+        assert state.keyring is not None
+        data_key = new_data_key()
+        cipher = SegmentCipher(data_key, seg.id)
+        encryption = Encryption(key_id, state.keyring.wrap(key_id, data_key, seg.id.bytes))
+    _record_location(state, metadata, location)
+    with state.errors("removal of an earlier attempt's manifest", metadata, keys.bucket, keys.manifest):
+        state.store.delete(keys.bucket, keys.manifest)
+    state.forget(keys)
+    try:
+        chunk_index = upload_log(state, metadata, keys, log_path, settings, summary, chunk_crcs, cipher)
+        index_entries = upload_indexes(state, metadata, keys, segment_data, settings, cipher)
+        manifest = Manifest(
+            copy_id=uuid.uuid4().hex,
+            created_ms=int(time.time() * 1000),
+            segment=SegmentInfo.of(metadata, txn_idx_empty=IndexType.TRANSACTION not in index_entries),
+            location={
+                "bucket": keys.bucket,
+                "prefix": location.prefix,
+                "log": keys.log,
+                "indexes": keys.indexes,
+            },
+            encryption=encryption,
+            log=chunk_index,
+            indexes=index_entries,
+            integrity={
+                "batches": summary.batches,
+                "first_offset": -1 if summary.first_offset is None else summary.first_offset,
+                "last_offset": -1 if summary.last_offset is None else summary.last_offset,
+                "max_timestamp_ms": summary.max_timestamp_ms,
+                "first_batch_timestamp_ms": summary.first_batch_timestamp_ms,
+                "compressed_batch_bytes": summary.compressed_batch_bytes,
+            },
+            validation=validation,
+        )
+        with state.errors("manifest write", metadata, keys.bucket, keys.manifest):
+            state.store.put(keys.bucket, keys.manifest, manifest.to_bytes(cipher))
+        stored = chunk_index.stored_size + sum(e.stored_size for e in index_entries.values())
+    except BaseException:
+        # every key of the segment, the manifest first, whether or not its write seemed to succeed: a PUT
+        # or CompleteMultipartUpload whose answer was lost (a timeout, a reset connection) may have
+        # landed although it failed here. Only this copy writes these keys (Kafka runs one copy of a
+        # segment id at a time), so nothing removed here belongs to anyone else
+        for key in keys.all():
+            with contextlib.suppress(Exception):
+                state.store.delete(keys.bucket, key)
+        sweep_leftovers(state, metadata, keys)
+        raise
+    # a botocore retry of CreateMultipartUpload whose first answer was lost leaves an upload nobody
+    # completes, and an earlier attempt killed mid-copy leaves its own: both are this segment's
+    sweep_leftovers(state, metadata, keys)
+    elapsed = time.monotonic() - started
+    tip = seg.topic_id_partition
+    state.metrics.copied(tip.topic, tip.partition, summary.size, stored, 3, elapsed)
+    # one line per copy, the same fields as the delete's, to search for (never one per fetch at INFO)
+    log.info(
+        "copied segment topic=%s partition=%d segment=%s offsets=%d..%d bytes=%d stored_bytes=%d "
+        "chunks=%d time_ms=%d location=%s key_id=%s%s",
+        tip.topic,
+        tip.partition,
+        seg.id_base64,
+        metadata.start_offset,
+        metadata.end_offset,
+        summary.size,
+        stored,
+        chunk_index.count,
+        round(elapsed * 1000),
+        state.store.describe(keys.bucket, keys.stem),
+        key_id or "-",
+        ""
+        if validation is None
+        else f" validated_records={validation['records']} violations={validation['violation_count']}",
+    )
+    return custom
+
+
+def _record_location(state: RsmState, metadata: RemoteLogSegmentMetadata, location: Location) -> None:
+    """Readers without a broker find a topic's segments through this record (`rsm.store.locations`)."""
+    seg = metadata.remote_log_segment_id
+    assert state.registry is not None
+    registry = state.registry
+    with state.errors("location record", metadata, registry.bucket, registry.prefix):
+        try:
+            registry.record(seg.topic_id_partition.topic, seg.topic_id_partition.topic_id, location)
+        except (ObjectNotFound, FileNotFoundError):
+            # no default bucket (every topic names its own): the copy goes on, readers scan instead
+            if not state.registry_warned:
+                state.registry_warned = True
+                log.warning(
+                    "the default location %s does not exist, so topics' locations are not recorded there; "
+                    "readers without a broker find segments by listing the buckets they are told about",
+                    state.store.describe(registry.bucket, registry.prefix),
+                )

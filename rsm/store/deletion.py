@@ -1,0 +1,105 @@
+"""The delete: a segment's objects out of the store, the manifest first, wherever copies and forwards are.
+
+The manifest goes first so readers never see a half-deleted segment; then the `.log` and `.indexes`, the
+objects at every location `rsm migrate move` left a forward to, the forwards last (a delete cut short and
+retried still finds whatever the first attempt left), and whatever unfinished writes of the segment left
+(`rsm.store.debris`). Why the leftovers too: Kafka deletes a segment whose copy never finished (a broker or
+bridge killed mid-copy) through this call, and nothing else would ever find its temporary files or
+incomplete multipart uploads. A failure to remove them fails the delete, so Kafka retries it. A legal hold
+(`rsm.policy.enforce`) keeps the segment.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from rsm.api.metadata import RemoteLogSegmentMetadata, TopicIdPartition
+from rsm.config.names import topic_problem
+from rsm.store import forward
+from rsm.store.debris import remove_segment_leftovers
+from rsm.store.layout import SegmentKeys
+
+if TYPE_CHECKING:
+    from rsm.state import RsmState
+
+log = logging.getLogger("rsm.manager")  # the delete's line, under the name operators' filters know
+
+
+def delete_segment(
+    state: RsmState, metadata: RemoteLogSegmentMetadata, log_config: Mapping[str, str] | None
+) -> None:
+    """Remove the segment's objects, the manifest first so readers never see a half-deleted segment, then
+    whatever unfinished writes of them left (`rsm.store.debris`).
+
+    Why the leftovers too: Kafka deletes a segment whose copy never finished (a broker or bridge killed
+    mid-copy) through this call, and nothing else would ever find its temporary files or incomplete
+    multipart uploads. A failure to remove them fails the delete, so Kafka retries it.
+    """
+    # a legal hold keeps the segment (rsm.policy.enforce)
+    state.policy_gate.check_delete(metadata, log_config, _delete_overlay(state, metadata.topic_id_partition))
+    started = time.monotonic()
+    location = state.location(metadata, log_config)
+    keys = SegmentKeys.of(location, metadata)
+    state.forget(keys)
+    if state.notes is not None:  # the topic's other segments there stay findable (rsm.store.location_notes)
+        state.notes.deleted(metadata, [location])
+    for key in keys.all():
+        with state.errors("delete", metadata, keys.bucket, key):
+            state.store.delete(keys.bucket, key)
+    _delete_moved(state, metadata, keys)
+    with state.errors("removal of unfinished writes", metadata, keys.bucket, keys.stem):
+        remove_segment_leftovers(state.store, keys.bucket, keys.stem)
+    elapsed = time.monotonic() - started
+    seg = metadata.remote_log_segment_id
+    tip = seg.topic_id_partition
+    state.metrics.deleted(tip.topic, tip.partition, metadata.segment_size_in_bytes, elapsed)
+    log.info(
+        "deleted segment topic=%s partition=%d segment=%s offsets=%d..%d bytes=%d time_ms=%d location=%s",
+        tip.topic,
+        tip.partition,
+        seg.id_base64,
+        metadata.start_offset,
+        metadata.end_offset,
+        metadata.segment_size_in_bytes,
+        round(elapsed * 1000),
+        state.store.describe(keys.bucket, keys.stem),
+    )
+
+
+def sweep_leftovers(state: RsmState, metadata: RemoteLogSegmentMetadata, keys: SegmentKeys) -> None:
+    """Remove the segment's unfinished writes at the end of a copy; a failure only warns: the copy's
+    outcome stands, and `delete_log_segment_data` (or `rsm migrate gc`) tries again later."""
+    try:
+        with state.errors("removal of unfinished writes", metadata, keys.bucket, keys.stem):
+            remove_segment_leftovers(state.store, keys.bucket, keys.stem)
+    except Exception as exc:  # noqa: BLE001 - see the docstring
+        log.warning("%s", exc)
+
+
+def _delete_overlay(state: RsmState, tip: TopicIdPartition) -> Mapping[str, str]:
+    """The overlay a deletion's legal-hold check reads. A topic name Kafka refuses (only a forged value
+    gets here) can have no overlay: the store refuses its keys just below, naming them."""
+    if topic_problem(tip.topic):
+        return {}
+    return state.topic_overlay(tip)
+
+
+def _delete_moved(state: RsmState, metadata: RemoteLogSegmentMetadata, keys: SegmentKeys) -> None:
+    """After the segment's own objects: its objects at every location forwards lead to from there
+    (`rsm migrate move`), then the forwards themselves, last, so a delete cut short and retried still
+    finds whatever the first attempt left (`rsm.store.forward`)."""
+    ref = forward.SegmentRef.of(metadata)
+    with state.errors("forward read", metadata, keys.bucket, ref.forward_key(keys.location)):
+        hops = forward.chain(state.store, keys.location, ref)
+    for location in hops:
+        moved = SegmentKeys.of(location, metadata)
+        state.forget(moved)
+        for key in moved.all():
+            with state.errors("delete", metadata, moved.bucket, key):
+                state.store.delete(moved.bucket, key)
+    for location in [keys.location, *hops] if hops else []:
+        with state.errors("delete", metadata, location.bucket, ref.forward_key(location)):
+            state.store.delete(location.bucket, ref.forward_key(location))

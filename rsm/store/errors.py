@@ -1,0 +1,65 @@
+"""Store failures as Kafka's exceptions, naming the partition, the segment and the object.
+
+Kafka's RemoteLogManager tells "not found" (`RemoteResourceNotFoundException`: an optional index, a
+segment deleted meanwhile) from every other failure (`RemoteStorageException`: it retries), so every
+store call of the copy, fetch and delete paths runs inside `StoreErrors`, which says which it was and where.
+Messages never carry anything that looks like a credential (`safe_message`).
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+from rsm.api.errors import RemoteResourceNotFoundException, RemoteStorageException
+from rsm.api.metadata import RemoteLogSegmentMetadata
+from rsm.config.redact import redact_text
+from rsm.copy.manifest import ManifestError
+from rsm.copy.transform import TransformError
+from rsm.store.objects import ObjectNotFound, ObjectStore
+
+
+class StoreErrors:
+    """``with``: store failures become Kafka's exceptions, naming partition, segment and object.
+
+    A class, not a generator context manager, and the message is built only when something failed: every
+    fetch enters one, and both cost more than the rest of opening a cached segment.
+    """
+
+    __slots__ = ("_store", "_what", "_metadata", "_bucket", "_key")
+
+    def __init__(
+        self, store: ObjectStore, what: str, metadata: RemoteLogSegmentMetadata, bucket: str, key: str
+    ) -> None:
+        self._store, self._what, self._metadata, self._bucket, self._key = store, what, metadata, bucket, key
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        if exc is None or isinstance(exc, RemoteStorageException) or not isinstance(exc, Exception):
+            return False
+        seg = self._metadata.remote_log_segment_id
+        where = (
+            f"{self._what} of segment {seg.id_base64} of {seg.topic_id_partition}, "
+            f"object {self._store.describe(self._bucket, self._key)}"
+        )
+        if isinstance(exc, (ObjectNotFound, FileNotFoundError)):
+            raise RemoteResourceNotFoundException(f"{where}: not found") from None
+        if isinstance(exc, (TransformError, ManifestError)):
+            raise RemoteStorageException(f"{where}: {exc}") from None
+        # every other storage failure becomes Kafka's exception too
+        raise RemoteStorageException(f"{where}: {type(exc).__name__}: {safe_message(exc)}") from exc
+
+
+def safe_message(exc: BaseException) -> str:
+    """An exception's message without anything that looks like a credential (`rsm.config.redact.redact_text`:
+    URLs' user information, signatures, tokens, the configured credentials), cut at anything else that
+    might introduce one."""
+    text = redact_text(str(exc))
+    for marker in ("Signature=", "X-Amz-Credential=", "X-Amz-Security-Token=", "secret", "Authorization"):
+        idx = text.find(marker)
+        if idx >= 0:
+            text = text[:idx] + "[redacted]"
+    return text[:500]
