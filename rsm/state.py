@@ -29,18 +29,18 @@ from rsm.config.settings import RsmConfig, TopicSettings
 from rsm.copy.manifest import Manifest
 from rsm.fetch.cache import ByteLRU, IdentityMemo
 from rsm.fetch.reader import ChunkAllocator, SegmentReader
-from rsm.policies import BuiltinPolicies
 from rsm.policy.enforce import PolicyGate
 from rsm.policy.loading import load_topic_policy
 from rsm.policy.pending import PendingAdopter, PendingOverlayStore
-from rsm.record_validation import ValidationStats
 from rsm.store import custom_metadata as cm
 from rsm.store.errors import StoreErrors, safe_message
 from rsm.store.layout import Location, SegmentKeys
 from rsm.store.location_notes import LocationNotes
 from rsm.store.locations import LocationRegistry
 from rsm.store.objects import ObjectStore
-from rsm.validation import RecordValidationPolicy, load_policy
+from rsm.validation.api import RecordValidationPolicy, load_policy
+from rsm.validation.builtin import BuiltinPolicies
+from rsm.validation.records import ValidationStats
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class RsmState:
         store = self.store_override or ObjectStore.from_config(config)
         plain = {k: str(v) for k, v in configs.items()}
         policy_class = config.get("record.validation.policy.class.name")
-        # topics name a built-in policy (rsm.policies) unless the broker names a class
+        # topics name a built-in policy (rsm.validation.builtin) unless the broker names a class
         policy = load_policy(str(policy_class), plain) if policy_class else BuiltinPolicies()
         bucket, prefix = str(config.get("bucket")), str(config.get("prefix"))
         registry = LocationRegistry(store, bucket, prefix)

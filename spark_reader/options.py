@@ -142,7 +142,7 @@ def _assign(value: str) -> dict[str, tuple[int, ...]]:
 
 
 def _load_properties(path: str) -> dict[str, str]:
-    from rsm.bridge.server import load_properties  # the one properties parser the broker tools share
+    from rsm.config.properties import load_properties  # the one properties parser the broker tools share
 
     try:
         props = load_properties(Path(path))

@@ -25,8 +25,8 @@ from rsm import RemoteStorageManager, TopicIdPartition
 from rsm.api.errors import SegmentIntegrityError
 from rsm.catalog import TopicCatalog
 from rsm.config.settings import RsmConfig
+from rsm.copy.integrity import SegmentIntegrityVerifier
 from rsm.copy.manifest import Manifest
-from rsm.validation import SegmentIntegrityVerifier
 from spark_reader import partition_reader
 from spark_reader.errors import DataLossError, ReaderError
 from spark_reader.options import parse_options

@@ -29,8 +29,6 @@ from rsm import (
 from rsm.api.errors import ConfigException, InvalidRecordException, RecordValidationError
 from rsm.api.metadata import LogSegmentData
 from rsm.copy.manifest import Manifest
-from rsm.policies import BuiltinPolicies, JsonValuesPolicy, SchemaIdPolicy, parse_policy
-from rsm.record_validation import PerRecordAdapter, RecordValidator, projection_for
 from rsm.validation import (
     Failures,
     Header,
@@ -40,6 +38,9 @@ from rsm.validation import (
     TopicMetadata,
     VectorizedRecordValidationPolicy,
 )
+from rsm.validation.arrow import projection_for
+from rsm.validation.builtin import BuiltinPolicies, JsonValuesPolicy, SchemaIdPolicy, parse_policy
+from rsm.validation.records import PerRecordAdapter, RecordValidator
 from segment_format import columnar
 from segment_format.codecs import CompressionType
 from segment_format.indexes import build_indexes
@@ -104,7 +105,7 @@ def _last_offset(raw: bytes) -> int:
 
 def _run(policy, log: Path, value: str, chunk: int = 1000):  # type: ignore[no-untyped-def]
     """Drive a RecordValidator as the copy does: the verifier's batches, then the same chunks."""
-    from rsm.validation import SegmentIntegrityVerifier
+    from rsm.copy.integrity import SegmentIntegrityVerifier
 
     raw = log.read_bytes()
     last = _last_offset(raw)

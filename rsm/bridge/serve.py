@@ -17,9 +17,9 @@ from rsm.bridge import shm
 from rsm.bridge.admission import Limits, setting_int
 from rsm.bridge.memory import DEFAULT_MALLOC_ARENAS, DEFAULT_MMAP_THRESHOLD_BYTES, tune_allocator
 from rsm.bridge.policy_ops import policy_handlers
-from rsm.bridge.properties import load_properties, mask_configs, split_rsm_configs
 from rsm.bridge.protocol import DEFAULT_DATA_FRAME_BYTES
 from rsm.bridge.server import DEFAULT_INITIAL_FRAME_BYTES, DEFAULT_SEND_BUFFER_BYTES, BridgeServer
+from rsm.config.properties import load_properties, mask_configs, split_rsm_configs
 
 log = logging.getLogger("rsm.bridge.server")  # the name operators' log configurations already know
 

@@ -36,7 +36,6 @@ from rsm.bridge.memory import (
     tune_allocator,
 )
 from rsm.bridge.permits import WorkPermits, default_permits
-from rsm.bridge.properties import load_properties, mask_configs, split_rsm_configs
 from rsm.bridge.protocol import (
     DEFAULT_DATA_FRAME_BYTES,
     MAX_DATA_FRAME_BYTES,
@@ -50,6 +49,7 @@ from rsm.bridge.protocol import (
     ProtocolError,
     ReceiveTimeout,
 )
+from rsm.config.properties import load_properties, mask_configs, split_rsm_configs
 from rsm.processes import pid_alive
 from rsm.store.objects import ObjectStore
 

@@ -23,9 +23,9 @@ from pathlib import Path
 
 from rsm.api.errors import ConfigException, RemoteStorageException
 from rsm.api.metadata import IndexType
-from rsm.bridge.properties import rsm_configs_from_file
 from rsm.cli.dump_files import dump_files
 from rsm.config.keyring import Keyring
+from rsm.config.properties import rsm_configs_from_file
 from rsm.config.settings import RsmConfig
 from rsm.copy.manifest import Manifest, ManifestError
 from rsm.store.objects import ObjectStore

@@ -143,7 +143,7 @@ def _common(parser: argparse.ArgumentParser, default: Any) -> None:
 # -- configuration ------------------------------------------------------------------------------------------
 def load_configs(path: Path) -> dict[str, str]:
     """The RSM keys of a server.properties (`rsm.config.*`, bridge keys left out) or an rsm.properties."""
-    from rsm.bridge.properties import rsm_configs_from_file
+    from rsm.config.properties import rsm_configs_from_file
 
     configs = rsm_configs_from_file(path)
     try:

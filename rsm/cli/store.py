@@ -75,7 +75,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def _catalog(path: Path, args: argparse.Namespace) -> TopicCatalog:
-    from rsm.bridge.properties import rsm_configs_from_file
+    from rsm.config.properties import rsm_configs_from_file
 
     try:
         config = RsmConfig(rsm_configs_from_file(path))

@@ -31,11 +31,11 @@ from rich.table import Table
 
 from rsm.api.errors import ConfigException
 from rsm.api.metadata import to_uuid, uuid_to_base64
-from rsm.bridge.server import load_properties, split_rsm_configs
 from rsm.cli.console import err_console, out_console
 from rsm.cli.options import config_and_json
 from rsm.config.keyring import Keyring
 from rsm.config.overlay import TopicOverlay, TopicOverlayStore, known_keys, validate_overlay_configs
+from rsm.config.properties import load_properties, split_rsm_configs
 from rsm.config.redact import redact_text, shown
 from rsm.config.settings import ConfigEntry, ConfigSource, RsmConfig, unknown_topic_key
 from rsm.policy.api import (

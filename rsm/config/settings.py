@@ -173,7 +173,7 @@ SETTINGS: tuple[Setting, ...] = (
         lambda k, v: _size(k, v, 5 << 20, 5 << 30),
         "part size of multipart uploads (S3 minimum 5 MiB)",
     ),
-    # deadlines of S3 requests; why these defaults: rsm.store.objects.s3_deadlines
+    # deadlines of S3 requests; why these defaults: rsm.store.s3.s3_deadlines
     Setting(
         "storage.s3.connect.timeout.ms",
         "5000",

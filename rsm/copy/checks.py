@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING
 from rsm.api.errors import RecordValidationError, RemoteStorageException, SegmentIntegrityError
 from rsm.api.metadata import LogSegmentData, RemoteLogSegmentMetadata
 from rsm.config.settings import TopicSettings, ViolationAction
+from rsm.copy.integrity import IntegritySummary, SegmentIntegrityVerifier, read_index
 from rsm.copy.transform import crc32c
-from rsm.record_validation import RecordValidator, ValidationResult
-from rsm.validation import IntegritySummary, SegmentIntegrityVerifier, TopicMetadata, read_index
+from rsm.validation.records import RecordValidator, ValidationResult
+from rsm.validation.values import TopicMetadata
 
 if TYPE_CHECKING:
     from rsm.state import RsmState
@@ -31,7 +32,7 @@ def verify_segment(
 ) -> tuple[IntegritySummary, list[int], dict[str, object] | None]:
     """Read the segment once, chunk by chunk: integrity (every batch, the offset and time indexes), a
     CRC-32C per chunk, and the topic's record validation policy over the same bytes (compressed batches
-    are decompressed once, by the validation's decoder: `rsm.record_validation`). Returns the summary,
+    are decompressed once, by the validation's decoder: `rsm.validation.records`). Returns the summary,
     the chunk CRCs and the validation report for the manifest (None when the topic has no policy)."""
     path = data.log_segment
     validator = _record_validator(state, metadata, settings, path)

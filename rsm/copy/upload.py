@@ -15,10 +15,10 @@ from rsm.api.errors import RemoteStorageException
 from rsm.api.metadata import IndexType, LogSegmentData, RemoteLogSegmentMetadata
 from rsm.config.settings import TopicSettings
 from rsm.copy.checks import fill
+from rsm.copy.integrity import IntegritySummary
 from rsm.copy.manifest import ChunkIndex, IndexEntry
 from rsm.copy.transform import Codec, PieceKind, SegmentCipher, bind_crc32c, crc32c, encode_piece, piece_tag
 from rsm.store.layout import SegmentKeys
-from rsm.validation import IntegritySummary
 
 if TYPE_CHECKING:
     from rsm.state import RsmState

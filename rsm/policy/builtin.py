@@ -16,7 +16,7 @@ all of a request's problems are reported at once:
   the keyring (`encryption.keyring.path`);
 * tiered-storage sanity: remote storage needs `cleanup.policy=delete`, and local retention (time and bytes)
   may not exceed total retention (Kafka's own rule, with the broker's `log.*` defaults);
-* record validation: the topic's `record.validation.policy` must name a built-in policy (`rsm.policies`)
+* record validation: the topic's `record.validation.policy` must name a built-in policy (`rsm.validation.builtin`)
   when no `record.validation.policy.class.name` interprets it;
 * legal hold: a topic with `legal.hold=true` (`unchecked.rsm.legal.hold`, or the broker's default) may not
   be deleted, nor its records.
@@ -190,7 +190,7 @@ class BuiltinTopicPolicy(TopicManagementPolicy):
         if tiered:
             self._check_tiered_sanity(configs, cluster_state.broker_state().configs, problems)
         if settings.validation_policy and not self.validation_class:
-            from rsm.policies import parse_policy  # noqa: PLC0415 - numpy and pyarrow: only when needed
+            from rsm.validation.builtin import parse_policy  # noqa: PLC0415 - numpy and pyarrow: only when needed
 
             try:
                 parse_policy(settings.validation_policy)

@@ -12,9 +12,8 @@ Writes are atomic per object:
   part buffered at a time), completed only on commit and aborted on any failure; smaller ones are one
   PUT. S3 never shows a partial object.
 
-Credentials for S3 come from the config or, when absent, from the standard AWS chain (environment,
-shared files, instance roles) through botocore; they are never logged: the S3 store registers them with
-`rsm.config.redact` and installs its log redaction, which cleans botocore's and s3fs's DEBUG records too.
+The backends: `rsm.store.local` (a directory per bucket) and `rsm.store.s3` (credentials, deadlines, the
+multipart writer), chosen by `ObjectStore.from_config`; writers and unfinished writes in `rsm.store.writes`.
 
 Every S3 request has deadlines (`s3_deadlines`): connect and read timeouts and a number of attempts for
 botocore, and a wall-clock bound on the whole request, retries included, so an endpoint that stops answering
@@ -34,68 +33,35 @@ import contextlib
 import dataclasses
 import logging
 import os
-import re
-import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
-import fsspec
 from fsspec.exceptions import FSTimeoutError
 
-from rsm.api.errors import ConfigException, InvalidArgumentException
+from rsm.api.errors import InvalidArgumentException
 from rsm.config.names import bucket_problem, key_problem
-from rsm.config.redact import install_log_redaction, redact_text, register_secrets, split_userinfo
+from rsm.config.redact import redact_text
 from rsm.config.settings import Backend, RsmConfig
+from rsm.store import local, s3
+from rsm.store.writes import (
+    TEMP_MARK,
+    BackgroundWriter,
+    IOStats,
+    ObjectWriter,
+    UnfinishedWrite,
+    temp_name,
+    temp_target,
+)
 from segment_format.buffers import copy_into, pread_into
 from segment_format.crc import crc32c
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-
-def s3_deadlines(config: RsmConfig) -> tuple[dict[str, Any], float]:
-    """botocore's `Config` keywords (connect and read timeouts, attempts) and the deadline of one request.
-
-    Why these defaults (5 s connect, 20 s read, 3 attempts, 60 s per request): Kafka reads remote data on
-    `remote.log.reader.threads` (10) and answers a consumer after `remote.fetch.max.wait.ms` (500 ms)
-    whether or not the read is done, but the reader thread stays taken until the RSM returns; through the
-    bridge, a request fails after `bridge.request.timeout.ms` (300 s). A fetch makes at most two store
-    requests in a row before its first bytes (the manifest, then a chunk; the `.indexes` object for an
-    index), so 60 s each keeps a stalled fetch under 120 s: the reader thread comes back well before the
-    bridge gives up, and the bridge's timeout stays for the bridge's own failures. Connecting to S3 takes
-    milliseconds; 5 s covers two lost SYNs (TCP's initial retransmission timeout is 1 s, then 2 s). 20 s
-    between bytes is far above S3's first-byte latency for a chunk (tens to hundreds of ms) yet ends a
-    silent peer in time. 3 attempts is botocore's standard mode default; its backoff is bounded by the
-    request deadline anyway. A part upload must fit in one request deadline: raise it with a large
-    `storage.s3.multipart.part.size` on a slow link.
-    """
-
-    def seconds(name: str) -> float:
-        return int(config.get(name)) / 1000  # type: ignore[arg-type]
-
-    attempts = int(config.get("storage.s3.retry.max.attempts"))  # type: ignore[arg-type]
-    botocore = {
-        "connect_timeout": seconds("storage.s3.connect.timeout.ms"),
-        "read_timeout": seconds("storage.s3.read.timeout.ms"),
-        "retries": {"total_max_attempts": attempts, "mode": "standard"},
-    }
-    return botocore, seconds("storage.s3.request.timeout.ms")
-
-
-def _s3_body_errors() -> tuple[type[BaseException], ...]:
-    """What reading a response body raises when the connection fails after the headers (never before
-    them: botocore has retried those): a body cut short or reset (aiohttp's payload error, botocore's
-    streaming and incomplete-read errors) or stalled past the read timeout (aiobotocore's body timeout)."""
-    from aiobotocore.response import AioReadTimeoutError
-    from aiohttp import ClientPayloadError
-    from botocore.exceptions import IncompleteReadError, ResponseStreamingError
-
-    return (ClientPayloadError, ResponseStreamingError, IncompleteReadError, AioReadTimeoutError)
+__all__ = ["ObjectInfo", "ObjectNotFound", "ObjectStore", "UnfinishedWrite", "temp_name"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,76 +87,6 @@ class ObjectNotFound(Exception):
     """The object does not exist (the manager turns it into RemoteResourceNotFoundException)."""
 
 
-TEMP_MARK = ".tmp-"
-# `.<name>.tmp-<12 hex>`: the only names the file store's writer gives its temporary files, so a file is
-# taken for an unfinished write only when it has exactly this shape (nothing else is ever removed as one)
-_TEMP_NAME = re.compile(r"\.(.+)" + re.escape(TEMP_MARK) + r"[0-9a-f]{12}")
-
-
-def temp_name(name: str) -> str:
-    """The hidden name a file-store write of `name` goes to before its rename: `.<name>.tmp-<12 hex>`."""
-    return f".{name}{TEMP_MARK}{uuid.uuid4().hex[:12]}"
-
-
-def temp_target(filename: str) -> str | None:
-    """The name whose unfinished write `filename` is the temporary file of, or None (see `temp_name`)."""
-    found = _TEMP_NAME.fullmatch(filename)
-    return found.group(1) if found else None
-
-
-@dataclass(frozen=True)
-class UnfinishedWrite:
-    """What an interrupted write of one object left: a temporary file (file store) or an incomplete
-    multipart upload (S3). Neither is visible as the object, but both take space (S3 bills upload parts)
-    until removed (`ObjectStore.discard`).
-
-    `started` (epoch seconds: the file's mtime, the upload's initiation) is for a grace period: a tool that
-    sweeps a whole store must not take a write still under way for a leftover.
-    """
-
-    bucket: str
-    key: str  # the object the write was for
-    temp_path: str | None = None  # file store: the temporary file
-    upload_id: str | None = None  # S3: the multipart upload
-    started: float | None = None
-
-    def __str__(self) -> str:
-        if self.upload_id is not None:
-            return f"incomplete multipart upload {self.upload_id[:16]} of s3://{self.bucket}/{self.key}"
-        return f"temporary file {self.temp_path} of file:{self.bucket}/{self.key}"
-
-
-class ObjectWriter(Protocol):
-    def write(self, data: bytes | memoryview) -> None: ...
-    def commit(self) -> None: ...
-    def abort(self) -> None: ...
-
-
-class IOStats:
-    """Bytes and requests through the store, for benchmarks and for tests of ranged fetches."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.bytes_read = 0
-        self.bytes_written = 0
-        self.reads = 0
-        self.writes = 0
-
-    def read(self, n: int) -> None:
-        with self._lock:
-            self.bytes_read += n
-            self.reads += 1
-
-    def wrote(self, n: int, objects: int = 0) -> None:
-        with self._lock:
-            self.bytes_written += n
-            self.writes += objects
-
-    def snapshot(self) -> dict[str, int]:
-        with self._lock:
-            return {"bytes_read": self.bytes_read, "bytes_written": self.bytes_written, "reads": self.reads}
-
-
 class ObjectStore:
     """Buckets and keys over an fsspec filesystem."""
 
@@ -209,9 +105,7 @@ class ObjectStore:
         self.backend = backend
         self.request_timeout = request_timeout if backend is Backend.S3 else None
         self.attempts = attempts
-        self._body_errors: tuple[type[BaseException], ...] = (
-            _s3_body_errors() if backend is Backend.S3 else ()
-        )
+        self._body_errors: tuple[type[BaseException], ...] = s3.body_errors() if backend is Backend.S3 else ()
         # resolved once: symlinks in the root's own path are the operator's; any below it are refused
         self.root = root.expanduser().resolve() if root is not None else None
         self.part_size = part_size
@@ -227,79 +121,12 @@ class ObjectStore:
 
     @classmethod
     def from_config(cls, config: RsmConfig) -> ObjectStore:
+        """The store the configuration names: a local directory (`rsm.store.local`) or S3 (`rsm.store.s3`)."""
         part_size = int(config.get("storage.s3.multipart.part.size"))  # type: ignore[arg-type]
         if config.backend is Backend.FILE:
-            root = config.file_root
-            assert root is not None  # checked by RsmConfig
-            root = root.expanduser().resolve()
-            try:
-                root.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:  # a file where the store should be, a read-only parent...
-                what = (
-                    "is a file, not a directory" if root.is_file() else f"cannot be created ({exc.strerror})"
-                )
-                raise ConfigException(f"config storage.file.root {root} {what}") from None
-            fs = fsspec.filesystem("file", auto_mkdir=True, skip_instance_cache=True)
+            fs, root = local.open_filesystem(config)
             return cls(fs, Backend.FILE, root, part_size)
-        import s3fs  # imported here: the file store must not pay for botocore
-
-        install_log_redaction()  # botocore's DEBUG log shows the session token and the access key id
-        client_kwargs: dict[str, Any] = {}
-        endpoint = config.get("storage.s3.endpoint.url")
-        region = config.get("storage.s3.region")
-        if endpoint:
-            endpoint, userinfo = split_userinfo(str(endpoint))
-            if userinfo is not None:
-                # S3 requests are signed, and aiohttp refuses a URL's credentials beside the signature's
-                # Authorization header (every request would fail): they are dropped, and never shown
-                register_secrets(userinfo, *userinfo.split(":", 1))
-                log.warning(
-                    "config storage.s3.endpoint.url carries credentials (user information, not shown): they are "
-                    "not used; S3 requests are signed with storage.s3.access.key.id and secret.access.key"
-                )
-            client_kwargs["endpoint_url"] = endpoint
-        if region:
-            client_kwargs["region_name"] = region
-        kwargs: dict[str, Any] = {}
-        register_secrets(
-            *(
-                str(config.get(name)) if config.get(name) else None
-                for name in (
-                    "storage.s3.access.key.id",
-                    "storage.s3.secret.access.key",
-                    "storage.s3.session.token",
-                )
-            )
-        )
-        if config.get("storage.s3.access.key.id"):
-            kwargs["key"] = config.get("storage.s3.access.key.id")
-            kwargs["secret"] = config.get("storage.s3.secret.access.key")
-            if config.get("storage.s3.session.token"):
-                kwargs["token"] = config.get("storage.s3.session.token")
-        botocore, request_timeout = s3_deadlines(config)
-        if config.get("metrics.enabled"):
-            # S3 requests, retries, throttles and failures per operation (rsm.metrics): handlers on the
-            # session reach every client s3fs makes from it, a client re-made after a dropped session too
-            from aiobotocore.session import AioSession
-
-            from rsm.metrics import S3Hooks
-
-            session = AioSession()
-            S3Hooks().register(session)
-            kwargs["session"] = session
-        fs = s3fs.S3FileSystem(
-            client_kwargs=client_kwargs,
-            config_kwargs=botocore,
-            skip_instance_cache=True,
-            use_listings_cache=False,
-            default_block_size=part_size,
-            **kwargs,
-        )
-        # s3fs retries in loops of its own, nested (cat_file's around _call_s3's), each around botocore's
-        # attempts: 5 x 5 x botocore's made a stalled read last minutes. botocore's attempts are the only ones
-        # (and, for a GET whose body fails after botocore returned, `_remote`'s: the same number, one loop)
-        fs.retries = 1
-        attempts = int(config.get("storage.s3.retry.max.attempts"))  # type: ignore[arg-type]
+        fs, request_timeout, attempts = s3.open_filesystem(config, part_size)
         return cls(fs, Backend.S3, None, part_size, request_timeout, attempts)
 
     def _remote(
@@ -386,8 +213,8 @@ class ObjectStore:
         caller can overlap with transforming the next chunk; a local write is a memory copy).
         """
         if self.backend is Backend.FILE:
-            return _FileWriter(self, self.path(bucket, key))
-        writer = _S3Writer(self, bucket, key)
+            return local.FileWriter(self.fs, self.stats, self.path(bucket, key))
+        writer = s3.S3Writer(self._remote, self.fs, self.stats, self.part_size, bucket, key)
         return BackgroundWriter(writer) if background else writer
 
     def put(self, bucket: str, key: str, data: bytes) -> None:
@@ -610,165 +437,3 @@ class ObjectStore:
         except FileNotFoundError:
             return False
         return True
-
-
-class BackgroundWriter:
-    """Hands writes to a thread so the caller transforms the next chunk while a part uploads.
-
-    At most `depth` pieces wait in the queue, so memory stays bounded. A failure in the thread surfaces
-    at the next `write()` or at `commit()`; `abort()` stops the thread and aborts the object.
-    """
-
-    _DONE = object()
-
-    def __init__(self, inner: ObjectWriter, depth: int = 2) -> None:
-        import queue
-
-        self._inner = inner
-        self._queue: queue.Queue[object] = queue.Queue(maxsize=depth)
-        self._error: BaseException | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="rsm-upload", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is self._DONE:
-                return
-            if self._error is not None or self._stop.is_set():
-                continue  # drain without writing after a failure or an abort
-            try:
-                self._inner.write(item)  # type: ignore[arg-type]
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-                self._error = exc
-
-    def _raise_pending(self) -> None:
-        if self._error is not None:
-            raise self._error
-
-    def write(self, data: bytes | memoryview) -> None:
-        self._raise_pending()
-        self._queue.put(bytes(data) if isinstance(data, memoryview) else data)
-
-    def _finish_thread(self) -> None:
-        self._queue.put(self._DONE)
-        self._thread.join()
-
-    def commit(self) -> None:
-        self._finish_thread()
-        if self._error is not None:
-            self._inner.abort()
-            raise self._error
-        self._inner.commit()
-
-    def abort(self) -> None:
-        self._stop.set()
-        self._finish_thread()
-        self._inner.abort()
-
-
-class _FileWriter:
-    """Write to a temporary name next to the destination, rename on commit."""
-
-    def __init__(self, store: ObjectStore, path: str) -> None:
-        self._store = store
-        self._path = path
-        directory, _, name = path.rpartition("/")
-        self._tmp = f"{directory}/{temp_name(name)}"
-        self._file = store.fs.open(self._tmp, "wb")
-        self._size = 0
-
-    def write(self, data: bytes | memoryview) -> None:
-        self._file.write(data)
-        self._size += len(data)
-
-    def commit(self) -> None:
-        try:
-            self._file.close()
-            self._store.fs.mv(self._tmp, self._path)
-        except BaseException:
-            self.abort()
-            raise
-        self._store.stats.wrote(self._size, 1)
-
-    def abort(self) -> None:
-        try:
-            self._file.close()
-        except Exception:  # noqa: BLE001 - the write already failed; the cleanup below matters more
-            log.debug("closing %s after a failed write", self._tmp, exc_info=True)
-        try:
-            self._store.fs.rm_file(self._tmp)
-        except FileNotFoundError:
-            pass
-        except Exception:  # noqa: BLE001
-            log.warning("could not remove temporary file %s", self._tmp, exc_info=True)
-
-
-class _S3Writer:
-    """A multipart upload driven directly (through s3fs's client): parts of `part_size` go up as the
-    buffer fills, the upload completes on commit and is aborted otherwise; an object smaller than one part
-    is a single PUT. Each part buffer is handed to the client as is and a new one started, so an upload
-    holds about one part in memory (s3fs's buffered file holds and copies several)."""
-
-    def __init__(self, store: ObjectStore, bucket: str, key: str) -> None:
-        self._store = store
-        self._bucket = bucket
-        self._key = key
-        self._buf = bytearray()
-        self._upload_id: str | None = None
-        self._parts: list[dict[str, object]] = []
-        self._size = 0
-
-    def _call(self, method: str, **kwargs: object) -> dict[str, object]:
-        store = self._store
-        return store._remote(
-            self._bucket, self._key, store.fs.call_s3, method, Bucket=self._bucket, Key=self._key, **kwargs
-        )
-
-    def write(self, data: bytes | memoryview) -> None:
-        self._buf += data
-        self._size += len(data)
-        if len(self._buf) >= self._store.part_size:
-            self._flush()
-
-    def _flush(self) -> None:
-        if self._upload_id is None:
-            self._upload_id = str(self._call("create_multipart_upload")["UploadId"])
-        body = bytes(self._buf)  # botocore copies anything that is not bytes; the bytearray goes at once
-        self._buf = bytearray()
-        number = len(self._parts) + 1
-        out = self._call("upload_part", UploadId=self._upload_id, PartNumber=number, Body=body)
-        self._parts.append({"PartNumber": number, "ETag": out["ETag"]})
-
-    def commit(self) -> None:
-        try:
-            if self._upload_id is None:
-                self._call("put_object", Body=bytes(self._buf))
-            else:
-                if self._buf:
-                    self._flush()
-                self._call(
-                    "complete_multipart_upload",
-                    UploadId=self._upload_id,
-                    MultipartUpload={"Parts": self._parts},
-                )
-        except BaseException:
-            self.abort()
-            raise
-        self._buf = bytearray()
-        self._store.stats.wrote(self._size, 1)
-        self._store.fs.invalidate_cache(f"{self._bucket}/{self._key}")
-
-    def abort(self) -> None:
-        self._buf = bytearray()
-        if self._upload_id is None:
-            return
-        try:
-            self._call("abort_multipart_upload", UploadId=self._upload_id)
-        except FileNotFoundError:  # NoSuchUpload: completed after all (its answer was lost) or aborted
-            log.debug("the multipart upload of s3://%s/%s is gone already", self._bucket, self._key)
-        except Exception:  # noqa: BLE001 - the upload already failed; S3 lifecycle rules reap leftovers
-            log.warning(
-                "could not abort the multipart upload of s3://%s/%s", self._bucket, self._key, exc_info=True
-            )

@@ -29,87 +29,30 @@ from __future__ import annotations
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from itertools import repeat
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from rsm.api.errors import InvalidRecordException, RemoteStorageException, SegmentIntegrityError
-from rsm.validation import (
+from rsm.validation.api import RecordValidationPolicy, VectorizedRecordValidationPolicy
+from rsm.validation.arrow import BATCH_ROW_SCHEMA, projection_for
+from rsm.validation.values import (
     Failures,
     Header,
     RecordIntrospectionHints,
     RecordProxy,
-    RecordValidationPolicy,
     TopicMetadata,
-    VectorizedRecordValidationPolicy,
     Violation,
 )
-from segment_format.columnar import ChunkDecoder, Projection
+from segment_format.columnar import ChunkDecoder
 from segment_format.errors import CorruptRecordError
 from segment_format.log_entries import AnyRecordBatch
 
-__all__ = [
-    "BATCH_ROW_SCHEMA",
-    "PerRecordAdapter",
-    "RecordValidator",
-    "ValidationResult",
-    "ValidationStats",
-    "projection_for",
-    "proxies_to_batch",
-]
-
 MAX_REPORTED = 100  # violations listed in a report (all are counted)
 REASON_CHARS = 300
-
-#: The rows a policy that reads nothing of a record sees: one per record batch.
-BATCH_ROW_SCHEMA = pa.schema(
-    [
-        pa.field("offset", pa.int64(), nullable=False),
-        pa.field("timestamp", pa.int64(), nullable=False),
-        pa.field("last_offset", pa.int64(), nullable=False),
-        pa.field("record_count", pa.int64(), nullable=False),
-    ]
-)
-
-
-def _byte_count(n: int) -> int:
-    """A hint's byte count for the decoder: -1 for all (any negative, or Java's Long.MAX_VALUE)."""
-    return -1 if n < 0 or n >= 2**31 - 1 else int(n)
-
-
-def projection_for(hints: RecordIntrospectionHints) -> Projection:
-    """What the decoder materialises for a policy: the hinted headers, key bytes and value bytes only."""
-    return Projection(
-        key_bytes=_byte_count(hints.access_key_bytes),
-        value_bytes=_byte_count(hints.access_value_bytes),
-        headers=bool(hints.access_headers),
-        batch_fields=False,
-        control=False,
-    )
-
-
-def _cut(data: bytes | None, n: int) -> bytes | None:
-    return data if data is None or n < 0 else data[:n]
-
-
-def proxies_to_batch(records: Sequence[RecordProxy], hints: RecordIntrospectionHints) -> pa.RecordBatch:
-    """Records as the Arrow batch a vectorised policy with these hints sees (for its per-record entry)."""
-    projection = projection_for(hints)
-    schema = projection.schema if hints.needs_records else BATCH_ROW_SCHEMA
-    columns: dict[str, list[Any]] = {
-        "offset": [r.offset for r in records],
-        "timestamp": [r.timestamp for r in records],
-        "last_offset": [r.offset for r in records],
-        "record_count": [1 for _ in records],
-        "key": [_cut(r.key, projection.key_bytes) for r in records],
-        "value": [_cut(r.value, projection.value_bytes) for r in records],
-        "headers": [[{"key": h.key, "value": h.value} for h in r.headers] for r in records],
-    }
-    return pa.RecordBatch.from_pydict({name: columns[name] for name in schema.names}, schema=schema)
 
 
 class PerRecordAdapter:

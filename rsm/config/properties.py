@@ -1,7 +1,8 @@
-"""The broker's properties file as the bridge reads it: ``rsm.config.*`` keys for the RSM, ``bridge.*`` keys
-for the bridge itself.
+"""The broker's properties file as the bridge and the tools read it: ``rsm.config.*`` keys for the RSM,
+``bridge.*`` keys for the bridge itself.
 
-Why a module of its own: the CLI (``rsm topic-config``) reads the same file without starting a bridge.
+Why here, in the configuration: the bridge, the CLI (``rsm topic-config``, ``store``, ``migrate``) and the
+Spark reader (its ``rsm.properties`` option) read the same file, and none of them should need the others.
 """
 
 from __future__ import annotations

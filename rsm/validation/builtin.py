@@ -29,15 +29,12 @@ import orjson
 import pyarrow as pa
 
 from rsm.api.errors import ConfigException
-from rsm.validation import (
-    Failures,
-    RecordIntrospectionHints,
-    RecordProxy,
+from rsm.validation.api import (
     RecordValidationPolicy,
     RequireHeaderValidationPolicy,
-    TopicMetadata,
     VectorizedRecordValidationPolicy,
 )
+from rsm.validation.values import Failures, RecordIntrospectionHints, RecordProxy, TopicMetadata
 
 __all__ = ["BuiltinPolicies", "JsonValuesPolicy", "SchemaIdPolicy", "parse_policy"]
 

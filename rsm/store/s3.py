@@ -1,0 +1,199 @@
+"""S3 through s3fs: the filesystem the store speaks to, its deadlines, and the multipart writer.
+
+Credentials come from the config or, when absent, from the standard AWS chain (environment, shared files,
+instance roles) through botocore; they are never logged: they are registered with `rsm.config.redact`,
+whose log redaction cleans botocore's and s3fs's DEBUG records too. Every request has deadlines
+(`s3_deadlines`); objects larger than one part go up as a multipart upload completed only on commit and
+aborted on any failure, so S3 never shows a partial object.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from rsm.config.redact import install_log_redaction, register_secrets, split_userinfo
+from rsm.config.settings import RsmConfig
+from rsm.store.writes import IOStats
+
+log = logging.getLogger(__name__)
+
+
+def s3_deadlines(config: RsmConfig) -> tuple[dict[str, Any], float]:
+    """botocore's `Config` keywords (connect and read timeouts, attempts) and the deadline of one request.
+
+    Why these defaults (5 s connect, 20 s read, 3 attempts, 60 s per request): Kafka reads remote data on
+    `remote.log.reader.threads` (10) and answers a consumer after `remote.fetch.max.wait.ms` (500 ms)
+    whether or not the read is done, but the reader thread stays taken until the RSM returns; through the
+    bridge, a request fails after `bridge.request.timeout.ms` (300 s). A fetch makes at most two store
+    requests in a row before its first bytes (the manifest, then a chunk; the `.indexes` object for an
+    index), so 60 s each keeps a stalled fetch under 120 s: the reader thread comes back well before the
+    bridge gives up, and the bridge's timeout stays for the bridge's own failures. Connecting to S3 takes
+    milliseconds; 5 s covers two lost SYNs (TCP's initial retransmission timeout is 1 s, then 2 s). 20 s
+    between bytes is far above S3's first-byte latency for a chunk (tens to hundreds of ms) yet ends a
+    silent peer in time. 3 attempts is botocore's standard mode default; its backoff is bounded by the
+    request deadline anyway. A part upload must fit in one request deadline: raise it with a large
+    `storage.s3.multipart.part.size` on a slow link.
+    """
+
+    def seconds(name: str) -> float:
+        return int(config.get(name)) / 1000  # type: ignore[arg-type]
+
+    attempts = int(config.get("storage.s3.retry.max.attempts"))  # type: ignore[arg-type]
+    botocore = {
+        "connect_timeout": seconds("storage.s3.connect.timeout.ms"),
+        "read_timeout": seconds("storage.s3.read.timeout.ms"),
+        "retries": {"total_max_attempts": attempts, "mode": "standard"},
+    }
+    return botocore, seconds("storage.s3.request.timeout.ms")
+
+
+def body_errors() -> tuple[type[BaseException], ...]:
+    """What reading a response body raises when the connection fails after the headers (never before
+    them: botocore has retried those): a body cut short or reset (aiohttp's payload error, botocore's
+    streaming and incomplete-read errors) or stalled past the read timeout (aiobotocore's body timeout)."""
+    from aiobotocore.response import AioReadTimeoutError
+    from aiohttp import ClientPayloadError
+    from botocore.exceptions import IncompleteReadError, ResponseStreamingError
+
+    return (ClientPayloadError, ResponseStreamingError, IncompleteReadError, AioReadTimeoutError)
+
+
+def open_filesystem(config: RsmConfig, part_size: int) -> tuple[Any, float, int]:
+    """The S3 filesystem for the configuration, the deadline of one request (seconds, retries included)
+    and the attempts of a GET whose body fails after its headers."""
+    import s3fs  # imported here: the file store must not pay for botocore
+
+    install_log_redaction()  # botocore's DEBUG log shows the session token and the access key id
+    client_kwargs: dict[str, Any] = {}
+    endpoint = config.get("storage.s3.endpoint.url")
+    region = config.get("storage.s3.region")
+    if endpoint:
+        endpoint, userinfo = split_userinfo(str(endpoint))
+        if userinfo is not None:
+            # S3 requests are signed, and aiohttp refuses a URL's credentials beside the signature's
+            # Authorization header (every request would fail): they are dropped, and never shown
+            register_secrets(userinfo, *userinfo.split(":", 1))
+            log.warning(
+                "config storage.s3.endpoint.url carries credentials (user information, not shown): they are "
+                "not used; S3 requests are signed with storage.s3.access.key.id and secret.access.key"
+            )
+        client_kwargs["endpoint_url"] = endpoint
+    if region:
+        client_kwargs["region_name"] = region
+    kwargs: dict[str, Any] = {}
+    register_secrets(
+        *(
+            str(config.get(name)) if config.get(name) else None
+            for name in (
+                "storage.s3.access.key.id",
+                "storage.s3.secret.access.key",
+                "storage.s3.session.token",
+            )
+        )
+    )
+    if config.get("storage.s3.access.key.id"):
+        kwargs["key"] = config.get("storage.s3.access.key.id")
+        kwargs["secret"] = config.get("storage.s3.secret.access.key")
+        if config.get("storage.s3.session.token"):
+            kwargs["token"] = config.get("storage.s3.session.token")
+    botocore, request_timeout = s3_deadlines(config)
+    if config.get("metrics.enabled"):
+        # S3 requests, retries, throttles and failures per operation (rsm.metrics): handlers on the
+        # session reach every client s3fs makes from it, a client re-made after a dropped session too
+        from aiobotocore.session import AioSession
+
+        from rsm.metrics import S3Hooks
+
+        session = AioSession()
+        S3Hooks().register(session)
+        kwargs["session"] = session
+    fs = s3fs.S3FileSystem(
+        client_kwargs=client_kwargs,
+        config_kwargs=botocore,
+        skip_instance_cache=True,
+        use_listings_cache=False,
+        default_block_size=part_size,
+        **kwargs,
+    )
+    # s3fs retries in loops of its own, nested (cat_file's around _call_s3's), each around botocore's
+    # attempts: 5 x 5 x botocore's made a stalled read last minutes. botocore's attempts are the only ones
+    # (and, for a GET whose body fails after botocore returned, `_remote`'s: the same number, one loop)
+    fs.retries = 1
+    attempts = int(config.get("storage.s3.retry.max.attempts"))  # type: ignore[arg-type]
+    return fs, request_timeout, attempts
+
+
+class S3Writer:
+    """A multipart upload driven directly (through s3fs's client): parts of `part_size` go up as the
+    buffer fills, the upload completes on commit and is aborted otherwise; an object smaller than one part
+    is a single PUT. Each part buffer is handed to the client as is and a new one started, so an upload
+    holds about one part in memory (s3fs's buffered file holds and copies several)."""
+
+    def __init__(
+        self, remote: Callable[..., Any], fs: Any, stats: IOStats, part_size: int, bucket: str, key: str
+    ) -> None:
+        """`remote`: `ObjectStore._remote` (each request within its deadline); `fs`: the S3 filesystem."""
+        self._remote = remote
+        self._fs = fs
+        self._stats = stats
+        self._part_size = part_size
+        self._bucket = bucket
+        self._key = key
+        self._buf = bytearray()
+        self._upload_id: str | None = None
+        self._parts: list[dict[str, object]] = []
+        self._size = 0
+
+    def _call(self, method: str, **kwargs: object) -> dict[str, object]:
+        return self._remote(
+            self._bucket, self._key, self._fs.call_s3, method, Bucket=self._bucket, Key=self._key, **kwargs
+        )
+
+    def write(self, data: bytes | memoryview) -> None:
+        self._buf += data
+        self._size += len(data)
+        if len(self._buf) >= self._part_size:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._upload_id is None:
+            self._upload_id = str(self._call("create_multipart_upload")["UploadId"])
+        body = bytes(self._buf)  # botocore copies anything that is not bytes; the bytearray goes at once
+        self._buf = bytearray()
+        number = len(self._parts) + 1
+        out = self._call("upload_part", UploadId=self._upload_id, PartNumber=number, Body=body)
+        self._parts.append({"PartNumber": number, "ETag": out["ETag"]})
+
+    def commit(self) -> None:
+        try:
+            if self._upload_id is None:
+                self._call("put_object", Body=bytes(self._buf))
+            else:
+                if self._buf:
+                    self._flush()
+                self._call(
+                    "complete_multipart_upload",
+                    UploadId=self._upload_id,
+                    MultipartUpload={"Parts": self._parts},
+                )
+        except BaseException:
+            self.abort()
+            raise
+        self._buf = bytearray()
+        self._stats.wrote(self._size, 1)
+        self._fs.invalidate_cache(f"{self._bucket}/{self._key}")
+
+    def abort(self) -> None:
+        self._buf = bytearray()
+        if self._upload_id is None:
+            return
+        try:
+            self._call("abort_multipart_upload", UploadId=self._upload_id)
+        except FileNotFoundError:  # NoSuchUpload: completed after all (its answer was lost) or aborted
+            log.debug("the multipart upload of s3://%s/%s is gone already", self._bucket, self._key)
+        except Exception:  # noqa: BLE001 - the upload already failed; S3 lifecycle rules reap leftovers
+            log.warning(
+                "could not abort the multipart upload of s3://%s/%s", self._bucket, self._key, exc_info=True
+            )
