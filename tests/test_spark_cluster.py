@@ -16,7 +16,6 @@ import os
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -153,29 +152,11 @@ def cluster_driver(master: str, store: dict[str, str]) -> dict[str, Any]:
 def tiered_topic(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], list[Any]]:
     """A 3-partition topic of 3 segments each in a file store: codecs, headers, null keys, a committed
     and an aborted transaction."""
-    from tiering import PartitionLog
-
-    from rsm import RemoteStorageManager, TopicIdPartition
+    from tiering import tier_mixed_topic
 
     base = tmp_path_factory.mktemp("cluster-store")
     store = {"storage.backend": "file", "storage.file.root": str(base / "store"), "bucket": "shared"}
-    rsm = RemoteStorageManager()
-    rsm.configure({**store, "chunk.size": "8192"})
-    tid = uuid.uuid4()
-    logs = []
-    for p in range(3):
-        log = PartitionLog(rsm, TopicIdPartition(tid, TOPIC, p), base / f"w{p}")
-        for s in range(3):
-            log.append(120, codec=(p + s) % 5)
-            if p == 0 and s == 1:
-                log.append(20, producer_id=11, transactional=True)
-                log.append(15, producer_id=12, transactional=True)
-                log.end_txn(11, commit=True)
-                log.end_txn(12, commit=False)
-            log.append(60, codec=4, value_size=40)
-            log.roll()
-        logs.append(log)
-    rsm.close()
+    logs = tier_mixed_topic(base, TOPIC, store)
     return store, logs
 
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tiering import PartitionLog
+from tiering import PartitionLog, tier_mixed_topic
 
 from rsm import RemoteStorageManager, TopicIdPartition
 
@@ -58,24 +58,10 @@ def tiered(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], li
     """3 partitions of 3 segments in a file store, codecs mixed, a committed and an aborted transaction."""
     base = tmp_path_factory.mktemp("sessions-store")
     store = {"storage.backend": "file", "storage.file.root": str(base / "store"), "bucket": "users"}
-    rsm = RemoteStorageManager()
-    rsm.configure({**store, "chunk.size": "8192"})
-    tid = uuid.uuid4()
-    logs = []
-    for p in range(3):
-        log = PartitionLog(rsm, TopicIdPartition(tid, TOPIC, p), base / f"w{p}")
-        for s in range(3):
-            log.append(90, codec=(p + s) % 5)
-            if p == 1 and s == 1:
-                log.append(20, producer_id=21, transactional=True)
-                log.append(15, producer_id=22, transactional=True)
-                log.end_txn(21, commit=True)
-                log.end_txn(22, commit=False)
-            # values of 3 bytes: the filter's length(value) > 3 drops them
-            log.append(40, codec=4, value_size=3)
-            log.roll()
-        logs.append(log)
-    rsm.close()
+    # tails of 3-byte values: the filter's length(value) > 3 drops them
+    logs = tier_mixed_topic(
+        base, TOPIC, store, records=90, tail_records=40, tail_value_size=3, txn_partition=1
+    )
     return store, logs
 
 

@@ -205,6 +205,43 @@ class PartitionLog:
         return rows
 
 
+def tier_mixed_topic(
+    base: Path,
+    topic: str,
+    store: dict[str, str],
+    *,
+    records: int = 120,
+    tail_records: int = 60,
+    tail_value_size: int = 40,
+    txn_partition: int = 0,
+    partitions: int = 3,
+    segments: int = 3,
+) -> list[PartitionLog]:
+    """A topic of `partitions` x `segments` segments tiered into `store` (8 KiB chunks): codecs mixed, each
+    segment ending with `tail_records` zstd records of `tail_value_size`-byte values, and a committed and an
+    aborted transaction in the second segment of `txn_partition`."""
+    rsm = RemoteStorageManager()
+    rsm.configure({**store, "chunk.size": "8192"})
+    tid = uuid.uuid4()
+    logs = []
+    try:
+        for p in range(partitions):
+            log = PartitionLog(rsm, TopicIdPartition(tid, topic, p), base / f"w{p}")
+            for s in range(segments):
+                log.append(records, codec=(p + s) % 5)
+                if p == txn_partition and s == 1:
+                    log.append(20, producer_id=11, transactional=True)
+                    log.append(15, producer_id=12, transactional=True)
+                    log.end_txn(11, commit=True)
+                    log.end_txn(12, commit=False)
+                log.append(tail_records, codec=4, value_size=tail_value_size)
+                log.roll()
+            logs.append(log)
+    finally:
+        rsm.close()
+    return logs
+
+
 def tier_directory(
     rsm: RemoteStorageManager,
     tip: TopicIdPartition,

@@ -5,10 +5,10 @@ Apart from `rsm.policy.api` because it names the built-in policy, which is writt
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 
 from rsm.api.errors import ConfigException
+from rsm.config.classes import load_class
 from rsm.policy.api import TopicManagementPolicy
 from rsm.policy.builtin import BuiltinTopicPolicy
 
@@ -24,13 +24,7 @@ def load_topic_policy(class_name: str | None, configs: Mapping[str, str]) -> Top
     if not class_name:
         policy: TopicManagementPolicy = BuiltinTopicPolicy()
     else:
-        module_name, sep, attr = class_name.partition(":")
-        if not sep:
-            module_name, _, attr = class_name.rpartition(".")
-        try:
-            cls = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError, ValueError) as exc:
-            raise ConfigException(f"config policy.class.name: cannot load {class_name!r}: {exc}") from None
+        cls = load_class(class_name, "policy.class.name")
         if not (isinstance(cls, type) and issubclass(cls, TopicManagementPolicy)):
             raise ConfigException(
                 f"config policy.class.name: {class_name} is not a rsm.policy.TopicManagementPolicy"

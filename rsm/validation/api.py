@@ -20,11 +20,11 @@ retries later), `tier` copies it and lists the violations in the manifest for re
 from __future__ import annotations
 
 import abc
-import importlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from rsm.api.errors import ConfigException, InvalidRecordException
+from rsm.config.classes import load_class
 from rsm.validation.values import Failures, RecordIntrospectionHints, RecordProxy, TopicMetadata
 
 if TYPE_CHECKING:
@@ -115,16 +115,8 @@ class RequireHeaderValidationPolicy(VectorizedRecordValidationPolicy):
 
 def load_policy(class_name: str, configs: Mapping[str, str]) -> RecordValidationPolicy:
     """Instantiate `module:Class` (or `module.Class`) and configure it with the broker's configs."""
-    module_name, sep, attr = class_name.partition(":")
-    if not sep:
-        module_name, _, attr = class_name.rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise ConfigException(
-            f"config record.validation.policy.class.name: cannot load {class_name!r}: {exc}"
-        ) from None
-    policy = cls()
+    cls = load_class(class_name, "record.validation.policy.class.name")
+    policy = cls()  # type: ignore[operator]
     if not isinstance(policy, RecordValidationPolicy):
         raise ConfigException(
             f"config record.validation.policy.class.name: {class_name} is not a RecordValidationPolicy"
