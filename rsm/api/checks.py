@@ -33,13 +33,17 @@ def check_segment_data(segment_data: object) -> None:
 
 
 def check_positions(metadata: RemoteLogSegmentMetadata, start_position: object, end_position: object) -> None:
-    """Both positions are ints (`end_position` may be None)."""
-    for name, value in (("start_position", start_position), ("end_position", end_position)):
-        if (value is not None or name == "start_position") and not is_int(value):
-            raise InvalidArgumentException(
-                f"{name} must be an int, got {type(value).__name__} "
-                f"(fetch of segment {metadata.remote_log_segment_id})"
-            )
+    """Both positions are ints (`end_position` may be None). Once per Kafka fetch: two plain tests."""
+    if not is_int(start_position):
+        raise _not_a_position("start_position", start_position, metadata)
+    if end_position is not None and not is_int(end_position):
+        raise _not_a_position("end_position", end_position, metadata)
+
+
+def _not_a_position(name: str, value: object, metadata: RemoteLogSegmentMetadata) -> InvalidArgumentException:
+    return InvalidArgumentException(
+        f"{name} must be an int, got {type(value).__name__} (fetch of segment {metadata.remote_log_segment_id})"
+    )
 
 
 def index_type_of(metadata: RemoteLogSegmentMetadata, index_type: object) -> IndexType:
