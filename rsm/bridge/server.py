@@ -35,6 +35,7 @@ from rsm.bridge.memory import (
     trim_heap,
     tune_allocator,
 )
+from rsm.bridge.operations import RsmOperations, store_bytes_read, validation_stats
 from rsm.bridge.permits import WorkPermits, default_permits
 from rsm.bridge.protocol import (
     DEFAULT_DATA_FRAME_BYTES,
@@ -138,11 +139,13 @@ class BridgeServer:
             1 <= shm_slots <= 64 and shm.MIN_SLOT_BYTES <= shm_slot_bytes <= shm.MAX_SLOT_BYTES
         ):
             raise ValueError(f"bad shared-memory ring shape: {shm_slots} slots of {shm_slot_bytes} bytes")
+        # the RSM's own operations: requests decoded, the RSM called, answers encoded (operations.py)
+        self.operations = RsmOperations(rsm, self.configs, frame_bytes)
         self._handlers: dict[str, Handler] = {
             Op.HEALTH: self._op_health,
-            Op.CONFIGURE_INFO: self._op_configure_info,
-            Op.COPY_LOG_SEGMENT_DATA: self._op_copy,
-            Op.DELETE_LOG_SEGMENT_DATA: self._op_delete,
+            Op.CONFIGURE_INFO: self.operations.configure_info,
+            Op.COPY_LOG_SEGMENT_DATA: self.operations.copy,
+            Op.DELETE_LOG_SEGMENT_DATA: self.operations.delete,
             Op.METRICS: self._op_metrics,
         }
         self._handlers.update(handlers or {})
@@ -163,7 +166,6 @@ class BridgeServer:
         # decoded chunks in shared memory (see shm.ChunkArena), created at bind: None = sized from the RSM's
         # chunk cache, 0 = no arena (every fetched byte is copied into a ring slot)
         self.arena_blocks = arena_blocks
-        self._metadata = protocol.MetadataDecoder()
         self.arena: shm.ChunkArena | None = None
         self.stopping = threading.Event()
         self._stopped = threading.Event()
@@ -585,13 +587,13 @@ class BridgeServer:
             "requests": self._requests,
             "log_configs_received": self._log_configs_received,
             "server": SERVER_NAME,
-            "store_bytes_read": _store_bytes_read(self.rsm),
+            "store_bytes_read": store_bytes_read(self.rsm),
             "bytes_streamed": self._bytes_streamed,
             "shm_bytes_streamed": self._shm_bytes_streamed,
             "arena_bytes_streamed": self._arena_bytes_streamed,
             "arena_free_blocks": None if self.arena is None else self.arena.free_blocks,
             # per topic: segments validated, records checked, violations, refusals, seconds (issue 14)
-            "record_validation": _validation_stats(self.rsm),
+            "record_validation": validation_stats(self.rsm),
         }
 
     def _op_metrics(self, ctx: RequestContext) -> dict[str, Any]:
@@ -623,56 +625,6 @@ class BridgeServer:
         if self.metrics is not None and sent:
             self.metrics.record("bridge-server-streamed-bytes", (), sent)
 
-    def _op_configure_info(self, ctx: RequestContext) -> dict[str, Any]:
-        return {
-            "rsm_class": f"{type(self.rsm).__module__}.{type(self.rsm).__qualname__}",
-            "configs": mask_configs(self.configs),
-            "data_frame_bytes": self.frame_bytes,
-        }
-
-    def _op_copy(self, ctx: RequestContext) -> dict[str, Any]:
-        h = ctx.header
-        metadata = protocol.decode_metadata(h.get("metadata"))
-        segment_data = protocol.decode_segment_data(h.get("segment_data"), bytes(ctx.payload))
-        log_config = protocol.decode_log_config(h.get("log_config"))
-        custom = self.rsm.copy_log_segment_data(metadata, segment_data, log_config)
-        value = None if custom is None else custom.value
-        return {"custom_metadata": None if value is None else protocol._b64(bytes(value))}
-
-    def _op_delete(self, ctx: RequestContext) -> dict[str, Any]:
-        h = ctx.header
-        metadata = protocol.decode_metadata(h.get("metadata"))
-        self.rsm.delete_log_segment_data(metadata, protocol.decode_log_config(h.get("log_config")))
-        return {}
-
     def open_stream(self, header: dict[str, Any]) -> Any:
-        op = header.get("op")
-        metadata = self._metadata.decode(header.get("metadata"))
-        log_config = protocol.decode_log_config(header.get("log_config"))
-        if op == Op.FETCH_INDEX:
-            return self.rsm.fetch_index(
-                metadata, protocol.decode_index_type(header.get("index_type")), log_config
-            )
-        start = header.get("start_position")
-        end = header.get("end_position")
-        if not isinstance(start, int) or isinstance(start, bool) or start < 0:
-            raise ValueError(f"start_position: expected a non-negative integer, got {start!r}")
-        if end is not None and (not isinstance(end, int) or isinstance(end, bool) or end < start):
-            raise ValueError(f"end_position: expected an integer >= start_position {start}, got {end!r}")
-        return self.rsm.fetch_log_segment(metadata, start, end, log_config)
-
-
-def _validation_stats(rsm: object) -> dict[str, Any] | None:
-    """The RSM's record validation counters, when it keeps them (test doubles do not)."""
-    stats = getattr(rsm, "validation_stats", None)
-    return stats() if callable(stats) else None
-
-
-def _store_bytes_read(rsm: Any) -> int | None:
-    """Bytes the RSM has read from its object store (None if it does not count): the benchmark compares
-    storage reads per byte delivered through the bridge and in process."""
-    stats = getattr(getattr(rsm, "store", None), "stats", None)
-    try:
-        return int(stats.snapshot()["bytes_read"]) if stats is not None else None
-    except Exception:  # noqa: BLE001 - a diagnostic only
-        return None
+        """A fetch's answer, for `rsm.bridge.streaming` (`RsmOperations.open_stream`)."""
+        return self.operations.open_stream(header)
