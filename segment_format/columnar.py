@@ -48,9 +48,11 @@ from typing import Any, BinaryIO
 import pyarrow as pa
 
 from segment_format import _native, log_entries
-from segment_format.arrow_schema import HEADER_TYPE, HEADERS_TYPE, RECORD_SCHEMA, empty_record_batch
+from segment_format.arrow_schema import RECORD_SCHEMA
 from segment_format.codecs import CompressionType, decompress
 from segment_format.errors import CorruptRecordError
+from segment_format.kernel_arrays import header_key, record_batch
+from segment_format.projection import FULL, Projection, empty_batch
 
 __all__ = [
     "FULL",
@@ -73,88 +75,6 @@ _LEGACY_HEADER = struct.Struct(">qi")
 _MAGIC_POSITION = 16
 
 
-#: The columns that repeat a batch's own fields on every row of it.
-BATCH_FIELDS = (
-    "timestamp_type",
-    "partition_leader_epoch",
-    "producer_id",
-    "producer_epoch",
-    "base_sequence",
-    "is_transactional",
-    "is_control",
-    "batch_base_offset",
-)
-_OPT_HEADERS, _OPT_META, _OPT_CONTROL = 1, 2, 4
-
-
-@dataclass(frozen=True)
-class Projection:
-    """What of each record a decode materialises (the default: everything, :data:`RECORD_SCHEMA`).
-
-    ``key_bytes`` / ``value_bytes``: -1 (any negative) the whole key / value, 0 none (the column is left
-    out), n > 0 at most the first n bytes (nulls stay null). ``headers``: the ``headers`` column.
-    ``batch_fields``: the per-row copies of batch fields (:data:`BATCH_FIELDS`). ``control``: rows for the
-    records of control batches (transaction markers); without it those batches are skipped unread.
-    ``offset`` and ``timestamp`` are always there.
-    """
-
-    key_bytes: int = -1
-    value_bytes: int = -1
-    headers: bool = True
-    batch_fields: bool = True
-    control: bool = True
-
-    def __post_init__(self) -> None:
-        for name in ("key_bytes", "value_bytes"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-            if value < 0:
-                object.__setattr__(self, name, -1)
-
-    @property
-    def flags(self) -> int:
-        return (
-            (_OPT_HEADERS if self.headers else 0)
-            | (_OPT_META if self.batch_fields else 0)
-            | (_OPT_CONTROL if self.control else 0)
-        )
-
-    @property
-    def schema(self) -> pa.Schema:
-        return _projected_schema(self)
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(self.schema.names)
-
-
-@functools.lru_cache(maxsize=64)
-def _projected_schema(projection: Projection) -> pa.Schema:
-    drop = set()
-    if projection.key_bytes == 0:
-        drop.add("key")
-    if projection.value_bytes == 0:
-        drop.add("value")
-    if not projection.headers:
-        drop.add("headers")
-    if not projection.batch_fields:
-        drop.update(BATCH_FIELDS)
-    return pa.schema([f for f in RECORD_SCHEMA if f.name not in drop])
-
-
-#: Everything: the decoders' default.
-FULL = Projection()
-
-
-def _empty(projection: Projection) -> pa.RecordBatch:
-    return (
-        empty_record_batch()
-        if projection == FULL
-        else pa.RecordBatch.from_pylist([], schema=projection.schema)
-    )
-
-
 def _decompressor(codec: CompressionType) -> Callable[[memoryview], bytes]:
     """Callback for the kernel: decompress one magic-2 records section the way Kafka's client does.
 
@@ -165,84 +85,6 @@ def _decompressor(codec: CompressionType) -> Callable[[memoryview], bytes]:
 
 # Indexed by codec id; the kernel calls these with a memoryview of a batch's records section.
 _DECOMPRESSORS = tuple(_decompressor(codec) for codec in CompressionType)
-
-
-def _buffer(obj: Any) -> pa.Buffer | None:
-    return None if obj is None else pa.py_buffer(obj)
-
-
-def _binary(type_: pa.DataType, n: int, validity: Any, offsets: Any, data: Any, nulls: int) -> pa.Array:
-    return pa.Array.from_buffers(
-        type_, n, [_buffer(validity), pa.py_buffer(offsets), pa.py_buffer(data)], nulls
-    )
-
-
-def _lenient_utf8(raw: bytes) -> str:
-    return raw.decode("utf-8", "replace")
-
-
-def _header_key(key: str) -> str:
-    """A header key from segment_format.records (bad UTF-8 kept as surrogate escapes) as Java reads it."""
-    if key.isascii():
-        return key
-    return _lenient_utf8(key.encode("utf-8", "surrogateescape"))
-
-
-def _record_batch(cols: dict[str, Any], projection: Projection = FULL) -> pa.RecordBatch:
-    """Wrap the kernel's column buffers (no copy) into a RecordBatch with the projection's schema."""
-    n = cols["rows"]
-    schema = projection.schema
-
-    def fixed(type_: pa.DataType, name: str) -> pa.Array:
-        return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(cols[name])], 0)
-
-    def headers() -> pa.Array:
-        nh = cols["headers"]
-        header_keys = _binary(pa.string(), nh, None, cols["header_key_offsets"], cols["header_key_data"], 0)
-        if cols["header_key_bad_utf8"]:
-            # Kafka decodes header keys with Java's new String(bytes, UTF_8), which replaces malformed
-            # input with U+FFFD; an Arrow string must be valid UTF-8. Rare, so done in Python.
-            header_keys = pa.array(
-                [_lenient_utf8(k) for k in header_keys.view(pa.binary()).to_pylist()], pa.string()
-            )
-        header_values = _binary(
-            pa.binary(),
-            nh,
-            cols["header_value_validity"],
-            cols["header_value_offsets"],
-            cols["header_value_data"],
-            cols["header_value_nulls"],
-        )
-        header_structs = pa.StructArray.from_arrays([header_keys, header_values], fields=list(HEADER_TYPE))
-        return pa.Array.from_buffers(
-            HEADERS_TYPE, n, [None, pa.py_buffer(cols["header_offsets"])], 0, children=[header_structs]
-        )
-
-    builders: dict[str, Callable[[], pa.Array]] = {
-        "offset": lambda: fixed(pa.int64(), "offset"),
-        "timestamp": lambda: fixed(pa.int64(), "timestamp"),
-        "timestamp_type": lambda: fixed(pa.int8(), "timestamp_type"),
-        "key": lambda: _binary(
-            pa.binary(), n, cols["key_validity"], cols["key_offsets"], cols["key_data"], cols["key_nulls"]
-        ),
-        "value": lambda: _binary(
-            pa.binary(),
-            n,
-            cols["value_validity"],
-            cols["value_offsets"],
-            cols["value_data"],
-            cols["value_nulls"],
-        ),
-        "headers": headers,
-        "partition_leader_epoch": lambda: fixed(pa.int32(), "partition_leader_epoch"),
-        "producer_id": lambda: fixed(pa.int64(), "producer_id"),
-        "producer_epoch": lambda: fixed(pa.int16(), "producer_epoch"),
-        "base_sequence": lambda: fixed(pa.int32(), "base_sequence"),
-        "is_transactional": lambda: fixed(pa.bool_(), "is_transactional"),
-        "is_control": lambda: fixed(pa.bool_(), "is_control"),
-        "batch_base_offset": lambda: fixed(pa.int64(), "batch_base_offset"),
-    }
-    return pa.RecordBatch.from_arrays([builders[name]() for name in schema.names], schema=schema)
 
 
 def _legacy_run_end(view: memoryview, position: int, partial_ok: bool) -> int:
@@ -326,7 +168,7 @@ def _decode_range(
             raise CorruptRecordError(reason, file=file, position=base_position + where) from exc
         if cols["rows"]:
             budget.take(cols["rows"])
-            yield from _slices(_record_batch(cols, projection), rows_per_batch)
+            yield from _slices(record_batch(cols, projection), rows_per_batch)
         position, skip = cols["position"], cols["skip"]
         if cols["stop"] == _STOP_PARTIAL:
             return position
@@ -567,7 +409,7 @@ def decode_batches(
         )
     )
     if not parts:
-        return _empty(projection)
+        return empty_batch(projection)
     if len(parts) == 1:
         return parts[0]
     try:
@@ -642,7 +484,7 @@ def decode_reference(
                 timestamps.append(record.timestamp)
                 keys.append(cut(record.key, key_bytes))
                 values.append(cut(record.value, value_bytes))
-                headers.append([{"key": _header_key(h.key), "value": h.value} for h in record.headers])
+                headers.append([{"key": header_key(h.key), "value": h.value} for h in record.headers])
                 (ts_type, epoch, producer_id, producer_epoch, sequence, txn, ctrl, base) = batch_fields
                 timestamp_types.append(ts_type)
                 epochs.append(epoch)

@@ -18,7 +18,6 @@ from test_columnar import Batch, Rec, _first_record_edit, _sample, _varint, batc
 
 from segment_format.codecs import CompressionType
 from segment_format.columnar import (
-    BATCH_FIELDS,
     FULL,
     RECORD_SCHEMA,
     ChunkDecoder,
@@ -29,6 +28,7 @@ from segment_format.columnar import (
     iter_stream_record_batches,
 )
 from segment_format.errors import CorruptRecordError
+from segment_format.projection import BATCH_FIELDS
 
 projections = st.builds(
     Projection,

@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 
 from rsm.validation.values import RecordIntrospectionHints, RecordProxy
-from segment_format.columnar import Projection
+from segment_format.projection import Projection
 
 #: The rows a policy that reads nothing of a record sees: one per record batch.
 BATCH_ROW_SCHEMA = pa.schema(
