@@ -22,7 +22,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from rsm.cli.console import err_console, out_console
+from rsm.cli.console import RULED_PIPE_WIDTH, err_console, out_console
 from segment_format import LogSegment
 
 log = logging.getLogger(__name__)
@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     )
     from rsm.cli.demo import write_demo_partition
 
-    console = out_console()
+    console = out_console(RULED_PIPE_WIDTH)
     root: Path = args.dir.resolve()
     try:
         prepare_dir(root, args.keep)
