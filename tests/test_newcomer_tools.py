@@ -92,3 +92,60 @@ def test_deep_iteration_of_quickstart_segments_matches_kafka(quickstart, kafka_d
     assert verified.returncode == 0, verified.stderr
     assert "Non-consecutive" not in verified.stderr and "is followed by" not in verified.stderr
     assert verified.stdout.count("every CRC, size and offset is intact") == len(logs)
+
+
+# -- 6 and 12: export never overwrites what it did not write; its figures agree ------------------------------
+
+
+@pytest.fixture
+def tiered(tmp_path: Path):  # type: ignore[no-untyped-def]
+    from migrate_helpers import tier_topic
+
+    configs = {"storage.backend": "file", "storage.file.root": str(tmp_path / "store"), "bucket": "main"}
+    return tier_topic(tmp_path / "t", configs, partitions=1, segments=3, records=200)
+
+
+def _export(tiered, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
+    return run_cli(["migrate", "--config", str(tiered.props), "export", "--topic", tiered.topic,
+                    "--partition", "0", "--dir", str(out), *extra])  # fmt: skip
+
+
+def test_export_refuses_a_directory_holding_the_users_files(tiered, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "restore"
+    target = out / f"{tiered.topic}-0"
+    target.mkdir(parents=True)
+    mine = target / "00000000000000000000.log"
+    mine.write_bytes(b"my own segment")
+    line = _one_line(_export(tiered, out), str(target), "not empty", "--force")
+    assert "nothing was written" in line
+    assert sorted(p.name for p in target.iterdir()) == [mine.name] and mine.read_bytes() == b"my own segment"
+    _one_line(_export(tiered, out, "--dry-run"), str(target), "not empty")
+    # --force replaces it
+    done = _export(tiered, out, "--force")
+    assert done.returncode == 0, done.stderr
+    assert mine.read_bytes() != b"my own segment" and len(list(target.glob("*.log"))) == 3
+    # its own directory: a rerun resumes (nothing to do), no --force needed
+    again = _export(tiered, out)
+    assert again.returncode == 0, again.stderr
+    assert "(3 already there)" in again.stdout
+
+
+def test_export_figures_agree_and_the_progress_ends_at_every_segment(tiered, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import re
+
+    out = tmp_path / "restore"
+    dry = _export(tiered, out, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert not out.exists()
+    planned = re.search(r"export 3 segment\(s\), ([\d,]+) bytes of \.log", " ".join(dry.stdout.split()))
+    assert planned, dry.stdout
+    done = _export(tiered, out)
+    assert done.returncode == 0, done.stderr
+    result = re.search(
+        r"exported 3 segment\(s\) to .*: ([\d,]+) bytes of \.log", " ".join(done.stdout.split())
+    )
+    assert result, done.stdout
+    logs = sorted((out / f"{tiered.topic}-0").glob("*.log"))
+    on_disk = sum(p.stat().st_size for p in logs)
+    assert int(planned[1].replace(",", "")) == int(result[1].replace(",", "")) == on_disk
+    assert "export 3/3 segments" in done.stderr and "0/3 segments" not in done.stderr.splitlines()[-1]
