@@ -149,3 +149,51 @@ def test_export_figures_agree_and_the_progress_ends_at_every_segment(tiered, tmp
     on_disk = sum(p.stat().st_size for p in logs)
     assert int(planned[1].replace(",", "")) == int(result[1].replace(",", "")) == on_disk
     assert "export 3/3 segments" in done.stderr and "0/3 segments" not in done.stderr.splitlines()[-1]
+
+
+# -- 5: import loads a store without a broker, a partition directory without partition.metadata too ---------
+
+
+def test_import_without_partition_metadata_makes_a_topic_id(tmp_path: Path) -> None:
+    import json
+    import re
+
+    from rsm.catalog import TopicCatalog
+    from rsm.cli.demo import write_demo_partition
+    from rsm.config.settings import RsmConfig
+
+    pdir = tmp_path / "kafka" / "orders-0"
+    segments = write_demo_partition(pdir, records_per_segment=100)
+    assert not (pdir / "partition.metadata").exists()
+    props = tmp_path / "rsm.properties"
+    configs = {"storage.backend": "file", "storage.file.root": str(tmp_path / "store"), "bucket": "tiered"}
+    props.write_text("".join(f"{k}={v}\n" for k, v in configs.items()))
+    before = {p.name: p.read_bytes() for p in pdir.iterdir()}
+
+    done = run_cli(["migrate", "--config", str(props), "import", "--dir", str(pdir), "--json"])
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, done.stderr
+    m = re.fullmatch(
+        rf"no partition.metadata in {re.escape(str(pdir))}: using new topic id (\S+) \(pass --topic-id to choose\)",
+        lines[0],
+    )
+    assert m, lines[0]
+    assert json.loads(done.stdout)["summary"]["done"] == len(segments)
+    catalog = TopicCatalog(RsmConfig(configs))
+    assert [uuid_to_b64(t) for t in catalog.topic_ids("orders")] == [m[1]]
+    assert {p.name: p.read_bytes() for p in pdir.iterdir()} == before  # nothing written into it
+    # again: the store's topic of that name, nothing to do
+    again = run_cli(["migrate", "--config", str(props), "import", "--dir", str(pdir), "--json"])
+    assert again.returncode == 0, again.stderr
+    assert f"using topic orders's id in the store {m[1]}" in again.stderr
+    assert json.loads(again.stdout)["summary"]["items"] == 0
+    # --topic-id's help fits import
+    helped = run_cli(["migrate", "import", "--help"])
+    assert "other than the live" not in helped.stdout and "partition.metadata" in helped.stdout
+
+
+def uuid_to_b64(tid):  # type: ignore[no-untyped-def]
+    from rsm.api.metadata import uuid_to_base64
+
+    return uuid_to_base64(tid)

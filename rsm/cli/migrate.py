@@ -124,7 +124,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     p.add_argument("--grace", default="1h", help="leave anything younger alone (default 1h; e.g. 30m, 2h, 0)")
     p.add_argument("--apply", action="store_true", help="remove them (default: only show them)")
-    p = add("import", "tier a Kafka partition directory into the store")
+    p = add("import", "tier a Kafka partition directory into the store (no broker needed)",
+            topic_id="the topic id (default: the directory's partition.metadata; without one, the id of the "
+            "store's topic of that name, else a new one)")  # fmt: skip
     p.add_argument("--dir", type=Path, required=True, help="the partition directory (<topic>-<partition>)")
     p = add("export", "write a tiered partition as a Kafka partition directory", topic="required",
             force="replace a target <topic>-<partition>/ that holds files export did not write")  # fmt: skip
@@ -531,8 +533,17 @@ def _import(
 
     if args.partition is not None and len(args.partition) != 1:
         raise _Error("import takes one --partition (the directory's)")
+
+    def without_metadata(topic: str, directory: Path) -> str:
+        known = catalog.topic_ids(topic)
+        tid = catalog.live_topic_id(topic) if known else uuid.uuid4()
+        what = f"topic {topic}'s id in the store" if known else "new topic id"
+        err.print(f"no partition.metadata in {escape(str(directory))}: using {what} {uuid_to_base64(tid)} "
+                  "(pass --topic-id to choose)")  # fmt: skip
+        return uuid_to_base64(tid)
+
     pdir = import_.read_partition_dir(args.dir, args.topic, args.partition[0] if args.partition else None,
-                                      args.topic_id)  # fmt: skip
+                                      args.topic_id, without_metadata)  # fmt: skip
     plan = import_.plan_import(catalog, pdir)
     return _run_plan(args, configs, plan, out, err, "import", store=catalog.store)
 
