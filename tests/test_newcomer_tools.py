@@ -197,3 +197,51 @@ def uuid_to_b64(tid):  # type: ignore[no-untyped-def]
     from rsm.api.metadata import uuid_to_base64
 
     return uuid_to_base64(tid)
+
+
+# -- 2: the quickstart leaves a way to reach its store, and its next steps work as printed -------------------
+
+
+def _printed_next_steps(stdout: str) -> tuple[str, str]:
+    lines = stdout.splitlines()
+    (shell,) = [line for line in lines if line.startswith("rsm store --config ")]
+    start = lines.index("read it with Spark (Python):") + 1
+    end = next(i for i in range(start, len(lines)) if lines[i].endswith(".show()")) + 1
+    return shell, "\n".join(lines[start:end])
+
+
+def test_quickstart_writes_rsm_properties_and_its_store_line_works(quickstart) -> None:  # type: ignore[no-untyped-def]
+    root, done = quickstart
+    props = root / "rsm.properties"
+    text = props.read_text()
+    for line in ("storage.backend=file", f"storage.file.root={root / 'store'}", "bucket=tiered", "prefix=",
+                 f"encryption.keyring.path={root / 'secrets' / 'keyring.json'}"):  # fmt: skip
+        assert line in text.splitlines(), text
+    keys = (root / "secrets" / "keyring.json").read_text()
+    import json
+
+    assert not any(k in text for k in json.loads(keys).values())  # no secrets
+    shell, _ = _printed_next_steps(done.stdout)
+    assert str(props) in shell
+    # as printed, by a shell, with the `rsm` of this interpreter on the PATH
+    env = {**os.environ, "PYTHONPATH": str(REPO),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}  # fmt: skip
+    du = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, env=env, timeout=120)
+    assert du.returncode == 0, du.stderr
+    assert "orders" in du.stdout and "payments" in du.stdout and "10 segments" in du.stdout, du.stdout
+
+
+@pytest.mark.spark
+def test_quickstart_spark_snippet_runs_as_printed(quickstart) -> None:  # type: ignore[no-untyped-def]
+    """The printed Python, pasted into a fresh interpreter (a plain local session), reads the demo's records:
+    200 per segment, five segments, and the ten records of the two transactions, in each topic."""
+    import re
+
+    _, done = quickstart
+    _, snippet = _printed_next_steps(done.stdout)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable}
+    run = subprocess.run([sys.executable, "-c", snippet], capture_output=True, text=True, env=env,
+                         timeout=600, cwd=REPO)  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert re.search(r"\|\s*orders\|\s*1010\|", run.stdout), run.stdout
+    assert re.search(r"\|\s*payments\|\s*1010\|", run.stdout), run.stdout
