@@ -120,6 +120,9 @@ def test_export_refuses_a_directory_holding_the_users_files(tiered, tmp_path: Pa
     assert "nothing was written" in line
     assert sorted(p.name for p in target.iterdir()) == [mine.name] and mine.read_bytes() == b"my own segment"
     _one_line(_export(tiered, out, "--dry-run"), str(target), "not empty")
+    dry = _export(tiered, out, "--dry-run", "--force")
+    assert dry.returncode == 0 and "would first remove 1 file(s)" in " ".join(dry.stdout.split()), dry.stdout
+    assert mine.read_bytes() == b"my own segment"
     # --force replaces it
     done = _export(tiered, out, "--force")
     assert done.returncode == 0, done.stderr
@@ -186,7 +189,7 @@ def test_import_without_partition_metadata_makes_a_topic_id(tmp_path: Path) -> N
     # again: the store's topic of that name, nothing to do
     again = run_cli(["migrate", "--config", str(props), "import", "--dir", str(pdir), "--json"])
     assert again.returncode == 0, again.stderr
-    assert f"using topic orders's id in the store {m[1]}" in again.stderr
+    assert f"using topic id {m[1]}, the store's for topic orders (pass --topic-id to choose)" in again.stderr
     assert json.loads(again.stdout)["summary"]["items"] == 0
     # --topic-id's help fits import
     helped = run_cli(["migrate", "import", "--help"])

@@ -537,9 +537,11 @@ def _import(
     def without_metadata(topic: str, directory: Path) -> str:
         known = catalog.topic_ids(topic)
         tid = catalog.live_topic_id(topic) if known else uuid.uuid4()
-        what = f"topic {topic}'s id in the store" if known else "new topic id"
-        err.print(f"no partition.metadata in {escape(str(directory))}: using {what} {uuid_to_base64(tid)} "
-                  "(pass --topic-id to choose)")  # fmt: skip
+        what = (f"topic id {uuid_to_base64(tid)}, the store's for topic {escape(topic)}" if known
+                else f"new topic id {uuid_to_base64(tid)}")  # fmt: skip
+        err.print(
+            f"no partition.metadata in {escape(str(directory))}: using {what} (pass --topic-id to choose)"
+        )
         return uuid_to_base64(tid)
 
     pdir = import_.read_partition_dir(args.dir, args.topic, args.partition[0] if args.partition else None,
@@ -562,17 +564,20 @@ def _export(
     # one figure in the plan, the progress and the result: the bytes of the .log files, as Kafka wrote them
     total = sum(export_.log_bytes(s) for s in history.slices)
     # refused before anything is written: a directory holding files export did not write (--force replaces)
-    export_.check_target(target, args.topic, partition, tid, replace=args.force and not args.dry_run)
+    replaced = export_.check_target(target, args.topic, partition, tid, force=args.force)
     if args.dry_run:
         if args.json:
             out.print_json(json.dumps({"dry_run": True, "directory": str(target), "segments": len(history.slices),
-                                       "bytes": total, "offsets": [history.first_offset, (history.next_offset or 0) - 1]}))  # fmt: skip
+                                       "bytes": total, "offsets": [history.first_offset, (history.next_offset or 0) - 1],
+                                       "replaces": [p.name for p in replaced]}))  # fmt: skip
         else:
             out.print(f"export {len(history.slices)} segment(s), {total:,} bytes of .log, offsets "
                       f"{history.first_offset}..{(history.next_offset or 0) - 1} to {target}")  # fmt: skip
+            if replaced:
+                out.print(f"--force: would first remove {len(replaced)} file(s) in {escape(str(target))}")
             out.print("[yellow]dry run: nothing was changed")
         return 0
-    export_.claim(target, args.topic, partition, tid)
+    export_.claim(target, args.topic, partition, tid, replaced)
     reporter = RichReporter(err, "export", enabled=not args.json)
     reporter.start(len(history.slices), total)
     started = time.monotonic()

@@ -68,18 +68,20 @@ def _marker_text(topic: str, partition: int, topic_id: uuid.UUID) -> str:
     )
 
 
-def check_target(target: Path, topic: str, partition: int, topic_id: uuid.UUID, *, replace: bool) -> None:
-    """Refuse (one line, nothing written) a target holding files this export did not write; ``replace``
-    (``--force``) removes them instead."""
+def check_target(target: Path, topic: str, partition: int, topic_id: uuid.UUID, *, force: bool) -> list[Path]:
+    """The files a forced export replaces in ``target`` (none when it is new, empty or this export's own).
+
+    Without ``force`` (``--force``) a target holding files this export did not write is refused, one line
+    and nothing written; a subdirectory is never replaced."""
     if target.exists() and not target.is_dir():
         raise MigrateError(f"{target} is a file, not a directory: nothing was written")
     if not target.is_dir():
-        return
+        return []
     entries = sorted(target.iterdir())
     marker = target / MARKER
     if not entries or (marker.is_file() and marker.read_text() == _marker_text(topic, partition, topic_id)):
-        return
-    if not replace:
+        return []
+    if not force:
         shown = ", ".join(p.name for p in entries[:3]) + (", ..." if len(entries) > 3 else "")
         raise MigrateError(
             f"{target} is not empty ({shown}) and was not written by this export: nothing was written; "
@@ -90,12 +92,13 @@ def check_target(target: Path, topic: str, partition: int, topic_id: uuid.UUID, 
         raise MigrateError(
             f"{target} holds a directory ({subdirs[0].name}): not replaced, nothing was written"
         )
-    for p in entries:
+    return entries
+
+
+def claim(target: Path, topic: str, partition: int, topic_id: uuid.UUID, replaced: list[Path]) -> None:
+    """Remove what ``--force`` replaces, then mark the target as this export's before writing in it."""
+    for p in replaced:
         p.unlink()
-
-
-def claim(target: Path, topic: str, partition: int, topic_id: uuid.UUID) -> None:
-    """Mark the target as this export's, before anything else is written in it."""
     target.mkdir(parents=True, exist_ok=True)
     _write(target / MARKER, _marker_text(topic, partition, topic_id).encode())
 
