@@ -40,7 +40,15 @@ def quickstart(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subproce
 # -- 10: a missing file is said to be missing ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["nope.log", "nope.index", "00000000000000000000.timeindex"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "nope.log",
+        "nope.index",
+        "00000000000000000000.timeindex",
+        "00000000000000000000-AAAAAAAAAAAAAAAAAAAAAA.log",
+    ],
+)
 def test_dump_log_of_a_missing_file_says_it_does_not_exist(tmp_path: Path, name: str) -> None:
     missing = tmp_path / name
     line = _one_line(run_cli(["dump-log", str(missing)]), str(missing), "No such file or directory")
