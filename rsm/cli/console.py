@@ -10,12 +10,14 @@ from __future__ import annotations
 from rich.console import Console
 
 PIPE_WIDTH = 1000
+# output with rules across it (the quickstart's steps) piped: rules as wide as a terminal's, not PIPE_WIDTH
+RULED_PIPE_WIDTH = 100
 
 
-def out_console() -> Console:
+def out_console(pipe_width: int = PIPE_WIDTH) -> Console:
     console = Console(highlight=False, soft_wrap=True)
     if not console.is_terminal:
-        console = Console(highlight=False, soft_wrap=True, width=PIPE_WIDTH)
+        console = Console(highlight=False, soft_wrap=True, width=pipe_width)
     return console
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import errno
 import json
 import logging
 import sys
@@ -212,6 +213,7 @@ def dump_text(
     from rsm.cli import kafka_dump as k
 
     out.write(b"Dumping " + k.java_file_name(shown or path).encode("utf-8", "surrogateescape") + b"\n")
+    _must_exist(Path(path))
     kind = _kind(Path(path))
     if kind == ".log":
         k.dump_log(path, out, opts, findings, shown)
@@ -227,15 +229,22 @@ def dump_text(
         k.dump_leader_epoch_checkpoint(path, out)
 
 
-def verify_file(path: Path) -> str:
+def _must_exist(path: Path) -> None:
+    """A missing file is said to be missing first, before its name is parsed (Kafka's tool says so too)."""
+    if not path.exists():
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(path))
+
+
+def verify_file(path: Path, shown: str | None = None) -> str:
     """``--verify``: check one file whole; the line saying what was checked (CorruptRecordError if bad)."""
     kind = _kind(path)
+    name = shown or str(path)
     if kind == ".log":
         summary = LogSegment(path, base_offset=_base_offset_or_zero(path)).verify(deep=True)
         if not summary.batch_count:
-            return f"Verified {path}: no batches"
+            return f"Verified {name}: no batches"
         return (
-            f"Verified {path}: {summary.batch_count} batches, {summary.record_count} records, offsets "
+            f"Verified {name}: {summary.batch_count} batches, {summary.record_count} records, offsets "
             f"{summary.base_offset}..{summary.last_offset}; every CRC, size and offset is intact"
         )
     items = list(dump_file(path, verify=True))
@@ -248,7 +257,7 @@ def verify_file(path: Path) -> str:
     }[kind]
     if kind in (".index", ".timeindex") and not path.with_suffix(".log").exists():
         what = "entries parse (no .log beside it to check them against)"
-    return f"Verified {path}: {len(items)} entries; {what}"
+    return f"Verified {name}: {len(items)} entries; {what}"
 
 
 def dump_files(args: argparse.Namespace, files: list[str], shown: dict[str, str] | None = None) -> int:
@@ -264,6 +273,7 @@ def dump_files(args: argparse.Namespace, files: list[str], shown: dict[str, str]
         path = Path(name)
         try:
             if args.json:
+                _must_exist(path)
                 for item in dump_file(path, print_data=args.print_data_log, verify=args.verify):
                     out.write((json.dumps({"file": str(path), **item}) + "\n").encode())
                     if args.verify and "isValid" in item and not item["isValid"]:
@@ -272,7 +282,8 @@ def dump_files(args: argparse.Namespace, files: list[str], shown: dict[str, str]
             dump_text(name, out, err.buffer, opts, findings, shown.get(name) if shown else None)
             if args.verify:
                 out.flush()
-                out.write((verify_file(path) + "\n").encode("utf-8", "surrogateescape"))
+                verified = verify_file(path, shown.get(name) if shown else None)
+                out.write((verified + "\n").encode("utf-8", "surrogateescape"))
         except CorruptRecordError as exc:
             status = 1
             out.flush()
@@ -288,7 +299,7 @@ def dump_files(args: argparse.Namespace, files: list[str], shown: dict[str, str]
             err.write(f"rsm dump-log: {shown.get(name, name) if shown else name}: {_reason(exc)}\n")
         err.flush()
     out.flush()
-    for line in findings.lines():
+    for line in findings.lines(kafkas_start=not args.verify):
         err.write(line + "\n")
     if args.verify and findings:
         status = 1

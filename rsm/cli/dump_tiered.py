@@ -155,6 +155,8 @@ def run_tiered_objects(args: argparse.Namespace, files: list[str]) -> int:
             if not is_tiered_object(name):
                 raise _Refused(f"{name}: give stored segment objects or local files, not both")
             path = Path(name).resolve()
+            if not path.exists():
+                raise _Refused(f"{name}: No such file or directory")
             manifest_path = path.with_name(
                 OBJECT_NAME.match(path.name).group(0).rsplit(".", 1)[0] + ".manifest"
             )  # type: ignore[union-attr]

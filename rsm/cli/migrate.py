@@ -83,13 +83,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     _common(parser, None)
     commands = parser.add_subparsers(dest="migrate_command", metavar="COMMAND")
 
-    def add(name: str, help_: str, *, topic: str = "optional") -> argparse.ArgumentParser:
+    def add(
+        name: str,
+        help_: str,
+        *,
+        topic: str = "optional",
+        topic_id: str = TOPIC_ID_HELP,
+        force: str = FORCE_HELP,
+    ) -> argparse.ArgumentParser:
         p = commands.add_parser(name, help=help_)
         if topic != "none":
             p.add_argument("--topic", required=topic == "required", help="topic name")
             p.add_argument("--partition", type=int, action="append", help="only this partition (repeatable)")
-            p.add_argument("--topic-id", help="a topic id other than the live (newest) one")
-        _common(p, argparse.SUPPRESS)
+            p.add_argument("--topic-id", help=topic_id)
+        _common(p, argparse.SUPPRESS, force)
         return p
 
     p = add(
@@ -117,15 +124,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     p.add_argument("--grace", default="1h", help="leave anything younger alone (default 1h; e.g. 30m, 2h, 0)")
     p.add_argument("--apply", action="store_true", help="remove them (default: only show them)")
-    p = add("import", "tier a Kafka partition directory into the store")
+    p = add("import", "tier a Kafka partition directory into the store (no broker needed)",
+            topic_id="the topic id (default: the directory's partition.metadata; without one, the id of the "
+            "store's topic of that name, else a new one)")  # fmt: skip
     p.add_argument("--dir", type=Path, required=True, help="the partition directory (<topic>-<partition>)")
-    p = add("export", "write a tiered partition as a Kafka partition directory", topic="required")
+    p = add("export", "write a tiered partition as a Kafka partition directory", topic="required",
+            force="replace a target <topic>-<partition>/ that holds files export did not write")  # fmt: skip
     p.add_argument("--dir", type=Path, required=True, help="output: <dir>/<topic>-<partition>/ is written")
     parser.set_defaults(func=run, config=None, json=False, dry_run=False, engine="local", parallel=4,
                         force=False, copy_part_size=str(DEFAULT_COPY_PART_SIZE), migrate_command=None)  # fmt: skip
 
 
-def _common(parser: argparse.ArgumentParser, default: Any) -> None:
+TOPIC_ID_HELP = "a topic id other than the live (newest) one"
+FORCE_HELP = "take over a journal's lock"
+
+
+def _common(parser: argparse.ArgumentParser, default: Any, force_help: str = FORCE_HELP) -> None:
     """Options accepted before or after the command: --config and --json as the other store commands,
     and migrate's own."""
     config_and_json(parser, default)
@@ -136,7 +150,7 @@ def _common(parser: argparse.ArgumentParser, default: Any) -> None:
         "--engine", choices=("local", "spark"), default=default, help="threads or a Spark job"
     )
     parser.add_argument("--parallel", type=int, default=default, help="concurrent transfers (local engine)")
-    parser.add_argument("--force", action="store_true", default=default, help="take over a journal's lock")
+    parser.add_argument("--force", action="store_true", default=default, help=force_help)
     parser.add_argument("--copy-part-size", default=default, help=argparse.SUPPRESS)
 
 
@@ -254,10 +268,14 @@ class RichReporter:
         if self.enabled and self.task is not None:
             self.progress.advance(self.task, n)
 
-    def item_done(self, result: ItemResult) -> None:
+    def segment_done(self) -> None:
         if self.enabled and self.task is not None:
             self.done += 1
             self.progress.update(self.task, description=self._label())
+
+    def item_done(self, result: ItemResult) -> None:
+        if self.enabled and self.task is not None:
+            self.segment_done()
             if result.status == "failed":
                 self.progress.console.print(
                     f"[red]failed[/] {escape(result.item.describe())}: {escape(result.message)}"
@@ -515,8 +533,19 @@ def _import(
 
     if args.partition is not None and len(args.partition) != 1:
         raise _Error("import takes one --partition (the directory's)")
+
+    def without_metadata(topic: str, directory: Path) -> str:
+        known = catalog.topic_ids(topic)
+        tid = catalog.live_topic_id(topic) if known else uuid.uuid4()
+        what = (f"topic id {uuid_to_base64(tid)}, the store's for topic {escape(topic)}" if known
+                else f"new topic id {uuid_to_base64(tid)}")  # fmt: skip
+        err.print(
+            f"no partition.metadata in {escape(str(directory))}: using {what} (pass --topic-id to choose)"
+        )
+        return uuid_to_base64(tid)
+
     pdir = import_.read_partition_dir(args.dir, args.topic, args.partition[0] if args.partition else None,
-                                      args.topic_id)  # fmt: skip
+                                      args.topic_id, without_metadata)  # fmt: skip
     plan = import_.plan_import(catalog, pdir)
     return _run_plan(args, configs, plan, out, err, "import", store=catalog.store)
 
@@ -532,17 +561,23 @@ def _export(
     tid = _topic_id(catalog, args)
     history = export_.plan_export(catalog, args.topic, tid, partition)
     target = args.dir / export_.partition_dir_name(args.topic, partition)
-    total = sum(s.segment.manifest.log.stored_size for s in history.slices)
+    # one figure in the plan, the progress and the result: the bytes of the .log files, as Kafka wrote them
+    total = sum(export_.log_bytes(s) for s in history.slices)
+    # refused before anything is written: a directory holding files export did not write (--force replaces)
+    replaced = export_.check_target(target, args.topic, partition, tid, force=args.force)
     if args.dry_run:
         if args.json:
             out.print_json(json.dumps({"dry_run": True, "directory": str(target), "segments": len(history.slices),
-                                       "bytes": total, "offsets": [history.first_offset, (history.next_offset or 0) - 1]}))  # fmt: skip
+                                       "bytes": total, "offsets": [history.first_offset, (history.next_offset or 0) - 1],
+                                       "replaces": [p.name for p in replaced]}))  # fmt: skip
         else:
-            out.print(f"export {len(history.slices)} segment(s), {total:,} stored bytes, offsets "
+            out.print(f"export {len(history.slices)} segment(s), {total:,} bytes of .log, offsets "
                       f"{history.first_offset}..{(history.next_offset or 0) - 1} to {target}")  # fmt: skip
+            if replaced:
+                out.print(f"--force: would first remove {len(replaced)} file(s) in {escape(str(target))}")
             out.print("[yellow]dry run: nothing was changed")
         return 0
-    target.mkdir(parents=True, exist_ok=True)
+    export_.claim(target, args.topic, partition, tid, replaced)
     reporter = RichReporter(err, "export", enabled=not args.json)
     reporter.start(len(history.slices), total)
     started = time.monotonic()
@@ -555,6 +590,7 @@ def _export(
                 lambda s: export_.export_slice(catalog, s, target, reporter.advance), history.slices
             ):
                 done.append(seg)
+                reporter.segment_done()
     finally:
         reporter.stop()
     export_.finish(target, history, tid, (history.next_offset or 0) - 1)
@@ -564,6 +600,6 @@ def _export(
         out.print_json(json.dumps({"directory": str(target), "segments": len(done), "skipped": sum(s.skipped for s in done),
                                    "bytes": written, "seconds": round(elapsed, 3)}))  # fmt: skip
     else:
-        out.print(f"exported {len(done)} segment(s) to {escape(str(target))}: {written:,} bytes in {elapsed:.1f} s"
+        out.print(f"exported {len(done)} segment(s) to {escape(str(target))}: {written:,} bytes of .log in {elapsed:.1f} s"
                   + (f" ({sum(s.skipped for s in done)} already there)" if any(s.skipped for s in done) else ""))  # fmt: skip
     return 0

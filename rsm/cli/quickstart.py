@@ -22,7 +22,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from rsm.cli.console import err_console, out_console
+from rsm.cli.console import RULED_PIPE_WIDTH, err_console, out_console
 from segment_format import LogSegment
 
 log = logging.getLogger(__name__)
@@ -64,8 +64,9 @@ def _positive(text: str) -> int:
 
 
 MARKER = ".rsm-quickstart"
+PROPERTIES = "rsm.properties"
 # what a quickstart creates under its directory: the only things it ever deletes
-OURS = ("kafka-logs", "store", "secrets")
+OURS = ("kafka-logs", "store", "secrets", PROPERTIES)
 KEPT_WITH_KEEP = ("store", "secrets")
 
 
@@ -95,7 +96,7 @@ def prepare_dir(root: Path, keep: bool) -> None:
     try:
         root.mkdir(parents=True, exist_ok=True)
         (root / MARKER).write_text(
-            "made by rsm quickstart: it deletes only kafka-logs/, store/ and secrets/ here\n"
+            "made by rsm quickstart: it deletes only kafka-logs/, store/, secrets/ and rsm.properties here\n"
         )
         for name in OURS:
             if keep and name in KEPT_WITH_KEEP:
@@ -130,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     )
     from rsm.cli.demo import write_demo_partition
 
-    console = out_console()
+    console = out_console(RULED_PIPE_WIDTH)
     root: Path = args.dir.resolve()
     try:
         prepare_dir(root, args.keep)
@@ -254,11 +255,55 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"object store   : {store_root} ({len(objects)} objects)")
     console.print(f"keyring        : {keyring_path} (owner-only; never commit it)")
     console.print(f"inspect a segment: rsm dump-log --print-data-log {segments[0].log}")
+    _next_steps(console, _write_properties(root / PROPERTIES, store_root, keyring_path))
     if failures:
         console.print(f"[bold red]quickstart found {failures} mismatches")
         return 1
     console.print("[bold green]quickstart ok: tiered, fetched and verified")
     return 0
+
+
+def _write_properties(path: Path, store_root: Path, keyring_path: Path) -> Path:
+    """The store as your own tools reach it (`rsm store`, `rsm migrate`, the Spark reader): no secrets, the
+    keyring is named by its path."""
+    path.write_text(
+        "# written by rsm quickstart: its store, for rsm store / rsm migrate --config and the Spark reader's\n"
+        "# rsm.properties option (no secrets here: the keyring is a path)\n"
+        "storage.backend=file\n"
+        f"storage.file.root={store_root}\n"
+        "bucket=tiered\n"
+        "prefix=\n"
+        f"encryption.keyring.path={keyring_path}\n"
+    )
+    return path
+
+
+def next_steps(properties: Path) -> tuple[str, str]:
+    """The shell line and the Python snippet the quickstart ends with, as printed."""
+    import json
+    import shlex
+
+    shell = f"rsm store --config {shlex.quote(str(properties))} du"
+    python = (
+        "from pyspark.sql import SparkSession\n"
+        "import spark_reader\n"
+        'spark = SparkSession.builder.master("local[2]").getOrCreate()\n'
+        "spark_reader.register(spark)\n"
+        f'df = spark.read.format("kafka-tiered").option("rsm.properties", {json.dumps(str(properties))})'
+        '.option("subscribe", "orders,payments").load()\n'
+        'df.groupBy("topic").count().orderBy("topic").show()'
+    )
+    return shell, python
+
+
+def _next_steps(console: Console, properties: Path) -> None:
+    shell, python = next_steps(properties)
+    console.rule("[bold]Next steps")
+    console.print(f"store settings : {properties} (no secrets)")
+    console.print("what the store holds, with your own tools:")
+    console.print(shell, markup=False, highlight=False)
+    console.print("read it with Spark (Python):")
+    console.print(python, markup=False, highlight=False)
 
 
 QUERY = """

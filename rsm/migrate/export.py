@@ -22,6 +22,10 @@ Journal: an export writes nothing to the store (read-only credentials suffice), 
 output: every file is written under a temporary name and renamed, the `.log` of a segment last, so a
 segment whose `.log` is there with its size is complete and a rerun skips it; `partition.metadata` and the
 checkpoint are written last of all.
+
+It never overwrites what it did not write: the target directory must be new, empty, or one an export of the
+same topic id and partition made (its `.rsm-export` marker, written first); anything else is refused before
+a byte is written, unless `--force` (the files in it are then removed first).
 """
 
 from __future__ import annotations
@@ -54,6 +58,57 @@ def partition_dir_name(topic: str, partition: int) -> str:
     return f"{topic}-{partition}"
 
 
+MARKER = ".rsm-export"
+
+
+def _marker_text(topic: str, partition: int, topic_id: uuid.UUID) -> str:
+    return (
+        f"made by rsm migrate export: {topic}-{partition} topic id {uuid_to_base64(topic_id)}; "
+        "a rerun of that export resumes here\n"
+    )
+
+
+def check_target(target: Path, topic: str, partition: int, topic_id: uuid.UUID, *, force: bool) -> list[Path]:
+    """The files a forced export replaces in ``target`` (none when it is new, empty or this export's own).
+
+    Without ``force`` (``--force``) a target holding files this export did not write is refused, one line
+    and nothing written; a subdirectory is never replaced."""
+    if target.exists() and not target.is_dir():
+        raise MigrateError(f"{target} is a file, not a directory: nothing was written")
+    if not target.is_dir():
+        return []
+    entries = sorted(target.iterdir())
+    marker = target / MARKER
+    if not entries or (marker.is_file() and marker.read_text() == _marker_text(topic, partition, topic_id)):
+        return []
+    if not force:
+        shown = ", ".join(p.name for p in entries[:3]) + (", ..." if len(entries) > 3 else "")
+        raise MigrateError(
+            f"{target} is not empty ({shown}) and was not written by this export: nothing was written; "
+            "give --dir another directory, or --force to replace its files"
+        )
+    subdirs = [p for p in entries if p.is_dir() and not p.is_symlink()]
+    if subdirs:
+        raise MigrateError(
+            f"{target} holds a directory ({subdirs[0].name}): not replaced, nothing was written"
+        )
+    return entries
+
+
+def claim(target: Path, topic: str, partition: int, topic_id: uuid.UUID, replaced: list[Path]) -> None:
+    """Remove what ``--force`` replaces, then mark the target as this export's before writing in it."""
+    for p in replaced:
+        p.unlink()
+    target.mkdir(parents=True, exist_ok=True)
+    _write(target / MARKER, _marker_text(topic, partition, topic_id).encode())
+
+
+def log_bytes(s: SegmentSlice) -> int:
+    """The bytes of the slice's segment as Kafka wrote it (its `.log`): the figure the plan, the progress and
+    the result count (a slice that is part of its segment writes fewer)."""
+    return s.segment.manifest.log.size
+
+
 def plan_export(catalog: TopicCatalog, topic: str, topic_id: uuid.UUID, partition: int) -> PartitionHistory:
     histories = catalog.histories(topic, topic_id, [partition])
     if partition not in histories:
@@ -81,6 +136,8 @@ def export_slice(catalog: TopicCatalog, s: SegmentSlice, out: Path, on_bytes=Non
     if whole:
         log_path = out / f"{base:020d}.log"
         if log_path.exists() and log_path.stat().st_size == manifest.log.size:
+            if on_bytes is not None:
+                on_bytes(manifest.log.size)
             return ExportedSegment(base, s.first_offset, s.last_offset, manifest.log.size, True, skipped=True)
         for index_type, suffix in ((IndexType.OFFSET, ".index"), (IndexType.TIMESTAMP, ".timeindex")):
             _write(
@@ -98,7 +155,7 @@ def export_slice(catalog: TopicCatalog, s: SegmentSlice, out: Path, on_bytes=Non
                 data = reader.chunk(i)
                 f.write(data)
                 if on_bytes is not None:
-                    on_bytes(manifest.log.stored_sizes[i])
+                    on_bytes(len(data))
         os.replace(tmp, log_path)
         return ExportedSegment(base, s.first_offset, s.last_offset, manifest.log.size, True)
     # part of a segment (rare: copies overlapping after an unclean election): the batches holding offsets
@@ -129,7 +186,7 @@ def export_slice(catalog: TopicCatalog, s: SegmentSlice, out: Path, on_bytes=Non
     _snapshot(reader, manifest, out, s.last_offset)
     _write(log_path, bytes(kept))
     if on_bytes is not None:
-        on_bytes(manifest.log.stored_size)
+        on_bytes(manifest.log.size)
     return ExportedSegment(base, s.first_offset, s.last_offset, len(kept), False)
 
 

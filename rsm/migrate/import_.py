@@ -11,7 +11,8 @@ migrate export` read it like any tiered segment.
 
 What the broker would hand the RSM is rebuilt from the directory alone, never written into it (it may be
 read-only):
-- topic id from `partition.metadata` (or `--topic-id`); topic and partition from the directory's name
+- topic id from `partition.metadata` (or `--topic-id`; without either, the topic id of the store's topic of
+  that name, else a new one, said in one line); topic and partition from the directory's name
   (`<topic>-<partition>`; or `--topic` / `--partition`);
 - the segment's end offset and largest timestamp from its batches, read once;
 - its leader-epoch chain from `leader-epoch-checkpoint` (epochs in force within the segment, the first
@@ -39,6 +40,7 @@ import logging
 import tempfile
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,8 +83,14 @@ class PartitionDir:
 
 
 def read_partition_dir(
-    path: Path, topic: str | None, partition: int | None, topic_id: str | None
+    path: Path,
+    topic: str | None,
+    partition: int | None,
+    topic_id: str | None,
+    without_metadata: Callable[[str, Path], str] | None = None,
 ) -> PartitionDir:
+    """The directory's partition; ``without_metadata(topic, path)`` answers the topic id when neither
+    ``topic_id`` nor a ``partition.metadata`` gives one (else that is refused)."""
     if not path.is_dir():
         raise ImportError_(f"{path} is not a directory")
     name_topic, _, name_part = path.name.rpartition("-")
@@ -91,8 +99,10 @@ def read_partition_dir(
         if not name_part.isdigit():
             raise ImportError_(f"{path.name} is not named <topic>-<partition>: give --topic and --partition")
         partition = int(name_part)
+    meta = path / "partition.metadata"
+    if topic_id is None and without_metadata is not None and not meta.exists():
+        topic_id = without_metadata(topic, path)
     if topic_id is None:
-        meta = path / "partition.metadata"
         try:
             fields = dict(line.split(":", 1) for line in meta.read_text().splitlines() if ":" in line)
             topic_id = fields["topic_id"].strip()
