@@ -15,7 +15,7 @@ from rsm.api.metadata import RemoteLogSegmentMetadata
 from rsm.config.redact import redact_text
 from rsm.copy.manifest import ManifestError
 from rsm.copy.transform import TransformError
-from rsm.store.objects import ObjectNotFound, ObjectStore
+from rsm.store.objects import ObjectNotFound, ObjectStore, is_missing_bucket
 
 
 class StoreErrors:
@@ -45,6 +45,8 @@ class StoreErrors:
             f"{self._what} of segment {seg.id_base64} of {seg.topic_id_partition}, "
             f"object {self._store.describe(self._bucket, self._key)}"
         )
+        if is_missing_bucket(exc):  # not "not found": a missing bucket is the configuration's fault
+            raise RemoteStorageException(f"{where}: {self._store.missing_bucket(self._bucket)}") from None
         if isinstance(exc, (ObjectNotFound, FileNotFoundError)):
             raise RemoteResourceNotFoundException(f"{where}: not found") from None
         if isinstance(exc, (TransformError, ManifestError)):
