@@ -170,3 +170,52 @@ def test_keyring_new_in_a_directory_that_does_not_exist_names_the_directory(tmp_
     )
     assert ".kr.json." not in line
     assert not missing.exists()
+
+
+def test_a_topics_missing_bucket_is_named_by_topic_config_and_import(tmp_path: Path, s3_server: Any) -> None:
+    from rsm.api.metadata import uuid_to_base64
+
+    default, elsewhere = s3_server.make_bucket(), s3_server.make_bucket()
+    props = properties(tmp_path / "server.properties", **s3_server.rsm_configs(bucket=default))
+    tid = uuid.uuid4()
+    make_segment(tmp_path / "t-0", TopicIdPartition(tid, "t", 0), batches=3)
+    topic = ["--topic", "t", "--topic-id", uuid_to_base64(tid)]
+    missing = "no-such-bucket-26"
+    done = rsm(
+        "topic-config",
+        "--config",
+        str(props),
+        "set",
+        *topic,
+        f"unchecked.rsm.bucket={missing}",
+        env=s3_server.env(),
+    )
+    one_line(
+        done, f"bucket '{missing}' (unchecked.rsm.bucket) does not exist in s3 at {s3_server.endpoint_url}"
+    )
+    done = rsm(
+        "topic-config",
+        "--config",
+        str(props),
+        "set",
+        *topic,
+        f"unchecked.rsm.bucket={elsewhere}",
+        env=s3_server.env(),
+    )
+    assert done.returncode == 0, done.stderr
+    s3_server.boto3_client().delete_bucket(Bucket=elsewhere)  # gone after the topic was pointed at it
+    command = [
+        "migrate",
+        "--config",
+        str(props),
+        "import",
+        "--dir",
+        str(tmp_path / "t-0"),
+        *topic,
+        "--partition",
+        "0",
+    ]
+    one_line(
+        rsm(*command, env=s3_server.env()),
+        f"bucket '{elsewhere}' (the topic's unchecked.rsm.bucket) does not exist in s3 at {s3_server.endpoint_url}",
+    )

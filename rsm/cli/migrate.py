@@ -302,6 +302,9 @@ def _run_plan(
     what: str, *, extra: dict[str, Any] | None = None, sticky: bool = False, store: ObjectStore | None = None,
 ) -> int:  # fmt: skip
     spec = _spec(args, configs, plan, extra or {})
+    if store is not None:  # a destination a topic's settings name must exist too: no bucket is made
+        for bucket in dict.fromkeys(i.destination.bucket for i in plan.items if i.destination is not None):
+            store.require_bucket(bucket)
     if args.dry_run:
         _print_plan(plan, args, out, spec.job)
         return 0

@@ -166,6 +166,8 @@ def _act(
     if args.action == "set":
         updates = _pairs(args.pairs)
         validate_overlay_configs(updates)
+        if "unchecked.rsm.bucket" in updates:  # no bucket is made: a topic cannot be pointed at a missing one
+            overlays.store.require_bucket(updates["unchecked.rsm.bucket"].strip(), "unchecked.rsm.bucket")
         changes: dict[str, str | None] = dict(updates)
         proposed = {**current_configs, **updates}
     else:
