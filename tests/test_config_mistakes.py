@@ -219,3 +219,28 @@ def test_a_topics_missing_bucket_is_named_by_topic_config_and_import(tmp_path: P
         rsm(*command, env=s3_server.env()),
         f"bucket '{elsewhere}' (the topic's unchecked.rsm.bucket) does not exist in s3 at {s3_server.endpoint_url}",
     )
+
+
+def test_a_fetch_from_a_bucket_deleted_since_names_the_bucket(tmp_path: Path, s3_server: Any) -> None:
+    bucket = s3_server.make_bucket()
+    seg = make_segment(tmp_path / "seg", TopicIdPartition(uuid.uuid4(), "orders", 0), batches=3)
+    manager = RemoteStorageManager()
+    manager.configure(s3_server.rsm_configs(bucket=bucket))
+    try:
+        manager.copy_log_segment_data(seg.metadata, seg.data)
+        client = s3_server.boto3_client()
+        for obj in client.list_objects_v2(Bucket=bucket).get("Contents", []):
+            client.delete_object(Bucket=bucket, Key=obj["Key"])
+        client.delete_bucket(Bucket=bucket)
+        fresh = RemoteStorageManager()  # no cached manifest
+        fresh.configure(s3_server.rsm_configs(bucket=bucket))
+        try:
+            with pytest.raises(RemoteStorageException) as caught:
+                fresh.fetch_log_segment(seg.metadata, 0)
+        finally:
+            fresh.close()
+    finally:
+        manager.close()
+    assert f"bucket '{bucket}' (config bucket) does not exist in s3 at {s3_server.endpoint_url}" in str(
+        caught.value
+    )
