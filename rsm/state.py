@@ -25,7 +25,7 @@ from rsm.api.log_config import LogConfig
 from rsm.api.metadata import RemoteLogSegmentMetadata, TopicIdPartition
 from rsm.config.keyring import Keyring
 from rsm.config.overlay import OverlayCache, TopicOverlayStore
-from rsm.config.settings import RsmConfig, TopicSettings
+from rsm.config.settings import RsmConfig, TopicSettings, unknown_setting
 from rsm.copy.manifest import Manifest
 from rsm.fetch.cache import ByteLRU, IdentityMemo
 from rsm.fetch.reader import ChunkAllocator, SegmentReader
@@ -60,7 +60,10 @@ def warn_unknown_keys(keys: list[str]) -> None:
         new = [k for k in keys if not k.startswith("bridge.") and k not in _warned_unknown]
         _warned_unknown.update(new)
     if new:
-        log.warning("ignoring unknown RSM config keys (said once per process): %s", ", ".join(new))
+        log.warning(
+            "ignoring unknown RSM config keys (said once per process): %s",
+            ", ".join(unknown_setting(k) for k in new),
+        )
 
 
 class RsmState:

@@ -183,7 +183,12 @@ def test_file_root_that_is_a_file(tmp_path: Path) -> None:
             tmp_path / "p.properties", **{"storage.backend": "file", "storage.file.root": str(root)}
         )
         one_line(rsm("topic-config", "--config", str(props), "list"), "storage.file.root", problem)
-        one_line(rsm("store", "--config", str(props), "du"), "storage.file.root", problem)
+        # the read-only tools create no root: one under a file does not exist (issue 26, item 7)
+        one_line(
+            rsm("store", "--config", str(props), "du"),
+            "storage.file.root",
+            "does not exist" if problem == "cannot be created" else problem,
+        )
         done = rsm(
             "bridge", "serve", "--config", str(props), "--socket", str(tmp_path / "b.sock"), timeout=60
         )

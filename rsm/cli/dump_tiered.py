@@ -25,7 +25,7 @@ from rsm.api.errors import ConfigException, RemoteStorageException
 from rsm.api.metadata import IndexType
 from rsm.cli.dump_files import dump_files
 from rsm.config.keyring import Keyring
-from rsm.config.properties import rsm_configs_from_file
+from rsm.config.properties import tool_configs
 from rsm.config.settings import RsmConfig
 from rsm.copy.manifest import Manifest, ManifestError
 from rsm.store.objects import ObjectStore
@@ -114,8 +114,11 @@ def run_tiered(args: argparse.Namespace) -> int:
             raise _Refused(
                 f"a tiered segment needs --config, --topic, --partition and --offset (missing {', '.join(missing)})"
             )
-        configs = rsm_configs_from_file(args.config)
-        catalog = TopicCatalog(RsmConfig(configs))
+        configs = tool_configs(args.config)  # a key that is no setting is refused, naming the closest one
+        config = RsmConfig(configs)
+        store = ObjectStore.from_config(config, create=False)  # read-only: a missing root is refused
+        store.require_bucket(str(config.get("bucket")))
+        catalog = TopicCatalog(config, store)
         tid = to_uuid(args.topic_id) if args.topic_id else catalog.live_topic_id(args.topic)
         history = catalog.histories(args.topic, tid, [args.partition]).get(args.partition)
         slices = history.between(args.offset, args.offset) if history else []
@@ -149,7 +152,11 @@ def run_tiered(args: argparse.Namespace) -> int:
 def run_tiered_objects(args: argparse.Namespace, files: list[str]) -> int:
     """Paths to stored objects in a file store: each segment dumped through its manifest."""
     status = 0
-    configs = rsm_configs_from_file(args.config) if args.config else None
+    try:
+        configs = tool_configs(args.config) if args.config else None
+    except ValueError as exc:
+        sys.stderr.write(f"rsm dump-log: {exc}\n")
+        return 1
     for name in files:
         try:
             if not is_tiered_object(name):

@@ -78,7 +78,13 @@ def _read(path: Path) -> dict[str, str]:
 def _write(path: Path, keys: dict[str, str], *, new: bool) -> None:
     """Owner-only from the first byte: a temporary file made 0600, then renamed over ``path``."""
     directory = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
+    if not directory.is_dir():  # named as the user gave it, not as the temporary file inside it
+        what = "is not a directory" if directory.exists() else "does not exist"
+        raise _Refused(f"cannot write {path}: directory {directory} {what}")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
+    except OSError as exc:
+        raise _Refused(f"cannot write {path}: directory {directory}: {exc.strerror}") from None
     try:
         os.fchmod(fd, 0o600)
         with os.fdopen(fd, "w") as fh:

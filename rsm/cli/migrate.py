@@ -157,9 +157,9 @@ def _common(parser: argparse.ArgumentParser, default: Any, force_help: str = FOR
 # -- configuration ------------------------------------------------------------------------------------------
 def load_configs(path: Path) -> dict[str, str]:
     """The RSM keys of a server.properties (`rsm.config.*`, bridge keys left out) or an rsm.properties."""
-    from rsm.config.properties import rsm_configs_from_file
+    from rsm.config.properties import tool_configs
 
-    configs = rsm_configs_from_file(path)
+    configs = tool_configs(path)  # a key that is no setting is refused, naming the closest one
     try:
         RsmConfig(configs)
     except ConfigException as exc:
@@ -195,7 +195,16 @@ def run(args: argparse.Namespace) -> int:
     try:
         configs = load_configs(args.config)
         config = RsmConfig(configs)
-        catalog = TopicCatalog(config)
+        # what only reads refuses a store root that does not exist rather than make it and find nothing;
+        # and no command makes a bucket: one that does not exist is named before any work
+        read_only = (
+            args.migrate_command in ("verify", "export")
+            or getattr(args, "dry_run", False)
+            or (args.migrate_command == "gc" and not getattr(args, "apply", False))
+        )
+        store = ObjectStore.from_config(config, create=not read_only)
+        store.require_bucket(str(config.get("bucket")))
+        catalog = TopicCatalog(config, store)
         if config.get("metrics.enabled"):
             # its figures (rsm_migrate_*, the store's rsm_s3_*) for a scraper while it runs; off by default
             serve_prometheus_from_config(config)
@@ -311,6 +320,9 @@ def _run_plan(
     what: str, *, extra: dict[str, Any] | None = None, sticky: bool = False, store: ObjectStore | None = None,
 ) -> int:  # fmt: skip
     spec = _spec(args, configs, plan, extra or {})
+    if store is not None:  # a destination a topic's settings name must exist too: no bucket is made
+        for bucket in dict.fromkeys(i.destination.bucket for i in plan.items if i.destination is not None):
+            store.require_bucket(bucket)
     if args.dry_run:
         _print_plan(plan, args, out, spec.job)
         return 0
@@ -358,6 +370,8 @@ def _move(
     destination = Location(args.to_bucket or settings.bucket,
                            settings.prefix if args.to_prefix is None else args.to_prefix)  # fmt: skip
     _check_location(destination)
+    if args.to_bucket:
+        catalog.store.require_bucket(destination.bucket, "--to-bucket")
     plan = plans.plan_move(catalog, args.topic, tid, args.partition, destination)
     return _run_plan(args, configs, plan, out, err, "move", store=catalog.store)
 

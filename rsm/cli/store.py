@@ -38,6 +38,7 @@ from rsm.cli.options import config_and_json
 from rsm.config.settings import RsmConfig
 from rsm.store.layout import Location
 from rsm.store.locations import FoundBy
+from rsm.store.objects import ObjectStore
 
 ACTIONS = ("du", "ls", "locate")
 
@@ -75,13 +76,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def _catalog(path: Path, args: argparse.Namespace) -> TopicCatalog:
-    from rsm.config.properties import rsm_configs_from_file
+    """The catalog of the store the file names; read-only, so a root or bucket that does not exist is
+    refused (not created, not read as an empty store)."""
+    from rsm.config.properties import tool_configs
 
     try:
-        config = RsmConfig(rsm_configs_from_file(path))
+        config = RsmConfig(tool_configs(path))
+        store = ObjectStore.from_config(config, create=False)
     except ConfigException as exc:
         raise ValueError(f"{path}: {exc}") from None
-    return TopicCatalog(config, also=_earlier_defaults(config, args))
+    also = _earlier_defaults(config, args)
+    if not also:  # with --bucket OLD the default bucket may be one not made yet
+        store.require_bucket(str(config.get("bucket")))
+    return TopicCatalog(config, store, also=also)
 
 
 def _earlier_defaults(config: RsmConfig, args: argparse.Namespace) -> list[Location]:

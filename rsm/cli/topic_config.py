@@ -35,7 +35,7 @@ from rsm.cli.console import err_console, out_console
 from rsm.cli.options import config_and_json
 from rsm.config.keyring import Keyring
 from rsm.config.overlay import TopicOverlay, TopicOverlayStore, known_keys, validate_overlay_configs
-from rsm.config.properties import load_properties, split_rsm_configs
+from rsm.config.properties import RSM_CONFIG_PREFIX, check_known_keys, load_properties, split_rsm_configs
 from rsm.config.redact import redact_text, shown
 from rsm.config.settings import ConfigEntry, ConfigSource, RsmConfig, unknown_topic_key
 from rsm.policy.api import (
@@ -112,7 +112,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         config, configs, props = _broker_config(args.config)
+        # no action makes a bucket: one that does not exist is named first
         store = ObjectStore.from_config(config)
+        store.require_bucket(str(config.get("bucket")))
         overlays = TopicOverlayStore(store, str(config.get("bucket")), str(config.get("prefix")))
         pending = PendingOverlayStore(store, str(config.get("bucket")), str(config.get("prefix")))
         if args.action == "list":
@@ -164,6 +166,8 @@ def _act(
     if args.action == "set":
         updates = _pairs(args.pairs)
         validate_overlay_configs(updates)
+        if "unchecked.rsm.bucket" in updates:  # no bucket is made: a topic cannot be pointed at a missing one
+            overlays.store.require_bucket(updates["unchecked.rsm.bucket"].strip(), "unchecked.rsm.bucket")
         changes: dict[str, str | None] = dict(updates)
         proposed = {**current_configs, **updates}
     else:
@@ -241,6 +245,7 @@ def _broker_config(path: Path) -> tuple[RsmConfig, dict[str, str], dict[str, str
     of its properties (the policy sees its Kafka ``log.*`` defaults)."""
     props = load_properties(path)
     configs, _bridge = split_rsm_configs(props)
+    check_known_keys(configs, path, RSM_CONFIG_PREFIX)  # a misspelled key: one line, the closest setting
     try:
         return RsmConfig(configs), configs, props
     except ConfigException as exc:

@@ -117,6 +117,37 @@ def rsm_configs_from_file(path: Path) -> dict[str, str]:
     """The RSM's keys in one file, for the tools: a broker's server.properties (its ``rsm.config.*`` keys,
     bridge ones left out) or an rsm.properties of bare keys (``bridge.*`` left out), so one file serves
     the broker and `rsm store` / `rsm migrate` / `rsm dump-tiered`."""
-    props = load_properties(path)
+    return _rsm_configs(load_properties(path))[0]
+
+
+def _rsm_configs(props: Mapping[str, str]) -> tuple[dict[str, str], str]:
+    """The RSM's keys and the prefix they carry in the file (``rsm.config.`` or none)."""
     configs, _ = split_rsm_configs(props)
-    return configs or {k: v for k, v in props.items() if not k.startswith(BRIDGE_KEY_PREFIX)}
+    if configs:
+        return configs, RSM_CONFIG_PREFIX
+    return {k: v for k, v in props.items() if not k.startswith(BRIDGE_KEY_PREFIX)}, ""
+
+
+def tool_configs(path: Path) -> dict[str, str]:
+    """`rsm_configs_from_file` for a tool given the file: a key that is no setting is refused (ValueError,
+    one line naming the key, the file and the closest setting), where a broker only warns. A misspelled
+    key would otherwise leave its setting at the default, and a read succeed on an empty store."""
+    configs, prefix = _rsm_configs(load_properties(path))
+    check_known_keys(configs, path, prefix)
+    return configs
+
+
+def check_known_keys(configs: Mapping[str, str], path: Path, prefix: str = "") -> None:
+    """ValueError ``unknown key bukcet in FILE: did you mean bucket?`` for keys of `configs` (without
+    `prefix`, as the file spells them with it) that are no setting."""
+    from rsm.config.settings import SETTINGS_BY_NAME, closest_setting, unknown_setting
+
+    unknown = sorted(k for k in configs if k not in SETTINGS_BY_NAME)
+    if not unknown:
+        return
+    if len(unknown) == 1:
+        guess = closest_setting(unknown[0])
+        hint = f": did you mean {prefix}{guess}?" if guess else " (no setting is close to it)"
+        raise ValueError(f"unknown key {prefix}{unknown[0]} in {path}{hint}")
+    named = ", ".join(unknown_setting(prefix + key, prefix) for key in unknown)
+    raise ValueError(f"unknown keys in {path}: {named}")

@@ -324,6 +324,20 @@ def closest_topic_key(key: str) -> str | None:
     return names[matches[0]] if matches else None
 
 
+def closest_setting(name: str) -> str | None:
+    """The setting `name` most likely misspells (`bukcet` -> `bucket`, `storage.file.rot` ->
+    `storage.file.root`), from the one definition of every setting; None when nothing is close."""
+    matches = difflib.get_close_matches(name, list(SETTINGS_BY_NAME), n=1, cutoff=0.75)
+    return matches[0] if matches else None
+
+
+def unknown_setting(key: str, prefix: str = "") -> str:
+    """`key (did you mean prefix+closest?)`, or `key` alone when nothing is close: how an unknown key is named."""
+    name = key[len(prefix) :] if prefix and key.startswith(prefix) else key
+    guess = closest_setting(name)
+    return f"{key} (did you mean {prefix}{guess}?)" if guess else key
+
+
 def unknown_topic_key(key: str) -> str:
     """The message refusing an unknown topic-level key: the closest valid name, else every valid name."""
     guess = closest_topic_key(key)
@@ -395,11 +409,22 @@ class RsmConfig:
         for s in SETTINGS:
             text = raw.get(s.name, s.default)
             self._values[s.name] = None if text is None else parse_setting(s, s.name, text)
+        self.unknown_keys = sorted(k for k in raw if k not in SETTINGS_BY_NAME)
         self.backend: Backend = self._values["storage.backend"]  # type: ignore[assignment]
         if self.backend is Backend.FILE and not self._values["storage.file.root"]:
-            raise ConfigException("config storage.file.root is required when storage.backend=file")
+            raise ConfigException(
+                "config storage.file.root is required when storage.backend=file"
+                + self._misspelled("storage.file.root")
+            )
         self._check_backend_bucket(str(self._values["bucket"]), "bucket")
-        self.unknown_keys = sorted(k for k in raw if k not in SETTINGS_BY_NAME)
+
+    def _misspelled(self, name: str) -> str:
+        """` (K is not a setting: did you mean NAME?)` for the unknown keys that misspell `name`, else ''."""
+        typos = [k for k in self.unknown_keys if closest_setting(k) == name]
+        if not typos:
+            return ""
+        keys = " and ".join(typos)
+        return f" ({keys} {'is' if len(typos) == 1 else 'are'} not a setting: did you mean {name}?)"
 
     def get(self, name: str) -> object:
         """The broker-level (or built-in) value of a setting."""

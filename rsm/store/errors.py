@@ -13,9 +13,10 @@ from types import TracebackType
 from rsm.api.errors import RemoteResourceNotFoundException, RemoteStorageException
 from rsm.api.metadata import RemoteLogSegmentMetadata
 from rsm.config.redact import redact_text
+from rsm.config.settings import Backend
 from rsm.copy.manifest import ManifestError
 from rsm.copy.transform import TransformError
-from rsm.store.objects import ObjectNotFound, ObjectStore
+from rsm.store.objects import ObjectNotFound, ObjectStore, is_missing_bucket
 
 
 class StoreErrors:
@@ -45,12 +46,27 @@ class StoreErrors:
             f"{self._what} of segment {seg.id_base64} of {seg.topic_id_partition}, "
             f"object {self._store.describe(self._bucket, self._key)}"
         )
+        if is_missing_bucket(exc) or (
+            isinstance(exc, (ObjectNotFound, FileNotFoundError)) and self._no_bucket()
+        ):
+            # not "not found": a missing bucket is the configuration's fault (a read of an object in it is
+            # answered 404 like a missing object, so on S3 a not-found asks once whether the bucket is there)
+            raise RemoteStorageException(f"{where}: {self._store.missing_bucket(self._bucket)}") from None
         if isinstance(exc, (ObjectNotFound, FileNotFoundError)):
             raise RemoteResourceNotFoundException(f"{where}: not found") from None
         if isinstance(exc, (TransformError, ManifestError)):
             raise RemoteStorageException(f"{where}: {exc}") from None
         # every other storage failure becomes Kafka's exception too
         raise RemoteStorageException(f"{where}: {type(exc).__name__}: {safe_message(exc)}") from exc
+
+    def _no_bucket(self) -> bool:
+        """Whether S3 says the bucket does not exist (False when it is there, or cannot be asked)."""
+        if self._store.backend is not Backend.S3:
+            return False
+        try:
+            return self._store.bucket_exists(self._bucket) is False
+        except Exception:  # noqa: BLE001 - the not-found stands; the question was only for a better message
+            return False
 
 
 def safe_message(exc: BaseException) -> str:

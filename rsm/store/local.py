@@ -21,11 +21,16 @@ from rsm.store.writes import IOStats, temp_name
 log = logging.getLogger(__name__)
 
 
-def open_filesystem(config: RsmConfig) -> tuple[Any, Path]:
-    """The local filesystem and the store's root (created if missing; a file there is refused)."""
+def open_filesystem(config: RsmConfig, create: bool = True) -> tuple[Any, Path]:
+    """The local filesystem and the store's root (created if missing unless ``create`` is false: the
+    read-only tools refuse a root that does not exist rather than read an empty store; a file there is
+    refused)."""
     root = config.file_root
     assert root is not None  # checked by RsmConfig
     root = root.expanduser().resolve()
+    if not create and not root.is_dir():
+        what = "is a file, not a directory" if root.exists() else "does not exist"
+        raise ConfigException(f"config storage.file.root {root} {what}")
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # a file where the store should be, a read-only parent...

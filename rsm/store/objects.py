@@ -41,9 +41,9 @@ from typing import Any, TypeVar
 
 from fsspec.exceptions import FSTimeoutError
 
-from rsm.api.errors import InvalidArgumentException
+from rsm.api.errors import ConfigException, InvalidArgumentException
 from rsm.config.names import bucket_problem, key_problem
-from rsm.config.redact import redact_text
+from rsm.config.redact import redact_text, redact_url
 from rsm.config.settings import Backend, RsmConfig
 from rsm.store import local, s3
 from rsm.store.writes import (
@@ -61,7 +61,15 @@ from segment_format.crc import crc32c
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-__all__ = ["ObjectInfo", "ObjectNotFound", "ObjectStore", "UnfinishedWrite", "temp_name"]
+__all__ = ["ObjectInfo", "ObjectNotFound", "ObjectStore", "UnfinishedWrite", "is_missing_bucket", "temp_name"]
+
+
+def is_missing_bucket(exc: BaseException) -> bool:
+    """Whether a store failure is S3's NoSuchBucket (s3fs raises it as a FileNotFoundError)."""
+    cause = exc.__cause__
+    response = getattr(cause, "response", None)
+    code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
+    return isinstance(exc, FileNotFoundError) and code == "NoSuchBucket"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,6 +121,8 @@ class ObjectStore:
         # entered around each read that waits on the network (not local files): the bridge lends a fetch's
         # work permit meanwhile, so ten readers waiting on S3 do not hold back the streams ready to work
         self.remote_wait: Callable[[], AbstractContextManager[object]] | None = None
+        self.where = ""  # the S3 endpoint, as messages name it (from_config)
+        self.default_bucket = ""  # the configured `bucket` (from_config), so messages name its setting
 
     def network_wait(self) -> AbstractContextManager[object]:
         """``with``: a wait on this store's network (none for local files); the bridge lends permits there."""
@@ -120,14 +130,50 @@ class ObjectStore:
         return hook() if hook is not None and self.backend is not Backend.FILE else contextlib.nullcontext()
 
     @classmethod
-    def from_config(cls, config: RsmConfig) -> ObjectStore:
-        """The store the configuration names: a local directory (`rsm.store.local`) or S3 (`rsm.store.s3`)."""
+    def from_config(cls, config: RsmConfig, *, create: bool = True) -> ObjectStore:
+        """The store the configuration names: a local directory (`rsm.store.local`) or S3 (`rsm.store.s3`).
+
+        ``create=False`` (the read-only tools): a file store's root that does not exist is refused, not made.
+        """
         part_size = int(config.get("storage.s3.multipart.part.size"))  # type: ignore[arg-type]
         if config.backend is Backend.FILE:
-            fs, root = local.open_filesystem(config)
-            return cls(fs, Backend.FILE, root, part_size)
-        fs, request_timeout, attempts = s3.open_filesystem(config, part_size)
-        return cls(fs, Backend.S3, None, part_size, request_timeout, attempts)
+            fs, root = local.open_filesystem(config, create)
+            store = cls(fs, Backend.FILE, root, part_size)
+        else:
+            fs, request_timeout, attempts = s3.open_filesystem(config, part_size)
+            store = cls(fs, Backend.S3, None, part_size, request_timeout, attempts)
+            endpoint = config.get("storage.s3.endpoint.url")
+            region = config.get("storage.s3.region")
+            store.where = redact_url(str(endpoint)) if endpoint else f"AWS ({region or 'default region'})"
+        store.default_bucket = str(config.get("bucket"))
+        return store
+
+    # -- buckets -----------------------------------------------------------------------------------------
+    def bucket_exists(self, bucket: str) -> bool | None:
+        """Whether an S3 bucket exists (one HEAD); None when S3 would not say (no permission). A file
+        store's bucket is a directory made by the first write: always True there."""
+        if self.backend is Backend.FILE:
+            return True
+        try:
+            self._remote(bucket, "", self.fs.call_s3, "head_bucket", Bucket=bucket)
+        except FileNotFoundError:
+            return False
+        except PermissionError:
+            return None
+        return True
+
+    def missing_bucket(self, bucket: str, setting: str | None = None) -> str:
+        """The one line saying a bucket does not exist: the bucket, the setting that named it, where."""
+        if setting is None:
+            setting = "config bucket" if bucket == self.default_bucket else "the topic's unchecked.rsm.bucket"
+        return (
+            f"bucket {bucket!r} ({setting}) does not exist in s3 at {self.where}; buckets are never created"
+        )
+
+    def require_bucket(self, bucket: str, setting: str | None = None) -> None:
+        """ConfigException naming the bucket and its setting when S3 says the bucket does not exist."""
+        if self.bucket_exists(bucket) is False:
+            raise ConfigException(self.missing_bucket(bucket, setting))
 
     def _remote(
         self, bucket: str, key: str, call: Callable[..., T], *args: Any, read: bool = False, **kwargs: Any
