@@ -7,15 +7,18 @@ planning worker, `partition_reader.clients` on executors).
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
+from spark_reader.errors import ReaderError
 from spark_reader.filters import PushedFilters, push_filters
 from spark_reader.offsets import ending_spec, starting_spec
-from spark_reader.options import SourceOptions, Violations, parse_options
+from spark_reader.options import OptionError, SourceOptions, Violations, parse_options
 from spark_reader.partition_reader import read_partition
 from spark_reader.planning import Planner
 from spark_reader.pushdown import ReaderKind, reader_kind
@@ -25,6 +28,28 @@ from spark_reader.stream import TieredStreamReader
 log = logging.getLogger(__name__)
 
 FORMAT_NAME = "kafka-tiered"
+
+F = TypeVar("F", bound=Callable)
+
+
+def one_line_errors(method: F) -> F:
+    """Raise the source's own errors (a bad option, a missing store) afresh from the method Spark called.
+
+    Spark's planner worker prints the exception with its traceback after "[PYTHON_DATA_SOURCE_ERROR]
+    Failed to ...:"; raised here, that traceback is this one frame instead of the parser's whole stack,
+    and with `spark.sql.execution.pyspark.udf.hideTraceback.enabled=true` (which the CLI's sessions set)
+    it is gone and the message is Spark's first line.
+    """
+
+    @functools.wraps(method)
+    def call(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        try:
+            return method(*args, **kwargs)
+        except (OptionError, ReaderError) as exc:
+            error = exc.with_traceback(None)
+        raise error from None
+
+    return call  # type: ignore[return-value]
 
 
 class KafkaTieredDataSource(DataSource):
@@ -37,16 +62,19 @@ class KafkaTieredDataSource(DataSource):
     def _options(self) -> SourceOptions:
         return parse_options(self.options)
 
+    @one_line_errors
     def schema(self):  # -> StructType
         opts = self._options()
         return spark_schema(opts.include_headers, opts.violations is Violations.FLAG)
 
+    @one_line_errors
     def reader(self, schema) -> DataSourceReader:  # noqa: ANN001 - pyspark's StructType
         """The filtering reader where Spark pushes filters, else the plain one (`spark_reader.pushdown`)."""
         if reader_kind() is ReaderKind.PLAIN:
             return TieredBatchReader(self._options())
         return FilteringBatchReader(self._options())
 
+    @one_line_errors
     def streamReader(self, schema) -> DataSourceStreamReader:  # noqa: ANN001
         return TieredStreamReader(self._options())
 
@@ -64,6 +92,7 @@ class TieredBatchReader(DataSourceReader):
             None  # the planner of the last partitions() (its store's counters)
         )
 
+    @one_line_errors
     def partitions(self) -> Sequence[InputPartition]:
         planner = self.last_planner = Planner(self.opts)
         start, end = starting_spec(self.opts, streaming=False), ending_spec(self.opts)
