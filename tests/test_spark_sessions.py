@@ -352,3 +352,33 @@ def test_readmes_spark_submit_line_runs_its_application(tiered, tmp_path) -> Non
     assert run.returncode == 0, run.stderr[-6000:]
     committed = sorted((log.tip.partition, r.offset) for log in logs for r in log.consumer_rows(True))
     assert sorted(map(tuple, json.loads((tmp_path / "df.json").read_text()))) == committed
+
+
+def test_readme_says_why_an_editable_install_needs_register(tmp_path) -> None:  # noqa: ANN001
+    """Issue 26, item 1: README's command 1 installs editable, and README says that `register` is then
+    needed and why: Spark lists `pyspark_*` modules with pkgutil.iter_modules, which does not see
+    setuptools' editable finder. The reason must hold for the install this suite runs in."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    section = (
+        (ROOT / "README.md").read_text().split("## Read tiered topics with Spark", 1)[1].split("\n## ", 1)[0]
+    )
+    for phrase in ("editable", "spark_reader.register(spark)", "pkgutil.iter_modules", "registers itself"):
+        assert phrase in section, phrase
+    try:
+        direct = distribution("kafka-tiered-rsm").read_text("direct_url.json")
+    except PackageNotFoundError:
+        pytest.skip("kafka-tiered-rsm is not installed here")
+    editable = bool(direct and json.loads(direct).get("dir_info", {}).get("editable"))
+    probe = (
+        "import importlib.util, json, pkgutil; print(json.dumps(["
+        "importlib.util.find_spec('pyspark_kafka_tiered') is not None, "
+        "any(m.name == 'pyspark_kafka_tiered' for m in pkgutil.iter_modules())]))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the installed package only
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True, check=True
+    )
+    importable, listed = json.loads(done.stdout)
+    assert importable
+    assert listed is not editable  # editable: importable, yet invisible to Spark's lookup
