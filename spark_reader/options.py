@@ -23,9 +23,10 @@ from pathlib import Path
 
 from rsm.api.errors import ConfigException
 from rsm.config.settings import BROKER_PREFIX, SETTINGS_BY_NAME, RsmConfig
+from spark_reader.errors import ReaderError
 
 
-class OptionError(ValueError):
+class OptionError(ReaderError, ValueError):
     """A bad option: one line naming it."""
 
 

@@ -7,18 +7,16 @@ planning worker, `partition_reader.clients` on executors).
 
 from __future__ import annotations
 
-import functools
 import logging
-from collections.abc import Callable, Iterator, Sequence
-from typing import TypeVar
+from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
-from spark_reader.errors import ReaderError
+from spark_reader.errors import one_line_errors
 from spark_reader.filters import PushedFilters, push_filters
 from spark_reader.offsets import ending_spec, starting_spec
-from spark_reader.options import OptionError, SourceOptions, Violations, parse_options
+from spark_reader.options import SourceOptions, Violations, parse_options
 from spark_reader.partition_reader import read_partition
 from spark_reader.planning import Planner
 from spark_reader.pushdown import ReaderKind, reader_kind
@@ -28,28 +26,6 @@ from spark_reader.stream import TieredStreamReader
 log = logging.getLogger(__name__)
 
 FORMAT_NAME = "kafka-tiered"
-
-F = TypeVar("F", bound=Callable)
-
-
-def one_line_errors(method: F) -> F:
-    """Raise the source's own errors (a bad option, a missing store) afresh from the method Spark called.
-
-    Spark's planner worker prints the exception with its traceback after "[PYTHON_DATA_SOURCE_ERROR]
-    Failed to ...:"; raised here, that traceback is this one frame instead of the parser's whole stack,
-    and with `spark.sql.execution.pyspark.udf.hideTraceback.enabled=true` (which the CLI's sessions set)
-    it is gone and the message is Spark's first line.
-    """
-
-    @functools.wraps(method)
-    def call(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        try:
-            return method(*args, **kwargs)
-        except (OptionError, ReaderError) as exc:
-            error = exc.with_traceback(None)
-        raise error from None
-
-    return call  # type: ignore[return-value]
 
 
 class KafkaTieredDataSource(DataSource):
