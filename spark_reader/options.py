@@ -207,6 +207,11 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
             "storage.backend=s3 with bucket and storage.s3.*)"
         )
     unknown = sorted(k for k in rsm if k not in SETTINGS_BY_NAME)
+    if unknown and len(unknown) == len(rsm):
+        raise OptionError(
+            f"option rsm.properties: {opts['rsm.properties']} names no store: it has neither rsm.config.* keys "
+            "(a broker's server.properties) nor RSM keys such as storage.backend (an rsm.properties)"
+        )
     if unknown:  # only a properties file can bring one: an option with an unknown name is refused above
         raise OptionError(f"in rsm.properties {opts['rsm.properties']}: " + unknown_option(unknown[0]))
 
