@@ -70,6 +70,7 @@ _SPARK_SPELLED = (
     "maxOffsetsPerTrigger",
 )
 _OWN_SPELLED = ("topicId", "violations", "rsm.properties", "path")
+ISOLATION = "kafka.isolation.level"
 # Spark passes option names lowercased: these are the lowercased names, SPELLING gives them back as
 # documented (a message says `startingOffsets`, not `startingoffsets`)
 IGNORED_SPARK_OPTIONS = frozenset(o.lower() for o in _IGNORED_SPELLED)
@@ -195,6 +196,13 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
         name = key[len(BROKER_PREFIX) :] if key.startswith(BROKER_PREFIX) else key
         if name in SETTINGS_BY_NAME or name.startswith("bridge.") and key.startswith(BROKER_PREFIX):
             rsm[name] = value
+        elif (
+            key.startswith("kafka.")
+            and key != ISOLATION
+            and difflib.get_close_matches(key, [ISOLATION], 1, 0.85)
+        ):
+            # the one kafka.* option that means something here: a typo must not read uncommitted data
+            raise OptionError(f"unknown option {key!r} for format kafka-tiered: did you mean {ISOLATION}?")
         elif key.startswith("kafka.") or key in IGNORED_SPARK_OPTIONS or key in SPARK_OPTIONS:
             continue
         elif key not in OWN_OPTIONS:

@@ -28,6 +28,10 @@ def test_a_misspelled_option_gets_the_closest_one() -> None:
         {**STORE, "subscribe": "t", "startingOffset": "earliest"}
     )
     assert "did you mean includeHeaders?" in refused({**STORE, "subscribe": "t", "includeHeader": "true"})
+    assert "did you mean kafka.isolation.level?" in refused(
+        {**STORE, "subscribe": "t", "kafka.isolation.levle": "read_committed"}
+    )
+    assert parse_options({**STORE, "subscribe": "t", "kafka.bootstrap.servers": "b:9092"}).subscribe == ("t",)
     far = refused({**STORE, "subscribe": "t", "colour": "blue"})
     assert "did you mean" not in far and "rsm.properties" in far
 
