@@ -14,6 +14,7 @@ keys lowercased; every key here is matched case-insensitively. Values are never 
 
 from __future__ import annotations
 
+import difflib
 import enum
 import json
 from collections.abc import Mapping
@@ -22,9 +23,10 @@ from pathlib import Path
 
 from rsm.api.errors import ConfigException
 from rsm.config.settings import BROKER_PREFIX, SETTINGS_BY_NAME, RsmConfig
+from spark_reader.errors import ReaderError
 
 
-class OptionError(ValueError):
+class OptionError(ReaderError, ValueError):
     """A bad option: one line naming it."""
 
 
@@ -41,37 +43,68 @@ class Violations(enum.Enum):
     FLAG = "flag"
 
 
-# Spark's Kafka source options (lowercased) that mean nothing without a broker: accepted, ignored
-IGNORED_SPARK_OPTIONS = frozenset(
-    {
-        "kafkaconsumer.polltimeoutms",
-        "fetchoffset.numretries",
-        "fetchoffset.retryintervalms",
-        "groupidprefix",
-        "maxtriggerdelay",
-        "minoffsetspertrigger",
-    }
+# Spark's Kafka source options that mean nothing without a broker: accepted, ignored
+_IGNORED_SPELLED = (
+    "kafkaConsumer.pollTimeoutMs",
+    "fetchOffset.numRetries",
+    "fetchOffset.retryIntervalMs",
+    "groupIdPrefix",
+    "maxTriggerDelay",
+    "minOffsetsPerTrigger",
 )
-SPARK_OPTIONS = frozenset(
-    {
-        "subscribe",
-        "subscribepattern",
-        "assign",
-        "startingoffsets",
-        "endingoffsets",
-        "startingoffsetsbytimestamp",
-        "endingoffsetsbytimestamp",
-        "startingtimestamp",
-        "endingtimestamp",
-        "startingoffsetsbytimestampstrategy",
-        "failondataloss",
-        "includeheaders",
-        "minpartitions",
-        "maxrecordsperpartition",
-        "maxoffsetspertrigger",
-    }
+_SPARK_SPELLED = (
+    "subscribe",
+    "subscribePattern",
+    "assign",
+    "startingOffsets",
+    "endingOffsets",
+    "startingOffsetsByTimestamp",
+    "endingOffsetsByTimestamp",
+    "startingTimestamp",
+    "endingTimestamp",
+    "startingOffsetsByTimestampStrategy",
+    "failOnDataLoss",
+    "includeHeaders",
+    "minPartitions",
+    "maxRecordsPerPartition",
+    "maxOffsetsPerTrigger",
 )
-OWN_OPTIONS = frozenset({"topicid", "violations", "rsm.properties", "path"})
+_OWN_SPELLED = ("topicId", "violations", "rsm.properties", "path")
+ISOLATION = "kafka.isolation.level"
+# Spark passes option names lowercased: these are the lowercased names, SPELLING gives them back as
+# documented (a message says `startingOffsets`, not `startingoffsets`)
+IGNORED_SPARK_OPTIONS = frozenset(o.lower() for o in _IGNORED_SPELLED)
+SPARK_OPTIONS = frozenset(o.lower() for o in _SPARK_SPELLED)
+OWN_OPTIONS = frozenset(o.lower() for o in _OWN_SPELLED)
+SPELLING = {
+    o.lower(): o for o in (*_SPARK_SPELLED, *_IGNORED_SPELLED, *_OWN_SPELLED, "kafka.isolation.level")
+}
+# the store's keys (RsmConfig's settings; the broker's bridge.* keys mean nothing to the reader)
+STORE_KEYS = tuple(SETTINGS_BY_NAME)
+# where a store key must look like one: a dotted name that is not Spark's
+_STORE_KEY_STARTS = ("storage.", "encryption.", "compression.", "cache.", "fetch.", "policy.", "metrics.")
+
+
+def spelled(name: str) -> str:
+    """An option's name as documented (`startingoffsets` -> `startingOffsets`); others as given."""
+    return SPELLING.get(name.lower(), name)
+
+
+def unknown_option(key: str) -> str:
+    """One line refusing an unknown option: the closest known option or store key when one is close."""
+    name = key[len(BROKER_PREFIX) :] if key.startswith(BROKER_PREFIX) else key
+    store_like = key.startswith(BROKER_PREFIX) or name.startswith(_STORE_KEY_STARTS)
+    options = {o.lower(): o for o in (*_SPARK_SPELLED, *_OWN_SPELLED, "kafka.isolation.level")}
+    candidates = {} if store_like else dict(options)
+    candidates.update({k: k for k in STORE_KEYS})
+    match = difflib.get_close_matches(name.lower(), list(candidates), n=1, cutoff=0.75)
+    what = "store key" if store_like or (match and match[0] in SETTINGS_BY_NAME) else "option"
+    if match:
+        return f"unknown {what} {key!r} for format kafka-tiered: did you mean {candidates[match[0]]}?"
+    return (
+        f"unknown {what} {key!r} for format kafka-tiered (Spark's Kafka source options, kafka.* consumer "
+        "options, topicId, violations, rsm.properties and the RSM's store keys are accepted)"
+    )
 
 
 @dataclass(frozen=True)
@@ -163,14 +196,32 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
         name = key[len(BROKER_PREFIX) :] if key.startswith(BROKER_PREFIX) else key
         if name in SETTINGS_BY_NAME or name.startswith("bridge.") and key.startswith(BROKER_PREFIX):
             rsm[name] = value
+        elif (
+            key.startswith("kafka.")
+            and key != ISOLATION
+            and difflib.get_close_matches(key, [ISOLATION], 1, 0.85)
+        ):
+            # the one kafka.* option that means something here: a typo must not read uncommitted data
+            raise OptionError(f"unknown option {key!r} for format kafka-tiered: did you mean {ISOLATION}?")
         elif key.startswith("kafka.") or key in IGNORED_SPARK_OPTIONS or key in SPARK_OPTIONS:
             continue
         elif key not in OWN_OPTIONS:
-            raise OptionError(
-                f"unknown option {key!r} for format kafka-tiered (Spark's Kafka source options, kafka.* "
-                "consumer options, topicId, violations, rsm.properties and the RSM's store keys are accepted)"
-            )
+            raise OptionError(unknown_option(key))
     rsm = {k: v for k, v in rsm.items() if not k.startswith("bridge.")}
+    if not rsm:
+        raise OptionError(
+            "no store given: set the option rsm.properties (the broker's server.properties or an "
+            "rsm.properties file) or the store keys (storage.backend with storage.file.root, or "
+            "storage.backend=s3 with bucket and storage.s3.*)"
+        )
+    unknown = sorted(k for k in rsm if k not in SETTINGS_BY_NAME)
+    if unknown and len(unknown) == len(rsm):
+        raise OptionError(
+            f"option rsm.properties: {opts['rsm.properties']} names no store: it has neither rsm.config.* keys "
+            "(a broker's server.properties) nor RSM keys such as storage.backend (an rsm.properties)"
+        )
+    if unknown:  # only a properties file can bring one: an option with an unknown name is refused above
+        raise OptionError(f"in rsm.properties {opts['rsm.properties']}: " + unknown_option(unknown[0]))
 
     selectors = [k for k in ("subscribe", "subscribepattern", "assign") if k in opts]
     if len(selectors) != 1:

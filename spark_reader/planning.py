@@ -26,7 +26,8 @@ from rsm.catalog import SegmentSlice, TopicCatalog
 from rsm.catalog.segments import StoredSegment
 from rsm.catalog.splits import SegmentIndexes, split_slice
 from rsm.config.keyring import Keyring
-from rsm.config.settings import Backend
+from rsm.config.redact import redact_url
+from rsm.config.settings import Backend, RsmConfig
 from rsm.store.objects import ObjectStore
 from segment_format.errors import CorruptRecordError
 from spark_reader.errors import DataLossError, ReaderError
@@ -79,8 +80,26 @@ class Planner:
                 self._keyring = Keyring(str(path)) if path else None
             except RemoteStorageException as exc:
                 raise ReaderError(f"store options: {exc}") from None
+            if config.backend is Backend.S3:
+                self._check_bucket(store, str(config.get("bucket")), config)
             self._catalog = TopicCatalog(config, store)
         return self._catalog
+
+    @staticmethod
+    def _check_bucket(store: ObjectStore, bucket: str, config: RsmConfig) -> None:
+        """Refuse an S3 bucket that does not exist (the reader would otherwise find no topic): the
+        configured bucket holds the record of every location a topic wrote to. Buckets are never created."""
+        try:
+            found = store.fs.exists(bucket)
+        except Exception as exc:  # noqa: BLE001 - an unreachable endpoint is named, not a traceback
+            endpoint = redact_url(str(config.get("storage.s3.endpoint.url") or "AWS"))
+            raise ReaderError(f"cannot reach S3 bucket {bucket} (bucket) at {endpoint}: {exc}") from None
+        if not found:
+            endpoint = config.get("storage.s3.endpoint.url")
+            at = f" at {redact_url(str(endpoint))}" if endpoint else ""
+            raise ReaderError(
+                f"S3 bucket {bucket} (bucket) does not exist{at}; the reader does not create buckets"
+            )
 
     def settings(self) -> ReadSettings:
         return ReadSettings(

@@ -45,6 +45,41 @@ def check_spark() -> None:
 
 
 QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
+# the source's errors without Python's traceback: Spark's first line then holds our one line
+HIDE_TRACEBACK = "spark.sql.execution.pyspark.udf.hideTraceback.enabled"
+
+
+def _this_interpreter() -> None:
+    """Spark's Python workers run `python3` from the PATH unless told: a tool started as
+    /path/to/venv/bin/rsm without an activated venv would get workers that cannot import it."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+def tool_session(app_name: str) -> SparkSession:
+    """The session a command runs its Spark jobs in (`rsm migrate --engine spark`).
+
+    The active session when there is one (the command runs inside an application or spark-submit);
+    else a new one on Spark's default master (spark-defaults.conf, PYSPARK_SUBMIT_ARGS) whose Python
+    workers run this interpreter unless PYSPARK_PYTHON says otherwise, with the JVM logging only errors
+    (the command's own output stays readable) and the source's errors one line.
+    """
+    check_spark()
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    _this_interpreter()
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{QUIET_LOG4J}")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config(HIDE_TRACEBACK, "true")
+    )
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session
 
 
 def local_session(
@@ -56,12 +91,12 @@ def local_session(
 ) -> SparkSession:
     """A Spark session with `format("kafka-tiered")` registered (the JVM logging only errors if `quiet`)."""
     check_spark()
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    _this_interpreter()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     if quiet:
         conf = {
             "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{QUIET_LOG4J}",
+            HIDE_TRACEBACK: "true",
             **(conf or {}),
         }
     from pyspark.sql import SparkSession

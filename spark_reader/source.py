@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
+from spark_reader.errors import one_line_errors
 from spark_reader.filters import PushedFilters, push_filters
 from spark_reader.offsets import ending_spec, starting_spec
 from spark_reader.options import SourceOptions, Violations, parse_options
@@ -37,16 +38,19 @@ class KafkaTieredDataSource(DataSource):
     def _options(self) -> SourceOptions:
         return parse_options(self.options)
 
+    @one_line_errors
     def schema(self):  # -> StructType
         opts = self._options()
         return spark_schema(opts.include_headers, opts.violations is Violations.FLAG)
 
+    @one_line_errors
     def reader(self, schema) -> DataSourceReader:  # noqa: ANN001 - pyspark's StructType
         """The filtering reader where Spark pushes filters, else the plain one (`spark_reader.pushdown`)."""
         if reader_kind() is ReaderKind.PLAIN:
             return TieredBatchReader(self._options())
         return FilteringBatchReader(self._options())
 
+    @one_line_errors
     def streamReader(self, schema) -> DataSourceStreamReader:  # noqa: ANN001
         return TieredStreamReader(self._options())
 
@@ -64,6 +68,7 @@ class TieredBatchReader(DataSourceReader):
             None  # the planner of the last partitions() (its store's counters)
         )
 
+    @one_line_errors
     def partitions(self) -> Sequence[InputPartition]:
         planner = self.last_planner = Planner(self.opts)
         start, end = starting_spec(self.opts, streaming=False), ending_spec(self.opts)

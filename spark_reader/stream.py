@@ -17,6 +17,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
+from spark_reader.errors import one_line_errors
 from spark_reader.filters import PushedFilters
 from spark_reader.offsets import Kind, Position, from_stream_offset, starting_spec, to_stream_offset
 from spark_reader.options import SourceOptions
@@ -56,6 +57,7 @@ class TieredStreamReader(DataSourceStreamReader):
                     return int(batch.column("offset")[0].as_py())
         return pr.end
 
+    @one_line_errors
     def initialOffset(self) -> dict:  # noqa: N802 - Spark's name
         planner, current = self._partitions()
         spec = starting_spec(self.opts, streaming=True)
@@ -81,6 +83,7 @@ class TieredStreamReader(DataSourceStreamReader):
             return ReadMaxRows(self.opts.max_offsets_per_trigger)
         return ReadAllAvailable()
 
+    @one_line_errors
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:  # noqa: N802
         planner, current = self._partitions()
         begin = from_stream_offset(start) if start else {}
@@ -96,6 +99,7 @@ class TieredStreamReader(DataSourceStreamReader):
             latest.setdefault(key, offset)
         return to_stream_offset(latest)
 
+    @one_line_errors
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         planner, current = self._partitions()
         begin, finish = from_stream_offset(start), from_stream_offset(end)

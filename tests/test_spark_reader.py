@@ -346,7 +346,10 @@ def test_mistakes_get_one_line(tiered_spark, orders, tmp_path: Path) -> None:  #
         Exception, match=r"topic 'nope' has no tiered data in the location record file:main/_rsm/"
     ):
         _read(tiered_spark, opts, subscribe="nope").collect()
-    with pytest.raises(Exception, match=r"unknown option 'startingoffset' for format kafka-tiered"):
+    with pytest.raises(
+        Exception,
+        match=r"unknown option 'startingoffset' for format kafka-tiered: did you mean startingOffsets\?",
+    ):
         _read(tiered_spark, opts, subscribe="orders", startingOffset="earliest").collect()
     with pytest.raises(Exception, match="exactly one of the options subscribe, subscribePattern, assign"):
         _read(tiered_spark, opts).collect()
@@ -357,6 +360,70 @@ def test_mistakes_get_one_line(tiered_spark, orders, tmp_path: Path) -> None:  #
         _read(tiered_spark, opts, subscribe="orders", **{"kafka.bootstrap.servers": "nowhere:9092"}).count()
         == 640
     )
+
+
+HIDE_TRACEBACK = "spark.sql.execution.pyspark.udf.hideTraceback.enabled"
+
+
+def _error(spark, opts: dict[str, str], **options: str) -> str:  # noqa: ANN001
+    """The message Spark gives for a query with these options (it must fail)."""
+    with pytest.raises(Exception) as caught:  # noqa: PT011 - Spark's exception types vary by stage
+        _read(spark, opts, **options).collect()
+    return str(caught.value)
+
+
+def test_a_misspelled_option_gets_the_closest_one_in_a_short_error(tiered_spark, orders) -> None:  # noqa: ANN001
+    """Issue 26, item 9: `subscibe` -> "did you mean subscribe?", names as documented (Spark lowercases
+    them), and the source's line is Spark's first line when tracebacks are hidden, else a one-frame one."""
+    opts, _ = orders
+    message = _error(tiered_spark, opts, subscibe="orders")
+    assert "unknown option 'subscibe' for format kafka-tiered: did you mean subscribe?" in message
+    assert len(message.splitlines()) <= 5, message  # Spark's line, one frame of ours, our line
+    assert "options.py" not in message  # the parser's stack stays out
+    message = _error(tiered_spark, opts, subscribe="orders", minpartitions="0")
+    assert "option minPartitions must be a positive integer, got '0'" in message
+    tiered_spark.conf.set(HIDE_TRACEBACK, "true")
+    try:
+        message = _error(tiered_spark, opts, subscibe="orders")
+    finally:
+        tiered_spark.conf.unset(HIDE_TRACEBACK)
+    first = message.splitlines()[0]
+    assert "did you mean subscribe?" in first and "Traceback" not in message, message
+
+
+def test_the_store_options_are_checked_naming_the_key(tiered_spark, orders, tmp_path: Path) -> None:  # noqa: ANN001
+    """Issue 26, items 7 and 8 (the reader's side): no store, a misspelled store key (an option or in the
+    rsm.properties file) and a root that does not exist are each one line naming what to fix."""
+    opts, _ = orders
+    message = _error(tiered_spark, {}, subscribe="orders")
+    assert "no store given: set the option rsm.properties" in message
+    assert "storage.file.root" in message
+    typo = {**opts, "storage.file.rot": opts["storage.file.root"]}
+    del typo["storage.file.root"]
+    message = _error(tiered_spark, typo, subscribe="orders")
+    assert (
+        "unknown store key 'storage.file.rot' for format kafka-tiered: did you mean storage.file.root?"
+        in (message)
+    )
+    props = tmp_path / "rsm.properties"
+    props.write_text(
+        f"storage.backend=file\nstorage.file.root={opts['storage.file.root']}\nbukcet={opts['bucket']}\n"
+    )
+    message = _error(tiered_spark, {"rsm.properties": str(props)}, subscribe="orders")
+    assert f"in rsm.properties {props}: unknown store key 'bukcet'" in message
+    assert "did you mean bucket?" in message
+    missing = tmp_path / "no-such-store"
+    message = _error(tiered_spark, {**opts, "storage.file.root": str(missing)}, subscribe="orders")
+    assert f"store root {missing} (storage.file.root) is not a directory" in message
+
+
+def test_an_s3_bucket_that_does_not_exist_is_named(tiered_spark, s3_server) -> None:  # noqa: ANN001
+    """Issue 26, items 4 and 7 (the reader's side): a missing bucket is refused naming it, not an empty table."""
+    opts = s3_server.rsm_configs(bucket="no-such-bucket-26")
+    message = _error(tiered_spark, opts, subscribe="orders")
+    assert "S3 bucket no-such-bucket-26 (bucket) does not exist at http" in message
+    assert "does not create buckets" in message
+    assert s3_server.rsm_configs()["storage.s3.secret.access.key"] not in message
 
 
 def test_a_key_missing_from_the_keyring_is_named(tiered_spark, tmp_path: Path) -> None:  # noqa: ANN001

@@ -256,14 +256,8 @@ def readme_spark_blocks() -> list[str]:
     return re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
 
 
-def test_readme_spark_blocks_run_as_written(tiered, tmp_path) -> None:  # noqa: ANN001
-    """README's Spark blocks, unchanged, as a script run by a fresh Python in a directory holding the
-    `server.properties` they name, over a `payments` topic tiered there: the batch query's `df` and the
-    stream's Parquet output hold the topic's records (read_committed: none of the aborted ones)."""
-    import pyarrow.parquet as pq
-
-    blocks = readme_spark_blocks()
-    assert blocks, "README has no Spark code block"
+def _readme_store(tmp_path: Path) -> list[PartitionLog]:
+    """A `payments` topic tiered under tmp_path, and the `server.properties` README's blocks name."""
     base = tmp_path / "broker"
     store = {"storage.backend": "file", "storage.file.root": str(base / "store"), "bucket": "tiered"}
     rsm = RemoteStorageManager()
@@ -282,6 +276,18 @@ def test_readme_spark_blocks_run_as_written(tiered, tmp_path) -> None:  # noqa: 
     (tmp_path / "server.properties").write_text(
         "".join(f"rsm.config.{k}={v}\n" for k, v in store.items()) + "node.id=0\n"
     )
+    return logs
+
+
+def test_readme_spark_blocks_run_as_written(tiered, tmp_path) -> None:  # noqa: ANN001
+    """README's Spark blocks, unchanged, as a script run by a fresh Python in a directory holding the
+    `server.properties` they name, over a `payments` topic tiered there: the batch query's `df` and the
+    stream's Parquet output hold the topic's records (read_committed: none of the aborted ones)."""
+    import pyarrow.parquet as pq
+
+    blocks = readme_spark_blocks()
+    assert blocks, "README has no Spark code block"
+    logs = _readme_store(tmp_path)
     # README's blocks as they are, then what the test reads back: the batch query's rows
     script = tmp_path / "readme_spark.py"
     script.write_text(
@@ -308,3 +314,71 @@ def test_readme_spark_blocks_run_as_written(tiered, tmp_path) -> None:  # noqa: 
     lake = pq.read_table(tmp_path / "lake" / "payments").select(["partition", "offset"]).to_pylist()
     got = sorted((row["partition"], row["offset"]) for row in lake)
     assert got == sorted((log.tip.partition, r.offset) for log in logs for r in log.consumer_rows())
+
+
+def test_readmes_spark_submit_line_runs_its_application(tiered, tmp_path) -> None:  # noqa: ANN001
+    """Issue 26, item 14: README's `spark-submit` line, as written but for the venv's path and
+    spark-submit's, runs README's application (`read_payments.py`) with a `python3` first on the PATH that
+    cannot run it: the settings the line gives are all the workers need."""
+    from harness.spark_cluster import spark_home
+
+    section = (
+        (ROOT / "README.md").read_text().split("## Read tiered topics with Spark", 1)[1].split("\n## ", 1)[0]
+    )
+    lines = [b for b in re.findall(r"```bash\n(.*?)```", section, flags=re.DOTALL) if "PYSPARK_PYTHON=" in b]
+    assert len(lines) == 1 and "spark-submit" in lines[0] and "read_payments.py" in lines[0], lines
+    command = lines[0].replace(".venv/bin/python", sys.executable)
+    command = re.sub(
+        r"(?<![\w/.-])spark-submit\b", str(spark_home() / "bin" / "spark-submit"), command, count=1
+    )
+    logs = _readme_store(tmp_path)
+    (tmp_path / "read_payments.py").write_text(
+        "\n".join(readme_spark_blocks())
+        + "\nimport json\n"
+        + "json.dump([list(r) for r in df.select('partition', 'offset').collect()], open('df.json', 'w'))\n"
+    )
+    fake = tmp_path / "wrong-python"
+    fake.mkdir()
+    (fake / "python3").write_text("#!/bin/sh\necho 'not the venv interpreter' >&2\nexit 1\n")
+    (fake / "python3").chmod(0o755)
+    env = {
+        k: v for k, v in _env(sys.executable, PYTHONPATH=str(ROOT)).items() if not k.startswith("PYSPARK_")
+    }
+    env["PATH"] = f"{fake}{os.pathsep}{env['PATH']}"
+    run = subprocess.run(
+        ["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True,
+        timeout=SUBMIT_TIMEOUT_S, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-6000:]
+    committed = sorted((log.tip.partition, r.offset) for log in logs for r in log.consumer_rows(True))
+    assert sorted(map(tuple, json.loads((tmp_path / "df.json").read_text()))) == committed
+
+
+def test_readme_says_why_an_editable_install_needs_register(tmp_path) -> None:  # noqa: ANN001
+    """Issue 26, item 1: README's command 1 installs editable, and README says that `register` is then
+    needed and why: Spark lists `pyspark_*` modules with pkgutil.iter_modules, which does not see
+    setuptools' editable finder. The reason must hold for the install this suite runs in."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    section = (
+        (ROOT / "README.md").read_text().split("## Read tiered topics with Spark", 1)[1].split("\n## ", 1)[0]
+    )
+    for phrase in ("editable", "spark_reader.register(spark)", "pkgutil.iter_modules", "registers itself"):
+        assert phrase in section, phrase
+    try:
+        direct = distribution("kafka-tiered-rsm").read_text("direct_url.json")
+    except PackageNotFoundError:
+        pytest.skip("kafka-tiered-rsm is not installed here")
+    editable = bool(direct and json.loads(direct).get("dir_info", {}).get("editable"))
+    probe = (
+        "import importlib.util, json, pkgutil; print(json.dumps(["
+        "importlib.util.find_spec('pyspark_kafka_tiered') is not None, "
+        "any(m.name == 'pyspark_kafka_tiered' for m in pkgutil.iter_modules())]))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the installed package only
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True, check=True
+    )
+    importable, listed = json.loads(done.stdout)
+    assert importable
+    assert listed is not editable  # editable: importable, yet invisible to Spark's lookup

@@ -188,10 +188,10 @@ class SparkEngine:
         self._spark = spark
 
     def session(self) -> Any:
-        if self._spark is None:
-            from pyspark.sql import SparkSession
+        if self._spark is None:  # the active session, else one whose workers run this interpreter
+            from spark_reader.session import tool_session
 
-            self._spark = SparkSession.builder.getOrCreate()
+            self._spark = tool_session("rsm migrate")
         return self._spark
 
     def run(
