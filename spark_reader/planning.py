@@ -21,13 +21,12 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from rsm.api.errors import RemoteStorageException
+from rsm.api.errors import ConfigException, RemoteStorageException
 from rsm.catalog import SegmentSlice, TopicCatalog
 from rsm.catalog.segments import StoredSegment
 from rsm.catalog.splits import SegmentIndexes, split_slice
 from rsm.config.keyring import Keyring
-from rsm.config.redact import redact_url
-from rsm.config.settings import Backend, RsmConfig
+from rsm.config.settings import Backend
 from rsm.store.objects import ObjectStore
 from segment_format.errors import CorruptRecordError
 from spark_reader.errors import DataLossError, ReaderError
@@ -81,25 +80,21 @@ class Planner:
             except RemoteStorageException as exc:
                 raise ReaderError(f"store options: {exc}") from None
             if config.backend is Backend.S3:
-                self._check_bucket(store, str(config.get("bucket")), config)
+                self._check_bucket(store, str(config.get("bucket")))
             self._catalog = TopicCatalog(config, store)
         return self._catalog
 
     @staticmethod
-    def _check_bucket(store: ObjectStore, bucket: str, config: RsmConfig) -> None:
+    def _check_bucket(store: ObjectStore, bucket: str) -> None:
         """Refuse an S3 bucket that does not exist (the reader would otherwise find no topic): the
-        configured bucket holds the record of every location a topic wrote to. Buckets are never created."""
+        configured bucket holds the record of every location a topic wrote to. The store's own check and
+        wording (`ObjectStore.require_bucket`), as every command has them; buckets are never created."""
         try:
-            found = store.fs.exists(bucket)
+            store.require_bucket(bucket, "bucket")
+        except ConfigException as exc:
+            raise ReaderError(f"{exc}; the reader does not create buckets") from None
         except Exception as exc:  # noqa: BLE001 - an unreachable endpoint is named, not a traceback
-            endpoint = redact_url(str(config.get("storage.s3.endpoint.url") or "AWS"))
-            raise ReaderError(f"cannot reach S3 bucket {bucket} (bucket) at {endpoint}: {exc}") from None
-        if not found:
-            endpoint = config.get("storage.s3.endpoint.url")
-            at = f" at {redact_url(str(endpoint))}" if endpoint else ""
-            raise ReaderError(
-                f"S3 bucket {bucket} (bucket) does not exist{at}; the reader does not create buckets"
-            )
+            raise ReaderError(f"cannot reach S3 bucket {bucket} (bucket) at {store.where}: {exc}") from None
 
     def settings(self) -> ReadSettings:
         return ReadSettings(

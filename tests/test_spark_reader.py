@@ -421,7 +421,7 @@ def test_an_s3_bucket_that_does_not_exist_is_named(tiered_spark, s3_server) -> N
     """Issue 26, items 4 and 7 (the reader's side): a missing bucket is refused naming it, not an empty table."""
     opts = s3_server.rsm_configs(bucket="no-such-bucket-26")
     message = _error(tiered_spark, opts, subscribe="orders")
-    assert "S3 bucket no-such-bucket-26 (bucket) does not exist at http" in message
+    assert "bucket 'no-such-bucket-26' (bucket) does not exist in s3 at http" in message
     assert "does not create buckets" in message
     assert s3_server.rsm_configs()["storage.s3.secret.access.key"] not in message
 
