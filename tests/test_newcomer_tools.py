@@ -14,18 +14,9 @@ from pathlib import Path
 
 import pytest
 from migrate_helpers import run_cli
+from test_first_hour import one_line
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _one_line(done: subprocess.CompletedProcess[str], *expected: str) -> str:
-    assert done.returncode != 0, done.stdout[-2000:]
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, done.stderr[-3000:]
-    assert "Traceback" not in done.stderr
-    for fragment in expected:
-        assert fragment in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.fixture(scope="module")
@@ -51,9 +42,9 @@ def quickstart(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subproce
 )
 def test_dump_log_of_a_missing_file_says_it_does_not_exist(tmp_path: Path, name: str) -> None:
     missing = tmp_path / name
-    line = _one_line(run_cli(["dump-log", str(missing)]), str(missing), "No such file or directory")
+    line = one_line(run_cli(["dump-log", str(missing)]), str(missing), "No such file or directory")
     assert "For input string" not in line
-    _one_line(run_cli(["dump-log", "--json", str(missing)]), "No such file or directory")
+    one_line(run_cli(["dump-log", "--json", str(missing)]), "No such file or directory")
 
 
 # -- 12: cosmetics ------------------------------------------------------------------------------------------
@@ -124,10 +115,10 @@ def test_export_refuses_a_directory_holding_the_users_files(tiered, tmp_path: Pa
     target.mkdir(parents=True)
     mine = target / "00000000000000000000.log"
     mine.write_bytes(b"my own segment")
-    line = _one_line(_export(tiered, out), str(target), "not empty", "--force")
+    line = one_line(_export(tiered, out), str(target), "not empty", "--force")
     assert "nothing was written" in line
     assert sorted(p.name for p in target.iterdir()) == [mine.name] and mine.read_bytes() == b"my own segment"
-    _one_line(_export(tiered, out, "--dry-run"), str(target), "not empty")
+    one_line(_export(tiered, out, "--dry-run"), str(target), "not empty")
     dry = _export(tiered, out, "--dry-run", "--force")
     assert dry.returncode == 0 and "would first remove 1 file(s)" in " ".join(dry.stdout.split()), dry.stdout
     assert mine.read_bytes() == b"my own segment"
