@@ -164,13 +164,10 @@ class Context:
         directory, _, name = stem.rpartition("/")
         removed = 0
         if self.store.backend is Backend.S3:
-            page = self.store._remote(  # noqa: SLF001
-                bucket, stem, self.store.fs.call_s3, "list_multipart_uploads", Bucket=bucket, Prefix=stem
-            )
-            for up in page.get("Uploads", []):
+            for up in self.store.uploads_under(bucket, stem):
                 self.store._remote(  # noqa: SLF001
-                    bucket, str(up["Key"]), self.store.fs.call_s3, "abort_multipart_upload", Bucket=bucket,
-                    Key=str(up["Key"]), UploadId=up["UploadId"],
+                    bucket, up.key, self.store.fs.call_s3, "abort_multipart_upload", Bucket=bucket,
+                    Key=up.key, UploadId=up.upload_id,
                 )  # fmt: skip
                 removed += 1
             return removed

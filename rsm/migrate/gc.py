@@ -142,23 +142,12 @@ def _dangling(store: ObjectStore, bucket: str, key: str) -> bool:
 
 
 def _uploads(store: ObjectStore, bucket: str, prefix: str) -> list[Orphan]:
-    out = []
-    kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
-    while True:
-        page = store._remote(bucket, prefix, store.fs.call_s3, "list_multipart_uploads", **kwargs)  # noqa: SLF001
-        for up in page.get("Uploads", []):
-            key = str(up["Key"])
-            if SEGMENT_KEY.match(key) is None and "_rsm/" not in key:
-                continue
-            initiated = up.get("Initiated")
-            stamp = initiated.timestamp() if hasattr(initiated, "timestamp") else 0.0
-            out.append(Orphan("multipart upload", bucket, (key,), 0, stamp,
-                              "an upload that was never completed (its process was killed)",
-                              str(up["UploadId"])))  # fmt: skip
-        if not page.get("IsTruncated"):
-            return out
-        kwargs["KeyMarker"] = page.get("NextKeyMarker")
-        kwargs["UploadIdMarker"] = page.get("NextUploadIdMarker")
+    return [
+        Orphan("multipart upload", bucket, (w.key,), 0, w.started or 0.0,
+               "an upload that was never completed (its process was killed)", w.upload_id)
+        for w in store.uploads_under(bucket, prefix)
+        if SEGMENT_KEY.match(w.key) is not None or "_rsm/" in w.key
+    ]  # fmt: skip
 
 
 def remove(store: ObjectStore, orphan: Orphan) -> bool:

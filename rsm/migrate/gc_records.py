@@ -40,7 +40,6 @@ from dataclasses import dataclass
 from rsm.api.metadata import uuid_to_base64
 from rsm.catalog.catalog import overlay_location
 from rsm.config.overlay import TopicOverlayStore
-from rsm.config.settings import Backend
 from rsm.migrate.gc import Orphan
 from rsm.migrate.journal import JOURNAL_DIR
 from rsm.store.layout import Location
@@ -122,7 +121,7 @@ class StaleRecords:
             try:
                 if self.store.list(location.bucket, directory, include_temporary=True):
                     return True
-                if self.store.backend is Backend.S3 and self._uploads(location.bucket, directory):
+                if self.store.uploads_under(location.bucket, directory, limit=1):
                     return True
             except (FileNotFoundError, ObjectNotFound):
                 continue  # no such bucket: nothing there
@@ -130,13 +129,6 @@ class StaleRecords:
                 log.warning("cannot list %s: %s", self.store.describe(location.bucket, directory), exc)
                 return True
         return False
-
-    def _uploads(self, bucket: str, directory: str) -> bool:
-        page = self.store._remote(  # noqa: SLF001 - the store's deadline wrapper around one request
-            bucket, directory, self.store.fs.call_s3, "list_multipart_uploads", Bucket=bucket,
-            Prefix=directory, MaxUploads=1,
-        )  # fmt: skip
-        return bool(page.get("Uploads"))
 
     def _unfinished_job(self, tid: uuid.UUID) -> bool:
         """Whether a migration journal that is not complete names the topic id."""

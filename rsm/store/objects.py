@@ -426,9 +426,17 @@ class ObjectStore:
         for key in keys:
             self.path(bucket, key)  # checks the names
         wanted = set(keys)
-        prefix = os.path.commonprefix(keys)
+        found = [w for w in self.uploads_under(bucket, os.path.commonprefix(keys)) if w.key in wanted]
+        return sorted(found, key=lambda w: (w.key, str(w.upload_id)))
+
+    def uploads_under(self, bucket: str, prefix: str, *, limit: int | None = None) -> list[UnfinishedWrite]:
+        """Every incomplete multipart upload whose key starts with `prefix` (S3; none on the file store),
+        page by page, at most `limit` of them (one ListMultipartUploads of that size when it fits a page).
+        The one place the store's users list uploads: gc, the location records' gc and resumed jobs."""
+        if self.backend is not Backend.S3:
+            return []
         found: list[UnfinishedWrite] = []
-        markers: dict[str, str] = {}
+        markers: dict[str, Any] = {} if limit is None else {"MaxUploads": min(limit, 1000)}
         while True:
             page = self._remote(
                 bucket,
@@ -440,20 +448,18 @@ class ObjectStore:
                 **markers,
             )
             for upload in page.get("Uploads", []):
-                if upload["Key"] in wanted:
-                    initiated = upload.get("Initiated")
-                    found.append(
-                        UnfinishedWrite(
-                            bucket,
-                            upload["Key"],
-                            upload_id=str(upload["UploadId"]),
-                            started=initiated.timestamp() if initiated is not None else None,
-                        )
+                initiated = upload.get("Initiated")
+                found.append(
+                    UnfinishedWrite(
+                        bucket,
+                        str(upload["Key"]),
+                        upload_id=str(upload["UploadId"]),
+                        started=initiated.timestamp() if initiated is not None else None,
                     )
-            if not page.get("IsTruncated"):
-                break
-            markers = {"KeyMarker": page["NextKeyMarker"], "UploadIdMarker": page["NextUploadIdMarker"]}
-        return sorted(found, key=lambda w: (w.key, str(w.upload_id)))
+                )
+            if not page.get("IsTruncated") or (limit is not None and len(found) >= limit):
+                return found if limit is None else found[:limit]
+            markers.update(KeyMarker=page["NextKeyMarker"], UploadIdMarker=page["NextUploadIdMarker"])
 
     def discard(self, write: UnfinishedWrite) -> bool:
         """Remove what an unfinished write left; False when it was already gone."""
