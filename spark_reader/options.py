@@ -175,15 +175,13 @@ def _assign(value: str) -> dict[str, tuple[int, ...]]:
 
 
 def _load_properties(path: str) -> dict[str, str]:
-    from rsm.config.properties import load_properties  # the one properties parser the broker tools share
+    # the one reader of a server.properties' rsm.config.* keys or an rsm.properties' bare keys
+    from rsm.config.properties import rsm_configs_from_file
 
     try:
-        props = load_properties(Path(path))
+        return rsm_configs_from_file(Path(path))
     except ValueError as exc:
         raise OptionError(f"option rsm.properties: {exc}") from None
-    if any(k.startswith(BROKER_PREFIX) for k in props):  # a broker's server.properties
-        return {k[len(BROKER_PREFIX) :]: v for k, v in props.items() if k.startswith(BROKER_PREFIX)}
-    return dict(props)
 
 
 def parse_options(raw: Mapping[str, str]) -> SourceOptions:
