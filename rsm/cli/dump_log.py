@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from rsm.cli.dump_files import dump_files
-from rsm.cli.dump_tiered import is_tiered_object, run_tiered, run_tiered_objects
+from rsm.store.layout import is_tiered_object
 
 log = logging.getLogger(__name__)
 
@@ -137,11 +137,15 @@ def run(args: argparse.Namespace) -> int:
         return 2
     files = _files(args)
     if not files and (args.config or args.topic or args.offset is not None or args.partition is not None):
+        from rsm.cli.dump_tiered import run_tiered  # the store only for a stored segment
+
         return run_tiered(args)
     if not files:
         err.write("rsm dump-log: give the files to dump (FILE... or --files a,b), or --config with --topic, "
                   "--partition and --offset for a tiered segment\n")  # fmt: skip
         return 2
     if any(is_tiered_object(f) for f in files):
+        from rsm.cli.dump_tiered import run_tiered_objects
+
         return run_tiered_objects(args, files)
     return dump_files(args, files)

@@ -16,7 +16,6 @@ S3 included).
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import tempfile
 from pathlib import Path
@@ -28,9 +27,9 @@ from rsm.config.keyring import Keyring
 from rsm.config.properties import tool_configs
 from rsm.config.settings import RsmConfig
 from rsm.copy.manifest import Manifest, ManifestError
+from rsm.store.layout import OBJECT_NAME, is_tiered_object
 from rsm.store.objects import ObjectStore
 
-OBJECT_NAME = re.compile(r"^(\d{20})-([A-Za-z0-9_-]{22})\.(log|indexes|manifest)$")
 KINDS = {
     "log": (".log", None),
     "index": (".index", IndexType.OFFSET),
@@ -43,11 +42,6 @@ KINDS = {
 
 class _Refused(Exception):
     """One line for the user."""
-
-
-def is_tiered_object(name: str) -> bool:
-    """True for the name of a stored segment object (``<20-digit base>-<segment id>.log|indexes|manifest``)."""
-    return bool(OBJECT_NAME.match(Path(name).name))
 
 
 def _keyring(args: argparse.Namespace, configs: dict[str, str] | None) -> Keyring | None:

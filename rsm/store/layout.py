@@ -19,7 +19,9 @@ it to a bucket.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from rsm.api.metadata import RemoteLogSegmentMetadata, uuid_to_base64
 
@@ -80,3 +82,12 @@ class SegmentKeys:
     def all(self) -> tuple[str, str, str]:
         """The segment's keys, manifest first (the order they are deleted in)."""
         return (self.manifest, self.log, self.indexes)
+
+
+#: The name of a stored segment object: `<20-digit base offset>-<segment id>.log|indexes|manifest`.
+OBJECT_NAME = re.compile(r"^(\d{20})-([A-Za-z0-9_-]{22})\.(log|indexes|manifest)$")
+
+
+def is_tiered_object(name: str) -> bool:
+    """True for the name (or path) of a stored segment object (`OBJECT_NAME`)."""
+    return bool(OBJECT_NAME.match(Path(name).name))
