@@ -213,6 +213,12 @@ def test_encryption_without_a_key_id_is_refused(broker: Broker, capsys: pytest.C
 def test_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     props = tmp_path / "server.properties"
     props.write_text(f"rsm.config.storage.backend=file\nrsm.config.storage.file.root={tmp_path / 's'}\n")
+    # describe and list only read: a store root that does not exist is named, and not made
+    for action in (["list"], ["describe", "--topic", "t", "--topic-id", str(uuid.uuid4())]):
+        assert main(["topic-config", "--config", str(props), *action]) == 1
+        assert f"storage.file.root {tmp_path / 's'} does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()
+    (tmp_path / "s").mkdir()
     assert main(["topic-config", "--config", str(props), "describe", "--topic", "t"]) == 1
     assert "give --topic-id" in capsys.readouterr().err
     assert (

@@ -112,8 +112,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         config, configs, props = _broker_config(args.config)
-        # no action makes a bucket: one that does not exist is named first
-        store = ObjectStore.from_config(config)
+        # no action makes a bucket: one that does not exist is named first; describe and list only read,
+        # so a file store's missing root is refused rather than made (as `rsm store` does)
+        store = ObjectStore.from_config(config, create=args.action in ("set", "unset"))
         store.require_bucket(str(config.get("bucket")))
         overlays = TopicOverlayStore(store, str(config.get("bucket")), str(config.get("prefix")))
         pending = PendingOverlayStore(store, str(config.get("bucket")), str(config.get("prefix")))
