@@ -79,7 +79,7 @@ class Planner:
                 self._keyring = Keyring(str(path)) if path else None
             except RemoteStorageException as exc:
                 raise ReaderError(f"store options: {exc}") from None
-            if config.backend is Backend.S3:
+            if config.backend is not Backend.FILE:
                 self._check_bucket(store, str(config.get("bucket")))
             self._catalog = TopicCatalog(config, store)
         return self._catalog
@@ -94,7 +94,9 @@ class Planner:
         except ConfigException as exc:
             raise ReaderError(f"{exc}; the reader does not create buckets") from None
         except Exception as exc:  # noqa: BLE001 - an unreachable endpoint is named, not a traceback
-            raise ReaderError(f"cannot reach S3 bucket {bucket} (bucket) at {store.where}: {exc}") from None
+            raise ReaderError(
+                f"cannot reach {store.backend.value} bucket {bucket} (bucket) at {store.where}: {exc}"
+            ) from None
 
     def settings(self) -> ReadSettings:
         return ReadSettings(

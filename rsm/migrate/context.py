@@ -163,12 +163,9 @@ class Context:
         bucket = location.bucket
         directory, _, name = stem.rpartition("/")
         removed = 0
-        if self.store.backend is Backend.S3:
+        if self.store.backend is not Backend.FILE:
             for up in self.store.uploads_under(bucket, stem):
-                self.store._remote(  # noqa: SLF001
-                    bucket, up.key, self.store.fs.call_s3, "abort_multipart_upload", Bucket=bucket,
-                    Key=up.key, UploadId=up.upload_id,
-                )  # fmt: skip
+                self.store.discard(up)
                 removed += 1
             return removed
         for key in self.store.list(bucket, f"{directory}/.{name}", include_temporary=True):

@@ -60,8 +60,8 @@ class StoreErrors:
         raise RemoteStorageException(f"{where}: {type(exc).__name__}: {safe_message(exc)}") from exc
 
     def _no_bucket(self) -> bool:
-        """Whether S3 says the bucket does not exist (False when it is there, or cannot be asked)."""
-        if self._store.backend is not Backend.S3:
+        """Whether the cloud says the bucket does not exist (False when it is there, or cannot be asked)."""
+        if self._store.backend is Backend.FILE:
             return False
         try:
             return self._store.bucket_exists(self._bucket) is False

@@ -45,7 +45,7 @@ from rsm.api.errors import ConfigException, InvalidArgumentException
 from rsm.config.names import bucket_problem, key_problem
 from rsm.config.redact import redact_text, redact_url
 from rsm.config.settings import Backend, RsmConfig
-from rsm.store import local, s3
+from rsm.store import azure, gcs, local, s3
 from rsm.store.writes import (
     TEMP_MARK,
     BackgroundWriter,
@@ -91,6 +91,9 @@ def _modified(info: dict[str, Any]) -> float:
     return float(value)
 
 
+SCHEMES = {Backend.FILE: "file:", Backend.S3: "s3://", Backend.GCS: "gs://", Backend.AZURE: "az://"}
+
+
 class ObjectNotFound(Exception):
     """The object does not exist (the manager turns it into RemoteResourceNotFoundException)."""
 
@@ -111,7 +114,7 @@ class ObjectStore:
         `attempts`: how often a GET whose body failed after its headers is tried in all (see `_remote`)."""
         self.fs = fs
         self.backend = backend
-        self.request_timeout = request_timeout if backend is Backend.S3 else None
+        self.request_timeout = request_timeout if backend is not Backend.FILE else None
         self.attempts = attempts
         self._body_errors: tuple[type[BaseException], ...] = s3.body_errors() if backend is Backend.S3 else ()
         # resolved once: symlinks in the root's own path are the operator's; any below it are refused
@@ -131,7 +134,8 @@ class ObjectStore:
 
     @classmethod
     def from_config(cls, config: RsmConfig, *, create: bool = True) -> ObjectStore:
-        """The store the configuration names: a local directory (`rsm.store.local`) or S3 (`rsm.store.s3`).
+        """The store the configuration names: a local directory (`rsm.store.local`), S3 (`rsm.store.s3`),
+        GCS (`rsm.store.gcs`) or Azure Blob (`rsm.store.azure`).
 
         ``create=False`` (the read-only tools): a file store's root that does not exist is refused, not made.
         """
@@ -139,6 +143,16 @@ class ObjectStore:
         if config.backend is Backend.FILE:
             fs, root = local.open_filesystem(config, create)
             store = cls(fs, Backend.FILE, root, part_size)
+        elif config.backend is Backend.GCS:
+            fs, request_timeout, attempts = gcs.open_filesystem(config)
+            chunk = int(config.get("storage.gcs.upload.chunk.size"))  # type: ignore[arg-type]
+            store = cls(fs, Backend.GCS, None, chunk, request_timeout, attempts)
+            store.where = gcs.where(config)
+        elif config.backend is Backend.AZURE:
+            fs, request_timeout, attempts = azure.open_filesystem(config)
+            block = int(config.get("storage.azure.block.size"))  # type: ignore[arg-type]
+            store = cls(fs, Backend.AZURE, None, block, request_timeout, attempts)
+            store.where = azure.where(config)
         else:
             fs, request_timeout, attempts = s3.open_filesystem(config, part_size)
             store = cls(fs, Backend.S3, None, part_size, request_timeout, attempts)
@@ -150,10 +164,14 @@ class ObjectStore:
 
     # -- buckets -----------------------------------------------------------------------------------------
     def bucket_exists(self, bucket: str) -> bool | None:
-        """Whether an S3 bucket exists (one HEAD); None when S3 would not say (no permission). A file
-        store's bucket is a directory made by the first write: always True there."""
+        """Whether a bucket (Azure: a container) exists (one request); None when the store would not say
+        (no permission). A file store's bucket is a directory made by the first write: always True there."""
         if self.backend is Backend.FILE:
             return True
+        if self.backend is Backend.GCS:
+            return gcs.bucket_exists(self._remote, self.fs, bucket)
+        if self.backend is Backend.AZURE:
+            return azure.bucket_exists(self._remote, self.fs, bucket)
         try:
             self._remote(bucket, "", self.fs.call_s3, "head_bucket", Bucket=bucket)
         except FileNotFoundError:
@@ -167,11 +185,12 @@ class ObjectStore:
         if setting is None:
             setting = "config bucket" if bucket == self.default_bucket else "the topic's unchecked.rsm.bucket"
         return (
-            f"bucket {bucket!r} ({setting}) does not exist in s3 at {self.where}; buckets are never created"
+            f"bucket {bucket!r} ({setting}) does not exist in {self.backend.value} at {self.where}; "
+            "buckets are never created"
         )
 
     def require_bucket(self, bucket: str, setting: str | None = None) -> None:
-        """ConfigException naming the bucket and its setting when S3 says the bucket does not exist."""
+        """ConfigException naming the bucket and its setting when the store says it does not exist."""
         if self.bucket_exists(bucket) is False:
             raise ConfigException(self.missing_bucket(bucket, setting))
 
@@ -248,8 +267,8 @@ class ObjectStore:
         return path
 
     def describe(self, bucket: str, key: str) -> str:
-        """How an object is named in messages: `file:<bucket>/<key>` or `s3://<bucket>/<key>`."""
-        return f"{'s3://' if self.backend is Backend.S3 else 'file:'}{bucket}/{key}"
+        """How an object is named in messages: `file:`, `s3://`, `gs://` or `az://` then `<bucket>/<key>`."""
+        return f"{SCHEMES[self.backend]}{bucket}/{key}"
 
     # -- writes ------------------------------------------------------------------------------------------
     def open_writer(self, bucket: str, key: str, background: bool = False) -> ObjectWriter:
@@ -260,7 +279,9 @@ class ObjectStore:
         """
         if self.backend is Backend.FILE:
             return local.FileWriter(self.fs, self.stats, self.path(bucket, key))
-        writer = s3.S3Writer(self._remote, self.fs, self.stats, self.part_size, bucket, key)
+        self.path(bucket, key)  # checks the names
+        kind = {Backend.S3: s3.S3Writer, Backend.GCS: gcs.GcsWriter, Backend.AZURE: azure.AzureWriter}
+        writer = kind[self.backend](self._remote, self.fs, self.stats, self.part_size, bucket, key)
         return BackgroundWriter(writer) if background else writer
 
     def put(self, bucket: str, key: str, data: bytes) -> None:
@@ -430,9 +451,16 @@ class ObjectStore:
         return sorted(found, key=lambda w: (w.key, str(w.upload_id)))
 
     def uploads_under(self, bucket: str, prefix: str, *, limit: int | None = None) -> list[UnfinishedWrite]:
-        """Every incomplete multipart upload whose key starts with `prefix` (S3; none on the file store),
-        page by page, at most `limit` of them (one ListMultipartUploads of that size when it fits a page).
-        The one place the store's users list uploads: gc, the location records' gc and resumed jobs."""
+        """Every incomplete multipart upload whose key starts with `prefix` (S3; Azure: every blob of
+        uncommitted blocks alone; none on the file store, nor on GCS, which cannot list unfinished resumable
+        uploads), page by page, at most `limit` of them (one ListMultipartUploads of that size when it fits a
+        page). The one place the store's users list uploads: gc, the location records' gc and resumed jobs."""
+        if self.backend is Backend.AZURE:
+            blobs = self._remote(
+                bucket, prefix, azure.run(self.fs), azure.uncommitted_blobs, self.fs, bucket, prefix
+            )
+            found = [UnfinishedWrite(bucket, k, upload_id=azure.UNCOMMITTED, started=t) for k, t in blobs]
+            return found if limit is None else found[:limit]
         if self.backend is not Backend.S3:
             return []
         found: list[UnfinishedWrite] = []
@@ -463,6 +491,13 @@ class ObjectStore:
 
     def discard(self, write: UnfinishedWrite) -> bool:
         """Remove what an unfinished write left; False when it was already gone."""
+        if write.upload_id == azure.UNCOMMITTED and self.backend is Backend.AZURE:
+            return bool(
+                self._remote(
+                    write.bucket, write.key, azure.run(self.fs), azure.discard_uncommitted, self.fs,
+                    write.bucket, write.key,
+                )
+            )  # fmt: skip
         if write.upload_id is not None:
             try:
                 self._remote(
