@@ -25,7 +25,7 @@ from rsm.api.errors import ConfigException, RemoteStorageException
 from rsm.catalog import SegmentSlice, TopicCatalog
 from rsm.catalog.segments import StoredSegment
 from rsm.catalog.splits import SegmentIndexes, split_slice
-from rsm.config.keyring import Keyring
+from rsm.config.keyring import Keyring, keyring_for
 from rsm.config.settings import Backend
 from rsm.store.objects import ObjectStore
 from segment_format.errors import CorruptRecordError
@@ -75,8 +75,7 @@ class Planner:
                 raise ReaderError(f"store root {root} (storage.file.root) is not a directory")
             try:
                 store = ObjectStore.from_config(config)
-                path = config.get("encryption.keyring.path")
-                self._keyring = Keyring(str(path)) if path else None
+                self._keyring = keyring_for(config)  # the keyring file's keys and KMS's
             except RemoteStorageException as exc:
                 raise ReaderError(f"store options: {exc}") from None
             if config.backend is not Backend.FILE:

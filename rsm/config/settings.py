@@ -75,6 +75,9 @@ class Backend(enum.Enum):
     AZURE = "azure"
 
 
+CLOUD_NAMES = {Backend.FILE: "the file store", Backend.S3: "S3", Backend.GCS: "GCS", Backend.AZURE: "Azure"}
+
+
 class ViolationAction(enum.Enum):
     """What a topic wants when its record validation policy rejects records of a segment."""
 
@@ -437,7 +440,7 @@ class RsmConfig:
         if self.backend is not Backend.FILE and len(bucket) < S3_BUCKET_MIN_LENGTH:
             raise ConfigException(
                 f"config {key} must be a bucket name of {S3_BUCKET_MIN_LENGTH} to 63 characters on "
-                f"{self.backend.value}, got {bucket!r}"
+                f"{CLOUD_NAMES[self.backend]}, got {bucket!r}"
             )
 
     @staticmethod

@@ -66,7 +66,9 @@ class _Emulator:
         if not wait_for_port(self.host, self.port, timeout) or self._proc.poll() is not None:
             tail = log_tail(log_file, 30)
             self.stop()
-            raise RuntimeError(f"{self.name} did not listen on {self.endpoint_url} within {timeout:.0f}s:\n{tail}")
+            raise RuntimeError(
+                f"{self.name} did not listen on {self.endpoint_url} within {timeout:.0f}s:\n{tail}"
+            )
         log.info("%s on %s", self.name, self.endpoint_url)
         return self
 
