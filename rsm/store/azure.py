@@ -124,6 +124,15 @@ def run(fs: Any) -> Callable[..., Any]:
     return functools.partial(sync, fs.loop)
 
 
+def body_errors() -> tuple[type[BaseException], ...]:
+    """What reading a response body raises when the connection fails after the headers, which the SDK's
+    retry policy does not cover (it retries until a response arrives): a body cut short or reset."""
+    from aiohttp import ClientPayloadError
+    from azure.core.exceptions import IncompleteReadError
+
+    return (IncompleteReadError, ClientPayloadError)
+
+
 def _missing(exc: BaseException) -> bool:
     from azure.core.exceptions import ResourceNotFoundError
 

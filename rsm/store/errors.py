@@ -72,9 +72,12 @@ class StoreErrors:
 def safe_message(exc: BaseException) -> str:
     """An exception's message without anything that looks like a credential (`rsm.config.redact.redact_text`:
     URLs' user information, signatures, tokens, the configured credentials), cut at anything else that
-    might introduce one."""
-    text = redact_text(str(exc))
-    for marker in ("Signature=", "X-Amz-Credential=", "X-Amz-Security-Token=", "secret", "Authorization"):
+    might introduce one; on one line (an SDK's message may carry a whole XML or JSON error body)."""
+    text = " ".join(redact_text(str(exc)).split())
+    for marker in (
+        "Signature=", "X-Amz-Credential=", "X-Amz-Security-Token=", "secret", "Authorization",
+        "SharedKey", "sig=", "access_token",
+    ):  # fmt: skip
         idx = text.find(marker)
         if idx >= 0:
             text = text[:idx] + "[redacted]"

@@ -116,7 +116,13 @@ class ObjectStore:
         self.backend = backend
         self.request_timeout = request_timeout if backend is not Backend.FILE else None
         self.attempts = attempts
-        self._body_errors: tuple[type[BaseException], ...] = s3.body_errors() if backend is Backend.S3 else ()
+        self._body_errors: tuple[type[BaseException], ...] = (
+            s3.body_errors()
+            if backend is Backend.S3
+            else azure.body_errors()
+            if backend is Backend.AZURE
+            else ()
+        )  # GCS: gcsfs reads a body inside its request, whose attempts cover it (rsm.store.gcs)
         # resolved once: symlinks in the root's own path are the operator's; any below it are refused
         self.root = root.expanduser().resolve() if root is not None else None
         self.part_size = part_size
