@@ -55,11 +55,12 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
-        # a test parametrized over clouds (the `cloud` fixture) is marked with the cloud it runs on
+        # a test parametrized over clouds (the `cloud` fixture, or any parameter naming one: "gcs", "azure",
+        # "s3") is marked with the cloud it runs on, so `-m "not azure"` leaves it out
         callspec = getattr(item, "callspec", None)
-        cloud = callspec.params.get("cloud") if callspec is not None else None
-        if cloud is not None:
-            names.add(CLOUD_FIXTURES[cloud])
+        for value in (callspec.params.values() if callspec is not None else ()):
+            if isinstance(value, str) and value in CLOUD_FIXTURES:
+                names.add(CLOUD_FIXTURES[value])
         for fixture, marker in FIXTURE_MARKERS.items():
             if fixture in names and item.get_closest_marker(marker) is None:
                 item.add_marker(getattr(pytest.mark, marker))

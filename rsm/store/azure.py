@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from rsm.config.redact import redact_url, register_secrets, split_userinfo
+from rsm.config.redact import install_log_redaction, redact_url, register_secrets, split_userinfo
 from rsm.config.settings import RsmConfig
 from rsm.store.deadlines import Deadlines
 from rsm.store.writes import IOStats
@@ -70,6 +70,7 @@ def open_filesystem(config: RsmConfig) -> tuple[Any, float, int]:
 
     from rsm.api.errors import ConfigException
 
+    install_log_redaction()  # the SDK's DEBUG log shows request headers and URLs
     deadlines = Deadlines.of(config, "azure")
     account = config.get("storage.azure.account.name")
     key = config.get("storage.azure.account.key")

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
-from rsm.config.redact import register_secrets, split_userinfo
+from rsm.config.redact import install_log_redaction, register_secrets, split_userinfo
 from rsm.config.settings import RsmConfig
 from rsm.store.deadlines import Deadlines
 from rsm.store.writes import IOStats
@@ -72,6 +72,7 @@ def open_filesystem(config: RsmConfig) -> tuple[Any, float, int]:
     and the attempts of a request."""
     import aiohttp
 
+    install_log_redaction()  # gcsfs's and google-auth's DEBUG logs show request headers (a bearer token)
     deadlines = Deadlines.of(config, "gcs")
     kwargs: dict[str, Any] = {}
     endpoint = config.get("storage.gcs.endpoint.url")
