@@ -62,7 +62,7 @@ CLOUD_SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "storage.gcs.upload.chunk.size",
-        str(8 << 20),
+        str(32 << 20),
         _gcs_chunk,
         "chunk size of resumable uploads (a multiple of 256 KiB); smaller objects are one request",
     ),

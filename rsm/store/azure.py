@@ -72,7 +72,9 @@ def open_filesystem(config: RsmConfig) -> tuple[Any, float, int]:
 
     install_log_redaction()  # the SDK's DEBUG log shows request headers and URLs
     http_log = logging.getLogger("azure.core.pipeline.policies.http_logging_policy")
-    if http_log.level == logging.NOTSET:  # it logs every request's headers at INFO: a broker's log is no place
+    if (
+        http_log.level == logging.NOTSET
+    ):  # it logs every request's headers at INFO: a broker's log is no place
         http_log.setLevel(logging.WARNING)
     deadlines = Deadlines.of(config, "azure")
     account = config.get("storage.azure.account.name")

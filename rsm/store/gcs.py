@@ -123,7 +123,7 @@ def bucket_exists(remote: Callable[..., Any], fs: Any, bucket: str) -> bool | No
     return True
 
 
-async def _put_chunk(fs: Any, location: str, data: bytes, offset: int, total: int | None) -> Any:
+async def _put_chunk(fs: Any, location: str, data: bytes | memoryview, offset: int, total: int | None) -> Any:
     """One chunk of a resumable upload at `offset`; `total` (the object's size) on the last one only.
     GCS may keep fewer bytes than sent (it answers the range it has): the rest is sent again."""
     size = "*" if total is None else str(total)
@@ -165,13 +165,20 @@ class GcsWriter:
 
     def write(self, data: bytes | memoryview) -> None:
         self._buf += data
-        while len(self._buf) > self._chunk:  # ">": the last chunk, sent on commit, is never empty
-            if self._location is None:
-                self._location = str(self._call(self._initiate))
-            piece = bytes(self._buf[: self._chunk])
-            del self._buf[: self._chunk]
-            self._call(_put_chunk, self._fs, self._location, piece, self._sent, None)
-            self._sent += len(piece)
+        if len(self._buf) <= self._chunk:  # "<=": the last chunk, sent on commit, is never empty
+            return
+        if self._location is None:
+            self._location = str(self._call(self._initiate))
+        n = len(self._buf) - len(self._buf) % self._chunk
+        if n == len(self._buf):
+            n -= self._chunk
+        with memoryview(self._buf) as view:  # sent in place: an upload holds about one chunk in memory
+            for start in range(0, n, self._chunk):
+                self._call(
+                    _put_chunk, self._fs, self._location, view[start : start + self._chunk], self._sent, None
+                )
+                self._sent += self._chunk
+        del self._buf[:n]
 
     async def _initiate(self) -> str:
         headers, _ = await self._fs._call(
