@@ -291,7 +291,7 @@ def main() -> int:
                       f"(target <= {f['target_ratio']:.0f}), TTFB {f['ttfb_ms']:.1f} ms, total {f['total_ms']:.1f} ms")  # fmt: skip
             results["fetch"] = fetches
             if not args.no_clouds:
-                results["clouds"] = _cloud_rows(tmpdir, args.cloud_size_mib, chunk, min(args.repeat, 3))
+                results["clouds"] = _cloud_rows(tmpdir, args.cloud_size_mib, chunk, args.repeat)
         finally:
             if moto is not None:
                 moto.terminate()

@@ -192,6 +192,12 @@ class AzuriteServer(_Emulator):
 
         return BlobServiceClient.from_connection_string(self.connection_string())
 
+    def filesystem(self) -> Any:
+        """A fresh adlfs filesystem on this endpoint (for the tests' own look at the store)."""
+        import adlfs  # noqa: PLC0415
+
+        return adlfs.AzureBlobFileSystem(connection_string=self.connection_string(), skip_instance_cache=True)
+
     def make_bucket(self, name: str | None = None) -> str:
         bucket = name or f"test-{uuid.uuid4().hex[:16]}"
         self.blob_service().create_container(bucket)
