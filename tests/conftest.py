@@ -58,7 +58,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         # a test parametrized over clouds (the `cloud` fixture, or any parameter naming one: "gcs", "azure",
         # "s3") is marked with the cloud it runs on, so `-m "not azure"` leaves it out
         callspec = getattr(item, "callspec", None)
-        for value in (callspec.params.values() if callspec is not None else ()):
+        for value in callspec.params.values() if callspec is not None else ():
             if isinstance(value, str) and value in CLOUD_FIXTURES:
                 names.add(CLOUD_FIXTURES[value])
         for fixture, marker in FIXTURE_MARKERS.items():

@@ -1,4 +1,5 @@
-"""Object storage through fsspec: the local file store (a bucket is a directory) and S3 (s3fs).
+"""Object storage through fsspec: the local file store (a bucket is a directory), S3 (s3fs), GCS (gcsfs) and
+Azure Blob (adlfs; a bucket is a container).
 
 The manager speaks in (bucket, key) pairs and needs five things from a store: stream an object in (with
 nothing visible until it is complete), put a small object, read a byte range, delete, and tell "missing"
@@ -11,13 +12,17 @@ Writes are atomic per object:
 - S3: objects larger than the part size go up as a multipart upload (driven through s3fs's client, one
   part buffered at a time), completed only on commit and aborted on any failure; smaller ones are one
   PUT. S3 never shows a partial object.
+- GCS: a resumable upload finished by its last chunk; Azure: staged blocks committed by one Put Block List
+  (`rsm.store.gcs`, `rsm.store.azure`). Neither shows a partial object either.
 
-The backends: `rsm.store.local` (a directory per bucket) and `rsm.store.s3` (credentials, deadlines, the
-multipart writer), chosen by `ObjectStore.from_config`; writers and unfinished writes in `rsm.store.writes`.
+The backends: `rsm.store.local` (a directory per bucket), `rsm.store.s3`, `rsm.store.gcs` and
+`rsm.store.azure` (credentials, deadlines, the writer of each), chosen by `ObjectStore.from_config`; writers
+and unfinished writes in `rsm.store.writes`.
 
-Every S3 request has deadlines (`s3_deadlines`): connect and read timeouts and a number of attempts for
-botocore, and a wall-clock bound on the whole request, retries included, so an endpoint that stops answering
-fails the operation in time instead of holding one of Kafka's remote reader threads.
+Every cloud request has deadlines (`s3_deadlines`, `rsm.store.deadlines`): connect and read timeouts and a
+number of attempts for the SDK, and a wall-clock bound on the whole request, retries included, so an
+endpoint that stops answering fails the operation in time instead of holding one of Kafka's remote reader
+threads.
 
 Names are checked on every call, whoever the caller: a bucket must be a valid bucket name and a key
 relative, without "." / ".." or empty segments, backslashes or control characters (`rsm.config.names`), and on the
@@ -110,7 +115,7 @@ class ObjectStore:
         request_timeout: float | None = None,
         attempts: int = 1,
     ) -> None:
-        """`request_timeout`: seconds one S3 request may take, retries included (None: no bound);
+        """`request_timeout`: seconds one cloud request may take, retries included (None: no bound);
         `attempts`: how often a GET whose body failed after its headers is tried in all (see `_remote`)."""
         self.fs = fs
         self.backend = backend
@@ -130,7 +135,7 @@ class ObjectStore:
         # entered around each read that waits on the network (not local files): the bridge lends a fetch's
         # work permit meanwhile, so ten readers waiting on S3 do not hold back the streams ready to work
         self.remote_wait: Callable[[], AbstractContextManager[object]] | None = None
-        self.where = ""  # the S3 endpoint, as messages name it (from_config)
+        self.where = ""  # the cloud's endpoint, as messages name it (from_config)
         self.default_bucket = ""  # the configured `bucket` (from_config), so messages name its setting
 
     def network_wait(self) -> AbstractContextManager[object]:
@@ -203,7 +208,7 @@ class ObjectStore:
     def _remote(
         self, bucket: str, key: str, call: Callable[..., T], *args: Any, read: bool = False, **kwargs: Any
     ) -> T:
-        """Run one blocking fsspec call; on S3 bounded by `request_timeout`, retries included.
+        """Run one blocking fsspec call; on a cloud bounded by `request_timeout`, retries included.
 
         fsspec runs the call's coroutine on its event loop and, given `timeout`, cancels it when the time is
         up (the connection is dropped); that is reported as a TimeoutError naming the object and the setting.
@@ -226,7 +231,7 @@ class ObjectStore:
                 if waited >= self.request_timeout:
                     raise TimeoutError(
                         f"{self.describe(bucket, key)}: no answer within {self.request_timeout:g} s "
-                        "(storage.s3.request.timeout.ms, retries included)"
+                        f"(storage.{self.backend.value}.request.timeout.ms, retries included)"
                     ) from None
                 # a timeout inside the request, reported by fsspec as its own (a body read timeout too)
                 if not (read and attempt < self.attempts and isinstance(exc.__cause__, self._body_errors)):
@@ -280,7 +285,7 @@ class ObjectStore:
     def open_writer(self, bucket: str, key: str, background: bool = False) -> ObjectWriter:
         """A streaming writer: nothing is visible under `key` until `commit()`; `abort()` leaves nothing.
 
-        `background=True` uploads from a thread (S3 only: there a part upload is a network round trip the
+        `background=True` uploads from a thread (clouds only: there a part upload is a network round trip the
         caller can overlap with transforming the next chunk; a local write is a memory copy).
         """
         if self.backend is Backend.FILE:
@@ -408,7 +413,7 @@ class ObjectStore:
     # -- unfinished writes -------------------------------------------------------------------------------
     def unfinished_writes(self, bucket: str, keys: Iterable[str]) -> list[UnfinishedWrite]:
         """What interrupted writes of exactly these keys left behind: temporary files beside them (file
-        store) or incomplete multipart uploads of them (S3), whoever wrote them (a process killed with
+        store), incomplete multipart uploads of them (S3) or their staged blocks (Azure), whoever wrote them (a process killed with
         `kill -9` runs no cleanup).
 
         Only leftovers of the given keys are answered, never another object's: a file counts only when its
