@@ -129,3 +129,30 @@ def test_an_aborted_azure_write_discards_its_blocks(azurite_server: Any) -> None
     assert [w.upload_id for w in store.uploads_under(bucket, "t/")] == [azure.UNCOMMITTED]
     writer.abort()
     assert store.uploads_under(bucket, "t/") == [] and store.list(bucket, "t/") == []
+
+
+def test_rsm_migrate_gc_finds_and_discards_a_killed_copys_blocks(
+    tmp_path: Path, segment: Segment, azurite_server: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What Kafka never deletes (a segment id it forgot): `rsm migrate gc` finds the staged blocks by their
+    key's shape and, with --apply, discards them."""
+    import json
+
+    from migrate_helpers import write_properties
+
+    from rsm.cli.main import main
+
+    bucket = azurite_server.make_bucket()
+    configs = _configs(azurite_server, bucket)
+    _kill_mid_copy(tmp_path, configs, segment, "stage_block", 1)
+    store = ObjectStore.from_config(RsmConfig(configs))
+    keys = SegmentKeys.of(Location(bucket, ""), segment.metadata)
+    assert _traces(store, bucket, segment) == [f"upload {keys.log}"]
+    props = write_properties(tmp_path / "server.properties", configs)
+    assert main(["migrate", "--config", str(props), "gc", "--grace", "0", "--json"]) == 3  # orphans found
+    found = json.loads(capsys.readouterr().out)
+    assert keys.log in json.dumps(found) and "multipart upload" in json.dumps(found), found
+    assert _traces(store, bucket, segment) == [f"upload {keys.log}"]  # a dry run
+    assert main(["migrate", "--config", str(props), "gc", "--grace", "0", "--apply", "--json"]) == 0
+    capsys.readouterr()
+    assert _traces(store, bucket, segment) == []

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -139,3 +140,40 @@ def test_copies_and_fetches_through_faults_succeed_or_fail_cleanly(
         assert "\n" not in line, line
         assert cloud.rsm_configs().get("storage.azure.account.key", "\0") not in line
     assert sum(faults_seen["faults"].values()) > 0, "the schedule injected no fault"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("name", sorted(FIXTURES))
+def test_the_overall_deadline_ends_a_stalled_copy(
+    name: str, request: pytest.FixtureRequest, proxies: list[FaultProxy], tmp_path: Path
+) -> None:
+    """Every answer stalls 8 s while a read may wait 10 s: the request deadline (2 s, retries included)
+    ends the copy, one line naming the object and the setting, well before one read timeout."""
+    import time
+
+    from test_rsm_helpers import make_segment
+
+    from rsm import RemoteStorageException, TopicIdPartition
+
+    cloud = request.getfixturevalue(FIXTURES[name])
+    bucket = cloud.make_bucket()
+    schedule = FaultSchedule(1, rate=1.0, max_faults=50, max_stalls=50, stall_seconds=8, kinds=("stall",))
+    proxy = FaultProxy(cloud.endpoint_url, schedule).start()
+    proxies.append(proxy)
+    configs = {
+        **_through(name, cloud, proxy, bucket),
+        f"storage.{name}.read.timeout.ms": "10000",
+        f"storage.{name}.request.timeout.ms": "2000",
+    }
+    rsm = RemoteStorageManager()
+    rsm.configure(configs)
+    seg = make_segment(tmp_path / "seg", TopicIdPartition(uuid.uuid4(), "stalled", 0), batches=3)
+    started = time.monotonic()
+    try:
+        with pytest.raises(RemoteStorageException) as failed:
+            rsm.copy_log_segment_data(seg.metadata, seg.data)
+    finally:
+        rsm.close()
+    elapsed = time.monotonic() - started
+    message = str(failed.value)
+    assert f"storage.{name}.request.timeout.ms" in message and "within 2 s" in message, message
+    assert "\n" not in message and elapsed < 9, elapsed

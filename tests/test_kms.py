@@ -229,3 +229,30 @@ def test_the_manifest_records_the_kms_key(kms: tuple[S3Server, str, str], tmp_pa
     [path] = [p for p in (tmp_path / "store").rglob("*.manifest") if "_rsm" not in str(p)]
     manifest = Manifest.from_bytes(path.read_bytes())
     assert manifest.encryption is not None and manifest.encryption.key_id == f"kms:{alias}"
+
+
+def test_the_spark_reader_decrypts_through_kms(kms: tuple[S3Server, str, str], tmp_path: Path) -> None:
+    """The reader's own functions (what Spark runs on its workers), in process: an executor with KMS access
+    and no keyring file reads a topic encrypted under a KMS key."""
+    import pyarrow as pa
+    from tiering import PartitionLog
+
+    from spark_reader import partition_reader
+    from spark_reader.options import parse_options
+    from spark_reader.source import FilteringBatchReader
+
+    server, _, alias = kms
+    configs = _configs(server, tmp_path / "store", f"kms:{alias}")
+    rsm = RemoteStorageManager()
+    rsm.configure(configs)
+    log = PartitionLog(rsm, TopicIdPartition(uuid.uuid4(), "secret", 0), tmp_path / "w")
+    log.append(50)
+    log.roll()
+    log.append(30)
+    log.roll()
+    rsm.close()
+    read = {k: v for k, v in configs.items() if not k.startswith("encryption.") or ".kms." in k}
+    reader = FilteringBatchReader(parse_options({**read, "subscribe": "secret"}))
+    partition_reader._clients.clear()
+    table = pa.Table.from_batches([b for p in reader.partitions() for b in reader.read(p)])
+    assert table.column("value").to_pylist() == [r.value for r in log.records]
