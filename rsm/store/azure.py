@@ -26,6 +26,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from rsm.api.errors import ConfigException
 from rsm.config.redact import install_log_redaction, redact_url, register_secrets, split_userinfo
 from rsm.config.settings import RsmConfig
 from rsm.store.deadlines import Deadlines
@@ -67,8 +68,6 @@ def open_filesystem(config: RsmConfig) -> tuple[Any, float, int]:
     """The Azure Blob filesystem for the configuration, the deadline of one request (seconds, retries
     included) and the attempts of a request."""
     from azure.storage.blob.aio import LinearRetry
-
-    from rsm.api.errors import ConfigException
 
     install_log_redaction()  # the SDK's DEBUG log shows request headers and URLs
     http_log = logging.getLogger("azure.core.pipeline.policies.http_logging_policy")

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
-from rsm.config.redact import install_log_redaction, register_secrets, split_userinfo
+from rsm.config.redact import install_log_redaction, redact_url, register_secrets, split_userinfo
 from rsm.config.settings import RsmConfig
 from rsm.store.deadlines import Deadlines
 from rsm.store.writes import IOStats
@@ -102,8 +102,6 @@ def open_filesystem(config: RsmConfig) -> tuple[Any, float, int]:
 
 def where(config: RsmConfig) -> str:
     """The endpoint as messages name it."""
-    from rsm.config.redact import redact_url
-
     endpoint = config.get("storage.gcs.endpoint.url")
     return redact_url(str(endpoint)) if endpoint else "Google Cloud Storage"
 
