@@ -432,7 +432,8 @@ class RsmConfig:
         )
 
     def _check_backend_bucket(self, bucket: str, key: str) -> None:
-        """S3, GCS and Azure refuse bucket names under 3 characters; say so naming the key, not at the first upload.
+        """S3, GCS and Azure refuse bucket names under 3 characters; say so naming the key, not at the first
+        upload.
 
         Why not in the `bucket` parser: a topic's value is parsed without knowing the backend (the overlay
         and the CLI check it alone), and the file store, where a bucket is a directory, takes shorter names.
