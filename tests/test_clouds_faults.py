@@ -177,3 +177,26 @@ def test_the_overall_deadline_ends_a_stalled_copy(
     message = str(failed.value)
     assert f"storage.{name}.request.timeout.ms" in message and "within 2 s" in message, message
     assert "\n" not in message and elapsed < 9, elapsed
+
+
+@pytest.mark.parametrize("attempts", [1, 3])
+@pytest.mark.parametrize("name", sorted(FIXTURES))
+def test_retry_max_attempts_is_the_number_of_requests(
+    name: str, attempts: int, request: pytest.FixtureRequest, proxies: list[FaultProxy]
+) -> None:
+    """`storage.<cloud>.retry.max.attempts` means what S3's does: attempts in all, the first included (the
+    SDKs' own defaults would make 6 on GCS, 11 on Azure). Every answer is a 500 here."""
+    from rsm.config.settings import RsmConfig as Config
+
+    cloud = request.getfixturevalue(FIXTURES[name])
+    bucket = cloud.make_bucket()
+    ObjectStore.from_config(Config(cloud.rsm_configs(bucket=bucket))).put(bucket, "k/obj", b"x" * 100)
+    schedule = FaultSchedule(1, rate=1.0, max_faults=100, kinds=("error500",))
+    proxy = FaultProxy(cloud.endpoint_url, schedule).start()
+    proxies.append(proxy)
+    store = ObjectStore.from_config(
+        Config({**_through(name, cloud, proxy, bucket), f"storage.{name}.retry.max.attempts": str(attempts)})
+    )
+    with pytest.raises(Exception):  # noqa: B017, PT011 - each SDK's own error for a 500
+        store.get(bucket, "k/obj")
+    assert proxy.stats.requests == attempts, proxy.stats.as_dict()
