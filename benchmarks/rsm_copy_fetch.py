@@ -1,6 +1,7 @@
 """Copy and fetch figures of the RemoteStorageManager, as ratios measured in one run.
 
-    python benchmarks/rsm_copy_fetch.py [--size-mib 256] [--chunk-mib 4] [--no-s3] [--json out.json]
+    python benchmarks/rsm_copy_fetch.py [--size-mib 256] [--chunk-mib 4] [--no-s3] [--no-clouds]
+        [--cloud-size-mib 64] [--json out.json]
 
 What it reports (issue 4's acceptance):
 - copy MB/s of one segment (default 256 MiB of uncompressed magic-2 batches, ~64 KiB each, values half
@@ -12,7 +13,10 @@ What it reports (issue 4's acceptance):
 - peak RSS above the process's baseline during each copy, measured in a child process that samples
   /proc/self/status every 2 ms (page cache is not RSS, so this is the copy's own memory);
 - a 1 MiB fetch in the middle of the encrypted segment with cold caches: bytes downloaded over bytes
-  requested (target <= 1 + chunk / request) and time to first byte.
+  requested (target <= 1 + chunk / request) and time to first byte;
+- GCS and Azure rows (`cloud_rows`): copy and whole-segment fetch MB/s against fake-gcs-server's and
+  Azurite's own plain upload and download of the same bytes through their SDKs, in the same run (target:
+  at least 0.6x), on a `--cloud-size-mib` segment (the emulators keep objects in memory).
 """
 
 from __future__ import annotations
@@ -207,6 +211,8 @@ def main() -> int:
     ap.add_argument("--size-mib", type=int, default=256)
     ap.add_argument("--chunk-mib", type=int, default=4)
     ap.add_argument("--no-s3", action="store_true")
+    ap.add_argument("--no-clouds", action="store_true", help="no GCS and Azure rows")
+    ap.add_argument("--cloud-size-mib", type=int, default=64)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--repeat", type=int, default=5, help="copies per variant (first samples RSS), best kept")
     ap.add_argument(
@@ -284,6 +290,8 @@ def main() -> int:
                 print(f"fetch {store_name:4s} 1 MiB mid-segment (encrypted): downloaded/requested {f['ratio']:.2f} "
                       f"(target <= {f['target_ratio']:.0f}), TTFB {f['ttfb_ms']:.1f} ms, total {f['total_ms']:.1f} ms")  # fmt: skip
             results["fetch"] = fetches
+            if not args.no_clouds:
+                results["clouds"] = _cloud_rows(tmpdir, args.cloud_size_mib, chunk, args.repeat)
         finally:
             if moto is not None:
                 moto.terminate()
@@ -327,7 +335,43 @@ def main() -> int:
         Target(f"fetch {name}: downloaded / requested", f["ratio"], f["target_ratio"], at_least=False)
         for name, f in fetches.items()
     ]
+    clouds = results.get("clouds", {})
+    print_table(
+        "GCS and Azure (emulators): the RSM against the SDK's own plain upload / download of the same bytes",
+        ["cloud", "copy MB/s", "plain upload MB/s", "copy ratio", "fetch MB/s", "plain download MB/s",
+         "fetch ratio"],
+        [(name, f"{c['copy_mb_s']:.0f}", f"{c['plain_upload_mb_s']:.0f}", f"{c['copy_ratio']:.2f}x",
+          f"{c['fetch_mb_s']:.0f}", f"{c['plain_download_mb_s']:.0f}", f"{c['fetch_ratio']:.2f}x")
+         for name, c in clouds.items()],
+    )  # fmt: skip
+    targets += [
+        Target(f"{what} {name} / the emulator's plain {plain}", c[f"{what}_ratio"], 0.6)
+        for name, c in clouds.items()
+        for what, plain in (("copy", "upload"), ("fetch", "download"))
+    ]
     return finish(targets, results, args.json)
+
+
+def _cloud_rows(tmpdir: Path, size_mib: int, chunk: int, repeat: int) -> dict[str, dict[str, float]]:
+    """fake-gcs-server's and Azurite's rows (see `cloud_rows`), on a segment of their own size."""
+    import cloud_rows
+
+    (tmpdir / "cloud-seg").mkdir()
+    path, last, size = make_segment(
+        tmpdir / "cloud-seg", size_mib * MiB, lambda rng: _batch_template(rng, 64, 1000)
+    )
+    servers = cloud_rows.start_emulators()
+    rows = {}
+    try:
+        for name, server in servers.items():
+            rows[name] = row = cloud_rows.measure(name, server, (str(path), last, size), chunk, repeat)
+            print(f"{name}: copy {row['copy_mb_s']:.0f} MB/s vs plain upload {row['plain_upload_mb_s']:.0f} "
+                  f"({row['copy_ratio']:.2f}x); fetch {row['fetch_mb_s']:.0f} MB/s vs plain download "
+                  f"{row['plain_download_mb_s']:.0f} ({row['fetch_ratio']:.2f}x)")  # fmt: skip
+    finally:
+        for server in servers.values():
+            server.stop()
+    return rows
 
 
 if __name__ == "__main__":

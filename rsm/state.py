@@ -23,7 +23,8 @@ from rsm import metrics
 from rsm.api.errors import ConfigException, RemoteStorageException
 from rsm.api.log_config import LogConfig
 from rsm.api.metadata import RemoteLogSegmentMetadata, TopicIdPartition
-from rsm.config.keyring import Keyring
+from rsm.config.keyring import Keyring, keyring_for
+from rsm.config.kms import is_kms_key
 from rsm.config.overlay import OverlayCache, TopicOverlayStore
 from rsm.config.settings import RsmConfig, TopicSettings, unknown_setting
 from rsm.copy.manifest import Manifest
@@ -102,12 +103,16 @@ class RsmState:
         config = RsmConfig(configs)
         warn_unknown_keys(config.unknown_keys)
         keyring_path = config.get("encryption.keyring.path")
-        keyring = Keyring(str(keyring_path)) if keyring_path else None
+        keyring: Keyring | None = keyring_for(config)
         default_key = config.get("encryption.key.id")
-        if keyring is not None and default_key and default_key not in keyring:
+        kms_default = is_kms_key(str(default_key) if default_key else None)
+        if keyring_path and default_key and default_key not in keyring:  # type: ignore[operator]
             raise ConfigException(f"config encryption.key.id: key id {default_key!r} is not in the keyring")
-        if config.get("encryption.enabled") and keyring is None:
-            raise ConfigException("config encryption.enabled=true needs encryption.keyring.path")
+        if config.get("encryption.enabled") and not keyring_path and not kms_default:
+            raise ConfigException(
+                "config encryption.enabled=true needs encryption.keyring.path or a KMS key "
+                "(encryption.key.id=kms:<key ARN or alias/...>)"
+            )
         store = self.store_override or ObjectStore.from_config(config)
         plain = {k: str(v) for k, v in configs.items()}
         policy_class = config.get("record.validation.policy.class.name")

@@ -37,7 +37,7 @@ from pyspark.sql.datasource import InputPartition
 
 from rsm.api.errors import RemoteStorageException
 from rsm.catalog.splits import ReadSplit
-from rsm.config.keyring import Keyring
+from rsm.config.keyring import Keyring, keyring_for
 from rsm.config.settings import RsmConfig
 from rsm.copy.transform import TransformError
 from rsm.fetch.reader import SegmentReader, cipher_for
@@ -102,8 +102,7 @@ def clients(rsm_configs: tuple[tuple[str, str], ...]) -> tuple[ObjectStore, Keyr
         hit = _clients.get(rsm_configs)
         if hit is None:
             config = RsmConfig(dict(rsm_configs))
-            path = config.get("encryption.keyring.path")
-            hit = (ObjectStore.from_config(config), Keyring(str(path)) if path else None)
+            hit = (ObjectStore.from_config(config), keyring_for(config))  # the keyring file's keys and KMS's
             _clients[rsm_configs] = hit
         return hit
 

@@ -25,7 +25,7 @@ from rsm.api.errors import ConfigException, RemoteStorageException
 from rsm.catalog import SegmentSlice, TopicCatalog
 from rsm.catalog.segments import StoredSegment
 from rsm.catalog.splits import SegmentIndexes, split_slice
-from rsm.config.keyring import Keyring
+from rsm.config.keyring import Keyring, keyring_for
 from rsm.config.settings import Backend
 from rsm.store.objects import ObjectStore
 from segment_format.errors import CorruptRecordError
@@ -75,11 +75,10 @@ class Planner:
                 raise ReaderError(f"store root {root} (storage.file.root) is not a directory")
             try:
                 store = ObjectStore.from_config(config)
-                path = config.get("encryption.keyring.path")
-                self._keyring = Keyring(str(path)) if path else None
+                self._keyring = keyring_for(config)  # the keyring file's keys and KMS's
             except RemoteStorageException as exc:
                 raise ReaderError(f"store options: {exc}") from None
-            if config.backend is Backend.S3:
+            if config.backend is not Backend.FILE:
                 self._check_bucket(store, str(config.get("bucket")))
             self._catalog = TopicCatalog(config, store)
         return self._catalog
@@ -94,7 +93,9 @@ class Planner:
         except ConfigException as exc:
             raise ReaderError(f"{exc}; the reader does not create buckets") from None
         except Exception as exc:  # noqa: BLE001 - an unreachable endpoint is named, not a traceback
-            raise ReaderError(f"cannot reach S3 bucket {bucket} (bucket) at {store.where}: {exc}") from None
+            raise ReaderError(
+                f"cannot reach {store.backend.value} bucket {bucket} (bucket) at {store.where}: {exc}"
+            ) from None
 
     def settings(self) -> ReadSettings:
         return ReadSettings(

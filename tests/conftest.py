@@ -19,6 +19,8 @@ import pytest
 # The harness package sits beside this file; make it importable whatever pytest's rootdir/import mode.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from harness.clouds import AzuriteServer, FakeGcsServer  # noqa: E402
+from harness.emulators import EmulatorUnavailable, azurite_blob_command, fake_gcs_command, unavailable  # noqa: E402
 from harness.kafka import KafkaBroker  # noqa: E402
 from harness.maven import JavaBuild, build_dump_log_tool, build_test_java  # noqa: E402
 from harness.oracle import JavaOracle  # noqa: E402
@@ -34,6 +36,8 @@ FIXTURE_MARKERS: dict[str, str] = {
     "kafka_broker_factory": "kafka",
     "kafka_libs": "kafka",
     "s3_server": "s3",
+    "gcs_server": "gcs",
+    "azurite_server": "azure",
     "spark": "spark",
     "spark_cluster": "spark",
     "java_oracle": "oracle",
@@ -51,6 +55,12 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
+        # a test parametrized over clouds (the `cloud` fixture, or any parameter naming one: "gcs", "azure",
+        # "s3") is marked with the cloud it runs on, so `-m "not azure"` leaves it out
+        callspec = getattr(item, "callspec", None)
+        for value in callspec.params.values() if callspec is not None else ():
+            if isinstance(value, str) and value in CLOUD_FIXTURES:
+                names.add(CLOUD_FIXTURES[value])
         for fixture, marker in FIXTURE_MARKERS.items():
             if fixture in names and item.get_closest_marker(marker) is None:
                 item.add_marker(getattr(pytest.mark, marker))
@@ -141,6 +151,44 @@ def s3_server() -> Iterator[S3Server]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def gcs_server() -> Iterator[FakeGcsServer]:
+    """fake-gcs-server on a free loopback port (anonymous, in memory); use make_bucket() per test.
+    Installed with `go install` into .cache/ on first use (harness.emulators)."""
+    try:
+        server = FakeGcsServer(binary=fake_gcs_command()).start()
+    except (EmulatorUnavailable, RuntimeError) as exc:
+        unavailable(f"fake-gcs-server: {exc}")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def azurite_server() -> Iterator[AzuriteServer]:
+    """Azurite's Blob service on a free loopback port (the development account, in memory); use
+    make_bucket() per test. Installed with npm into .cache/ on first use (harness.emulators)."""
+    try:
+        server = AzuriteServer(script=azurite_blob_command()).start()
+    except (EmulatorUnavailable, RuntimeError) as exc:
+        unavailable(f"azurite: {exc}")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+CLOUD_FIXTURES = {"s3": "s3_server", "gcs": "gcs_server", "azure": "azurite_server"}
+
+
+@pytest.fixture(params=sorted(CLOUD_FIXTURES))
+def cloud(request: pytest.FixtureRequest) -> S3Server | FakeGcsServer | AzuriteServer:
+    """Each cloud's emulator in turn (moto's S3, fake-gcs-server, Azurite), all with the same helpers:
+    `rsm_configs(**extra)`, `make_bucket()`, `env()`, `endpoint_url`."""
+    return request.getfixturevalue(CLOUD_FIXTURES[request.param])  # type: ignore[no-any-return]
 
 
 @pytest.fixture(scope="session")

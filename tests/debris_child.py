@@ -1,8 +1,8 @@
 """A copy that waits to be killed: `python debris_child.py JOB`, run by tests/test_debris.py.
 
 JOB is a pickle of (configs, segment metadata, segment data, pause_at). The child configures a
-RemoteStorageManager on a real store (the file store, or moto S3 through s3fs) and copies the segment; right
-after the `n`-th store operation of kind `op` has completed (`pause_at = (op, n)`), it prints
+RemoteStorageManager on a real store (the file store, moto S3 through s3fs, fake-gcs-server or Azurite) and
+copies the segment; right after the `n`-th store operation of kind `op` has completed (`pause_at = (op, n)`), it prints
 `paused <op> <n>` and waits, so the test can kill it with SIGKILL at a known point of the copy. Nothing in
 the store is mocked: the operations are counted on the way through, as test_rsm_failures.FailingFS does.
 """
@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from rsm import RemoteStorageManager
-from rsm.config.settings import RsmConfig
+from rsm.config.settings import Backend, RsmConfig
 from rsm.store.objects import ObjectStore
 
 S3_WRITES = ("create_multipart_upload", "upload_part", "complete_multipart_upload", "put_object")
+# GCS and Azure writes: the coroutine functions their writers hand the store's request wrapper
+CLOUD_WRITES = ("_initiate", "_put_chunk", "simple_upload", "stage_block", "commit_block_list", "upload_blob")
 
 
 class PausingFS:
@@ -82,7 +84,19 @@ class _PausingFile:
 def main(job: Path) -> int:
     configs, metadata, data, (op, n) = pickle.loads(job.read_bytes())
     store = ObjectStore.from_config(RsmConfig(configs))
-    store.fs = PausingFS(store.fs, op, n)
+    if store.backend in (Backend.GCS, Backend.AZURE):
+        counter, remote = PausingFS(None, op, n), store._remote
+
+        def counted(bucket: str, key: str, call: Any, *args: Any, **kwargs: Any) -> Any:
+            out = remote(bucket, key, call, *args, **kwargs)
+            name = getattr(args[0], "__name__", "") if args else ""
+            if name in CLOUD_WRITES:
+                counter.done(name)
+            return out
+
+        store._remote = counted  # type: ignore[method-assign]
+    else:
+        store.fs = PausingFS(store.fs, op, n)
     rsm = RemoteStorageManager(store=store)
     rsm.configure(configs)
     rsm.copy_log_segment_data(metadata, data)

@@ -25,7 +25,7 @@ from rsm.store.locations import REGISTRY_DIR
 
 
 class Store:
-    """The two store kinds behind one small listing API for assertions."""
+    """The store kinds (a directory, or a cloud's emulator) behind one small listing API for assertions."""
 
     def __init__(self, kind: str, tmp: Path, s3: object | None) -> None:
         self.kind = kind
@@ -38,7 +38,7 @@ class Store:
             self.buckets = {"a": "a", "a2": "a2", "b": "b"}
         else:
             self.buckets = {name: s3.make_bucket() for name in ("a", "a2", "b")}  # type: ignore[union-attr]
-            self.fs = s3.s3fs()  # type: ignore[union-attr]
+            self.fs = s3.s3fs() if kind == "s3" else s3.filesystem()  # type: ignore[union-attr]
             self.configs.update(s3.rsm_configs())  # type: ignore[union-attr]
 
     def keys(self, bucket: str, *, records: bool = False) -> dict[str, bytes]:
@@ -57,9 +57,10 @@ class Store:
         return {k: v for k, v in out.items() if records or REGISTRY_DIR not in k}
 
 
-@pytest.fixture(params=["file", "s3"])
+@pytest.fixture(params=["file", "s3", "gcs", "azure"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    s3 = request.getfixturevalue("s3_server") if request.param == "s3" else None
+    fixtures = {"s3": "s3_server", "gcs": "gcs_server", "azure": "azurite_server"}
+    s3 = request.getfixturevalue(fixtures[request.param]) if request.param in fixtures else None
     yield Store(request.param, tmp_path, s3)
 
 

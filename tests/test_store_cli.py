@@ -1,4 +1,5 @@
-"""`rsm store du | ls | locate` on the file store and moto S3: two locations, a superseded copy, orphans."""
+"""`rsm store du | ls | locate` on the file store and every cloud (moto S3, fake-gcs-server, Azurite): two
+locations, a superseded copy, orphans."""
 
 from __future__ import annotations
 
@@ -18,13 +19,14 @@ from rsm.config.settings import RsmConfig
 from rsm.store.locations import REGISTRY_DIR
 
 
-@pytest.fixture(params=["file", "s3"])
+@pytest.fixture(params=["file", "s3", "gcs", "azure"])
 def store_configs(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
     if request.param == "file":
         return {"storage.backend": "file", "storage.file.root": str(tmp_path / "store"), "bucket": "main"}
-    s3 = request.getfixturevalue("s3_server")
-    main_bucket, other = s3.make_bucket(), s3.make_bucket()
-    return s3.rsm_configs(bucket=main_bucket, **{"test.other.bucket": other})
+    fixture = {"s3": "s3_server", "gcs": "gcs_server", "azure": "azurite_server"}[request.param]
+    cloud = request.getfixturevalue(fixture)
+    main_bucket, other = cloud.make_bucket(), cloud.make_bucket()
+    return cloud.rsm_configs(bucket=main_bucket, **{"test.other.bucket": other})
 
 
 def _properties(tmp_path: Path, configs: dict[str, str]) -> Path:

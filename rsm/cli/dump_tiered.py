@@ -45,17 +45,27 @@ class _Refused(Exception):
 
 
 def _keyring(args: argparse.Namespace, configs: dict[str, str] | None) -> Keyring | None:
+    """The keyring file's keys (--keyring, or the config's) and KMS keys (the config's encryption.kms.*, else
+    boto3's defaults); None when there is no keyring file, for a segment under a keyring key id."""
+    from rsm.config.kms import KmsKeys
+
     path = getattr(args, "keyring", None) or (configs or {}).get("encryption.keyring.path")
-    return Keyring(path) if path else None
+    kms = KmsKeys.from_config(RsmConfig(configs)) if configs else KmsKeys()
+    return Keyring(path, kms=kms) if path else Keyring(None, kms=kms)
 
 
 def materialize(
     store: ObjectStore, bucket: str, manifest: Manifest, keyring: Keyring | None, into: Path
 ) -> Path:
     """The segment's files under Kafka's names in ``into``, decoded by the RSM's fetch path; the .log path."""
+    from rsm.config.kms import is_kms_key
     from rsm.fetch.reader import SegmentReader, cipher_for
 
-    if manifest.encryption is not None and keyring is None:
+    if (
+        manifest.encryption is not None
+        and not is_kms_key(manifest.encryption.key_id)
+        and (keyring is None or (keyring.path is None and not keyring.key_ids()))
+    ):
         raise _Refused(
             f"{manifest.source} is encrypted (key id {manifest.encryption.key_id}): give --keyring FILE, "
             "or --config with rsm.config.encryption.keyring.path"

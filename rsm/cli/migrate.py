@@ -50,7 +50,7 @@ from rsm.catalog import TopicCatalog
 from rsm.catalog.segments import CatalogError
 from rsm.cli.console import err_console, out_console
 from rsm.cli.options import config_and_json
-from rsm.config.keyring import Keyring
+from rsm.config.keyring import keyring_for
 from rsm.config.settings import RsmConfig
 from rsm.metrics import serve_prometheus_from_config
 from rsm.migrate import export as export_
@@ -399,9 +399,8 @@ def _rekey(
                          extra={"new_run": uuid.uuid4().hex if args.new_run else None})  # fmt: skip
     if not key_id:
         raise _Error("no key id: give --key-id, or set the topic's encryption.key.id")
-    path = catalog.config.get("encryption.keyring.path")
-    keyring = Keyring(str(path)) if path else None
-    if keyring is None or key_id not in keyring:
+    keyring = keyring_for(catalog.config)
+    if key_id not in keyring:
         raise _Error(f"key id {key_id!r} is not in the keyring (encryption.keyring.path)")
     if args.reencrypt or args.encryption == "on":
         plan = plans.plan_reencrypt(catalog, args.topic, tid, args.partition, key_id,

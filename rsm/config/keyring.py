@@ -8,6 +8,10 @@ segments keep naming the id they were wrapped with, which must stay in the file.
 
 The file is re-read when its modification time changes, so keys can be added without a restart. Key bytes
 never appear in logs, exceptions or `repr`.
+
+A key id `kms:<key ARN or alias/...>` names an AWS KMS key instead (`rsm.config.kms`): the keyring hands
+those to its `KmsKeys`, so every user of a keyring (copy, fetch, re-key, the reader) takes both kinds, and a
+store may hold segments of both. `keyring_for(config)` builds the keyring a configuration names.
 """
 
 from __future__ import annotations
@@ -19,11 +23,13 @@ import logging
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from rsm.api.errors import ConfigException, RemoteStorageException
+from rsm.config.kms import KmsKeys, is_kms_key
 from rsm.config.redact import looks_like_key_material, looks_secret
 
 log = logging.getLogger(__name__)
@@ -67,8 +73,13 @@ class Keyring:
     """Key-encryption keys loaded from a JSON file (or given directly, for tests and tools)."""
 
     def __init__(
-        self, path: str | os.PathLike[str] | None = None, keys: dict[str, bytes] | None = None
+        self,
+        path: str | os.PathLike[str] | None = None,
+        keys: dict[str, bytes] | None = None,
+        kms: KmsKeys | None = None,
     ) -> None:
+        """`kms`: what answers `kms:` key ids (None: they are refused as unknown)."""
+        self.kms = kms
         self._path = Path(path) if path is not None else None
         self._lock = threading.Lock()
         self._mtime: float | None = None
@@ -89,6 +100,8 @@ class Keyring:
             return sorted(self._keys)
 
     def __contains__(self, key_id: object) -> bool:
+        if isinstance(key_id, str) and is_kms_key(key_id):
+            return self.kms is not None  # KMS itself says whether the key exists, at first use
         self._reload()
         with self._lock:
             return key_id in self._keys
@@ -158,6 +171,10 @@ class Keyring:
         self._reload()
         with self._lock:
             key = self._keys.get(key_id)
+        if key is None and self._path is None and not self._keys:
+            raise RemoteStorageException(
+                f"key id {key_id!r} is a keyring key id, but no keyring is configured (encryption.keyring.path)"
+            )
         if key is None:
             raise RemoteStorageException(
                 f"key id {key_id!r} is not in the keyring {self._path or '(in memory)'}; "
@@ -165,14 +182,30 @@ class Keyring:
             )
         return key
 
+    def _kms(self, key_id: str) -> KmsKeys:
+        if self.kms is None:
+            raise RemoteStorageException(f"key id {key_id!r} names a KMS key, but this keyring has no KMS")
+        return self.kms
+
+    def new_data_key(self, key_id: str, context: bytes) -> tuple[bytes, bytes]:
+        """A fresh 256-bit data key and its form wrapped by `key_id` (made by KMS for a `kms:` id)."""
+        if is_kms_key(key_id):
+            return self._kms(key_id).generate(key_id, context)
+        data_key = os.urandom(KEY_BYTES)
+        return data_key, self.wrap(key_id, data_key, context)
+
     def wrap(self, key_id: str, data_key: bytes, context: bytes) -> bytes:
         """Encrypt a data key under key `key_id`; `context` (the segment id) is bound as associated data."""
+        if is_kms_key(key_id):
+            return self._kms(key_id).wrap(key_id, data_key, context)
         nonce = os.urandom(WRAP_NONCE_BYTES)
         aad = WRAP_AAD_PREFIX + key_id.encode() + b"|" + context
         return nonce + AESGCM(self._key(key_id)).encrypt(nonce, data_key, aad)
 
     def unwrap(self, key_id: str, wrapped: bytes, context: bytes) -> bytes:
         """Recover a data key; fails if the key id, the context or the wrapped bytes do not match."""
+        if is_kms_key(key_id):
+            return self._kms(key_id).unwrap(key_id, wrapped, context)
         aad = WRAP_AAD_PREFIX + key_id.encode() + b"|" + context
         try:
             return AESGCM(self._key(key_id)).decrypt(
@@ -182,3 +215,10 @@ class Keyring:
             raise RemoteStorageException(
                 f"the data key wrapped under key id {key_id!r} does not authenticate (wrong key or tampered)"
             ) from None
+
+
+def keyring_for(config: Any) -> Keyring:
+    """The keyring an `RsmConfig` names: its keyring file's keys (`encryption.keyring.path`, if any) and
+    KMS keys (`encryption.kms.*`; no request is made until a `kms:` key id is used)."""
+    path = config.get("encryption.keyring.path")
+    return Keyring(str(path) if path else None, kms=KmsKeys.from_config(config))

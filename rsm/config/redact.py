@@ -62,6 +62,10 @@ REDACTED_LOGGERS = (
     "boto3",
     "s3transfer",
     "s3fs",
+    "gcsfs",
+    "google",
+    "adlfs",
+    "azure",
     "fsspec",
     "urllib3",
     "aiohttp",
@@ -190,6 +194,10 @@ _HEADERS = (
     # SigV4: "Credential=AKIA.../20260101/..." and "Signature=<hex>", "Signature:\n<hex>"
     re.compile(r"(Credential)(=)([^/,\s'\"&]+)"),
     re.compile(r"(?i)(signature)(\s*[:=]\s*)([0-9a-f]{64})"),
+    # KMS: a data key in the clear, in GenerateDataKey's and Decrypt's answers and Encrypt's request (JSON
+    # bodies, dict reprs); Azure SAS signatures in URLs
+    re.compile(r"(?i)(['\"]?plaintext['\"]?)(\s*[:=]\s*b?['\"])([^'\"]*)"),
+    re.compile(r"(?i)([?&]sig)(=)([^&\s'\"]+)"),
 )
 
 

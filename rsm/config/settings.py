@@ -25,15 +25,26 @@ from __future__ import annotations
 
 import difflib
 import enum
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from rsm.api.errors import ConfigException
 from rsm.api.log_config import LogConfig
-from rsm.config.names import S3_BUCKET_MIN_LENGTH, bucket_problem, prefix_problem
-from rsm.config.redact import HIDDEN_VALUE, looks_secret, redact_url, shown
+from rsm.config.cloud_settings import CLOUD_SETTINGS, KMS_SETTINGS
+from rsm.config.names import S3_BUCKET_MIN_LENGTH
+from rsm.config.redact import HIDDEN_VALUE, looks_secret, redact_url
+from rsm.config.setting_types import (  # noqa: F401 - re-exported: parsers and Setting lived here
+    Setting,
+    _bool,
+    _bucket,
+    _enum,
+    _int,
+    _prefix,
+    _regex,
+    _size,
+    _str,
+)
 
 BROKER_PREFIX = "rsm.config."
 TOPIC_PREFIX = "unchecked.rsm."
@@ -56,8 +67,15 @@ class ConfigSource(enum.Enum):
 
 
 class Backend(enum.Enum):
+    """Where segments are stored: a local directory, or a cloud's object store (`rsm.store`)."""
+
     FILE = "file"
     S3 = "s3"
+    GCS = "gcs"
+    AZURE = "azure"
+
+
+CLOUD_NAMES = {Backend.FILE: "the file store", Backend.S3: "S3", Backend.GCS: "GCS", Backend.AZURE: "Azure"}
 
 
 class ViolationAction(enum.Enum):
@@ -67,96 +85,13 @@ class ViolationAction(enum.Enum):
     TIER = "tier"  # tier it anyway, recording the violations in the manifest for readers
 
 
-def _bool(key: str, value: str) -> bool:
-    v = value.strip().lower()
-    if v in ("true", "1", "yes", "on"):
-        return True
-    if v in ("false", "0", "no", "off"):
-        return False
-    raise ConfigException(f"config {key} must be true or false, got {shown(value)}")
-
-
-def _size(key: str, value: str, lo: int = 0, hi: int = 1 << 62) -> int:
-    text = value.strip().lower()
-    units = {"k": 1024, "kib": 1024, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gib": 1 << 30}
-    mult = 1
-    for suffix in sorted(units, key=len, reverse=True):
-        if text.endswith(suffix):
-            mult, text = units[suffix], text[: -len(suffix)].strip()
-            break
-    try:
-        n = int(text) * mult
-    except ValueError:
-        raise ConfigException(
-            f"config {key} must be a byte size (e.g. 4194304 or 4MiB), got {shown(value)}"
-        ) from None
-    if not lo <= n <= hi:
-        raise ConfigException(f"config {key} must be between {lo} and {hi} bytes, got {n}")
-    return n
-
-
-def _int(key: str, value: str, lo: int = 0, hi: int = 1 << 31) -> int:
-    try:
-        n = int(value.strip())
-    except ValueError:
-        raise ConfigException(f"config {key} must be an integer, got {shown(value)}") from None
-    if not lo <= n <= hi:
-        raise ConfigException(f"config {key} must be between {lo} and {hi}, got {n}")
-    return n
-
-
-def _str(key: str, value: str) -> str:
-    return value.strip()
-
-
-def _bucket(key: str, value: str) -> str:
-    v = value.strip()
-    problem = bucket_problem(v)
-    if problem:
-        raise ConfigException(f"config {key} must be a bucket name, got {shown(value)}: it {problem}")
-    return v
-
-
-def _prefix(key: str, value: str) -> str:
-    v = value.strip()
-    problem = prefix_problem(v)
-    if problem:
-        raise ConfigException(f"config {key} must be a relative key prefix, got {shown(value)}: it {problem}")
-    return v
-
-
-def _regex(key: str, value: str) -> re.Pattern[str]:
-    try:
-        return re.compile(value.strip())
-    except re.error as exc:
-        raise ConfigException(f"config {key} must be a regular expression, got {value!r}: {exc}") from None
-
-
-def _enum(kind: type[enum.Enum]) -> Callable[[str, str], enum.Enum]:
-    def parse(key: str, value: str) -> enum.Enum:
-        try:
-            return kind(value.strip().lower())
-        except ValueError:
-            allowed = ", ".join(str(m.value) for m in kind)
-            raise ConfigException(f"config {key} must be one of {allowed}, got {shown(value)}") from None
-
-    return parse
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One configuration key: how to parse it, its default, and whether a topic may override it."""
-
-    name: str
-    default: str | None
-    parse: Callable[[str, str], object]
-    doc: str
-    topic: bool = False  # overridable by `unchecked.rsm.<name>`
-    sensitive: bool = False
-
-
 SETTINGS: tuple[Setting, ...] = (
-    Setting("storage.backend", "file", _enum(Backend), "file (a bucket is a directory under the root) or s3"),
+    Setting(
+        "storage.backend",
+        "file",
+        _enum(Backend),
+        "file (a bucket is a directory under the root), s3, gcs or azure (a bucket is a container)",
+    ),
     Setting("storage.file.root", None, _str, "root directory of the file store"),
     Setting("storage.s3.endpoint.url", None, _str, "S3 endpoint (MinIO, moto...); AWS when unset"),
     Setting("storage.s3.region", None, _str, "S3 region"),
@@ -200,11 +135,19 @@ SETTINGS: tuple[Setting, ...] = (
         "S3: the whole of one store request, attempts and backoff included; keep it below "
         "bridge.request.timeout.ms / 2",
     ),
+    *CLOUD_SETTINGS,
     Setting("bucket", "kafka-tiered-storage", _bucket, "bucket of new segments", topic=True),
     Setting("prefix", "", _prefix, "key prefix of new segments", topic=True),
     Setting("encryption.enabled", "false", _bool, "AES-256-GCM encryption of new segments", topic=True),
-    Setting("encryption.key.id", None, _str, "keyring key id wrapping new segments' data keys", topic=True),
+    Setting(
+        "encryption.key.id",
+        None,
+        _str,
+        "key wrapping new segments' data keys: a keyring key id, or kms:<key ARN or alias/...> (AWS KMS)",
+        topic=True,
+    ),
     Setting("encryption.keyring.path", None, _str, "JSON keyring file {key_id: base64 256-bit key}"),
+    *KMS_SETTINGS,
     Setting(
         "compression.enabled", "true", _bool, "zstd per chunk (skipped for compressed batches)", topic=True
     ),
@@ -302,7 +245,8 @@ def parse_setting(setting: Setting, key: str, text: str) -> object:
     if not setting.sensitive and looks_secret(text):
         raise ConfigException(
             f"config {key}: refusing {HIDDEN_VALUE}; is it a credential pasted into the wrong key? Credentials "
-            "belong in storage.s3.access.key.id / secret.access.key / session.token, keys in the keyring file"
+            "belong in storage.s3.access.key.id / secret.access.key / session.token or storage.azure.account.key, "
+            "keys in the keyring file or KMS"
         )
     return setting.parse(key, text)
 
@@ -488,15 +432,16 @@ class RsmConfig:
         )
 
     def _check_backend_bucket(self, bucket: str, key: str) -> None:
-        """S3 refuses bucket names under 3 characters; say so naming the key, not at the first upload.
+        """S3, GCS and Azure refuse bucket names under 3 characters; say so naming the key, not at the first
+        upload.
 
         Why not in the `bucket` parser: a topic's value is parsed without knowing the backend (the overlay
         and the CLI check it alone), and the file store, where a bucket is a directory, takes shorter names.
         """
-        if self.backend is Backend.S3 and len(bucket) < S3_BUCKET_MIN_LENGTH:
+        if self.backend is not Backend.FILE and len(bucket) < S3_BUCKET_MIN_LENGTH:
             raise ConfigException(
-                f"config {key} must be a bucket name of {S3_BUCKET_MIN_LENGTH} to 63 characters on S3, "
-                f"got {bucket!r}"
+                f"config {key} must be a bucket name of {S3_BUCKET_MIN_LENGTH} to 63 characters on "
+                f"{CLOUD_NAMES[self.backend]}, got {bucket!r}"
             )
 
     @staticmethod

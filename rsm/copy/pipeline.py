@@ -28,9 +28,10 @@ from typing import TYPE_CHECKING
 
 from rsm.api.errors import ConfigException
 from rsm.api.metadata import CustomMetadata, IndexType, LogSegmentData, RemoteLogSegmentMetadata
+from rsm.config.kms import is_kms_key
 from rsm.copy.checks import verify_segment
 from rsm.copy.manifest import Encryption, Manifest, SegmentInfo
-from rsm.copy.transform import SegmentCipher, new_data_key
+from rsm.copy.transform import SegmentCipher
 from rsm.copy.upload import upload_indexes, upload_log
 from rsm.store import custom_metadata as cm
 from rsm.store.deletion import sweep_leftovers
@@ -61,10 +62,12 @@ def copy_segment(
     key_id = None
     if settings.encryption_enabled:
         key_id = settings.encryption_key_id
-        if state.keyring is None:
+        if state.keyring is None or (
+            not is_kms_key(key_id) and state.keyring.path is None and not state.keyring.key_ids()
+        ):
             raise ConfigException(
                 f"topic {seg.topic_id_partition.topic} asks for encryption but no keyring is configured "
-                "(encryption.keyring.path)"
+                "(encryption.keyring.path) and its key id is not a KMS key (kms:...)"
             )
         if not key_id:
             raise ConfigException(
@@ -91,9 +94,10 @@ def copy_segment(
     encryption = None
     if key_id is not None:
         assert state.keyring is not None
-        data_key = new_data_key()
+        with state.errors("data key", metadata, keys.bucket, keys.manifest):  # KMS's GenerateDataKey
+            data_key, wrapped = state.keyring.new_data_key(key_id, seg.id.bytes)
         cipher = SegmentCipher(data_key, seg.id)
-        encryption = Encryption(key_id, state.keyring.wrap(key_id, data_key, seg.id.bytes))
+        encryption = Encryption(key_id, wrapped)
     _record_location(state, metadata, location)
     with state.errors("removal of an earlier attempt's manifest", metadata, keys.bucket, keys.manifest):
         state.store.delete(keys.bucket, keys.manifest)

@@ -13,7 +13,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from rsm.config.keyring import Keyring
+from rsm.config.keyring import Keyring, keyring_for
 from rsm.config.settings import Backend, RsmConfig
 from rsm.copy.manifest import Manifest
 from rsm.copy.transform import SegmentCipher
@@ -76,8 +76,7 @@ class Context:
         self.spec = spec
         self.config = RsmConfig(dict(spec.configs))
         self.store = store or ObjectStore.from_config(self.config)
-        path = self.config.get("encryption.keyring.path")
-        self.keyring = Keyring(str(path)) if path else None
+        self.keyring: Keyring | None = keyring_for(self.config)
         self.default = Location(str(self.config.get("bucket")), str(self.config.get("prefix")))
         self.registry = LocationRegistry(self.store, self.default.bucket, self.default.prefix)
         self.journal = Journal(self.store, self.default, spec.job, spec.run)
@@ -163,12 +162,9 @@ class Context:
         bucket = location.bucket
         directory, _, name = stem.rpartition("/")
         removed = 0
-        if self.store.backend is Backend.S3:
+        if self.store.backend is not Backend.FILE:
             for up in self.store.uploads_under(bucket, stem):
-                self.store._remote(  # noqa: SLF001
-                    bucket, up.key, self.store.fs.call_s3, "abort_multipart_upload", Bucket=bucket,
-                    Key=up.key, UploadId=up.upload_id,
-                )  # fmt: skip
+                self.store.discard(up)
                 removed += 1
             return removed
         for key in self.store.list(bucket, f"{directory}/.{name}", include_temporary=True):

@@ -196,10 +196,9 @@ def _snapshot(reader: SegmentReader, manifest, out: Path, last: int) -> None:  #
 
 
 def _keyring(catalog: TopicCatalog):  # noqa: ANN202
-    from rsm.config.keyring import Keyring
+    from rsm.config.keyring import keyring_for
 
-    path = catalog.config.get("encryption.keyring.path")
-    return Keyring(str(path)) if path else None
+    return keyring_for(catalog.config)
 
 
 def finish(out: Path, history: PartitionHistory, topic_id: uuid.UUID, last_offset: int) -> None:

@@ -37,7 +37,7 @@ from typing import Any
 from rsm.config.settings import Backend
 from rsm.store.forward import FORWARD_SUFFIX, Forward, ForwardError, chain
 from rsm.store.layout import INDEXES_SUFFIX, LOG_SUFFIX, MANIFEST_SUFFIX, Location
-from rsm.store.objects import ObjectInfo, ObjectNotFound, ObjectStore
+from rsm.store.objects import ObjectInfo, ObjectNotFound, ObjectStore, UnfinishedWrite
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ def scan(store: ObjectStore, units: Iterable[tuple[str, str]]) -> list[Orphan]:
     for bucket, prefix in dict.fromkeys(units):
         objects = store.list_objects(bucket, prefix, include_temporary=True)
         found += _classify(store, bucket, objects)
-        if store.backend is Backend.S3:
+        if store.backend is not Backend.FILE:
             found += _uploads(store, bucket, prefix)
     return found
 
@@ -153,10 +153,7 @@ def _uploads(store: ObjectStore, bucket: str, prefix: str) -> list[Orphan]:
 def remove(store: ObjectStore, orphan: Orphan) -> bool:
     """Remove one orphan; False when it turned out not to be one any more (a copy committed meanwhile)."""
     if orphan.kind == "multipart upload":
-        store._remote(  # noqa: SLF001
-            orphan.bucket, orphan.keys[0], store.fs.call_s3, "abort_multipart_upload",
-            Bucket=orphan.bucket, Key=orphan.keys[0], UploadId=orphan.upload_id,
-        )  # fmt: skip
+        store.discard(UnfinishedWrite(orphan.bucket, orphan.keys[0], upload_id=orphan.upload_id))
         return True
     if orphan.kind == "segment objects":
         m = SEGMENT_KEY.match(orphan.keys[0])

@@ -44,7 +44,6 @@ from rsm.copy.transform import (
     bind_crc32c,
     crc32c,
     decode_piece,
-    new_data_key,
     piece_tag,
 )
 from rsm.migrate.context import Context, ItemResult, Keys, MigrateError
@@ -136,9 +135,9 @@ def reencode(ctx: Context, manifest: Manifest, src: Keys, dst: Keys, target: str
     uid = manifest.segment_uuid
     if target is not None:
         assert ctx.keyring is not None
-        data_key = new_data_key()
+        data_key, wrapped = ctx.keyring.new_data_key(target, uid.bytes)
         new: SegmentCipher | None = SegmentCipher(data_key, uid)
-        encryption: Encryption | None = Encryption(target, ctx.keyring.wrap(target, data_key, uid.bytes))
+        encryption: Encryption | None = Encryption(target, wrapped)
     else:
         new, encryption = None, None
     store = ctx.store

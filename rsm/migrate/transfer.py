@@ -12,7 +12,11 @@
   beside the destination, renamed over it when complete, the naming the store's own writer uses, so a
   killed copy leaves only a temporary file `gc` recognises.
 
-Either way the destination shows nothing or the whole object. The caller then checks its size.
+- GCS and Azure Blob: streamed through this process, one part of the store's upload size at a time, into
+  the store's own writer (a resumable upload, staged blocks): nothing shows until it commits, and a killed
+  copy leaves what any killed write leaves there (`rsm.store.gcs`, `rsm.store.azure`).
+
+Every way the destination shows nothing or the whole object. The caller then checks its size.
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ def copy_object(
     """
     if store.backend is Backend.FILE:
         return _copy_file(store, src_bucket, src_key, dst_bucket, dst_key, on_bytes, link)
+    if store.backend is not Backend.S3:
+        return _copy_streamed(store, src_bucket, src_key, dst_bucket, dst_key, on_bytes, size)
     return _copy_s3(store, src_bucket, src_key, dst_bucket, dst_key, part_size, on_bytes, size)
 
 
@@ -91,6 +97,25 @@ def _copy_file(
     store.stats.wrote(size, 1)
     if on_bytes is not None:
         on_bytes(size)
+    return size
+
+
+def _copy_streamed(
+    store: ObjectStore, src_bucket: str, src_key: str, dst_bucket: str, dst_key: str,
+    on_bytes: Callable[[int], None] | None, size: int | None,
+) -> int:  # fmt: skip
+    size = store.size(src_bucket, src_key) if size is None else size
+    writer = store.open_writer(dst_bucket, dst_key)
+    try:
+        for start in range(0, size, store.part_size):
+            end = min(start + store.part_size, size)
+            writer.write(store.get_range(src_bucket, src_key, start, end))
+            if on_bytes is not None:
+                on_bytes(end - start)
+    except BaseException:
+        writer.abort()
+        raise
+    writer.commit()
     return size
 
 

@@ -34,6 +34,7 @@ from collections.abc import Mapping
 
 from rsm.api.errors import ConfigException
 from rsm.config.keyring import Keyring
+from rsm.config.kms import is_kms_key
 from rsm.config.names import topic_problem
 from rsm.config.redact import is_sensitive_key
 from rsm.config.settings import (
@@ -242,7 +243,7 @@ class BuiltinTopicPolicy(TopicManagementPolicy):
                 "encryption is enabled but no key id is set (unchecked.rsm.encryption.key.id or "
                 "rsm.config.encryption.key.id)"
             )
-        wanted = [w for w in wanted if w]
+        wanted = [w for w in wanted if w and not is_kms_key(w)]  # KMS says at first use whether it has a key
         if not wanted:
             return
         if not self.keyring_path:

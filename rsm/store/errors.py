@@ -60,8 +60,8 @@ class StoreErrors:
         raise RemoteStorageException(f"{where}: {type(exc).__name__}: {safe_message(exc)}") from exc
 
     def _no_bucket(self) -> bool:
-        """Whether S3 says the bucket does not exist (False when it is there, or cannot be asked)."""
-        if self._store.backend is not Backend.S3:
+        """Whether the cloud says the bucket does not exist (False when it is there, or cannot be asked)."""
+        if self._store.backend is Backend.FILE:
             return False
         try:
             return self._store.bucket_exists(self._bucket) is False
@@ -72,9 +72,12 @@ class StoreErrors:
 def safe_message(exc: BaseException) -> str:
     """An exception's message without anything that looks like a credential (`rsm.config.redact.redact_text`:
     URLs' user information, signatures, tokens, the configured credentials), cut at anything else that
-    might introduce one."""
-    text = redact_text(str(exc))
-    for marker in ("Signature=", "X-Amz-Credential=", "X-Amz-Security-Token=", "secret", "Authorization"):
+    might introduce one; on one line (an SDK's message may carry a whole XML or JSON error body)."""
+    text = " ".join(redact_text(str(exc)).split())
+    for marker in (
+        "Signature=", "X-Amz-Credential=", "X-Amz-Security-Token=", "secret", "Authorization",
+        "SharedKey", "sig=", "access_token",
+    ):  # fmt: skip
         idx = text.find(marker)
         if idx >= 0:
             text = text[:idx] + "[redacted]"

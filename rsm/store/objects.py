@@ -1,4 +1,5 @@
-"""Object storage through fsspec: the local file store (a bucket is a directory) and S3 (s3fs).
+"""Object storage through fsspec: the local file store (a bucket is a directory), S3 (s3fs), GCS (gcsfs) and
+Azure Blob (adlfs; a bucket is a container).
 
 The manager speaks in (bucket, key) pairs and needs five things from a store: stream an object in (with
 nothing visible until it is complete), put a small object, read a byte range, delete, and tell "missing"
@@ -11,13 +12,17 @@ Writes are atomic per object:
 - S3: objects larger than the part size go up as a multipart upload (driven through s3fs's client, one
   part buffered at a time), completed only on commit and aborted on any failure; smaller ones are one
   PUT. S3 never shows a partial object.
+- GCS: a resumable upload finished by its last chunk; Azure: staged blocks committed by one Put Block List
+  (`rsm.store.gcs`, `rsm.store.azure`). Neither shows a partial object either.
 
-The backends: `rsm.store.local` (a directory per bucket) and `rsm.store.s3` (credentials, deadlines, the
-multipart writer), chosen by `ObjectStore.from_config`; writers and unfinished writes in `rsm.store.writes`.
+The backends: `rsm.store.local` (a directory per bucket), `rsm.store.s3`, `rsm.store.gcs` and
+`rsm.store.azure` (credentials, deadlines, the writer of each), chosen by `ObjectStore.from_config`; writers
+and unfinished writes in `rsm.store.writes`.
 
-Every S3 request has deadlines (`s3_deadlines`): connect and read timeouts and a number of attempts for
-botocore, and a wall-clock bound on the whole request, retries included, so an endpoint that stops answering
-fails the operation in time instead of holding one of Kafka's remote reader threads.
+Every cloud request has deadlines (`s3_deadlines`, `rsm.store.deadlines`): connect and read timeouts and a
+number of attempts for the SDK, and a wall-clock bound on the whole request, retries included, so an
+endpoint that stops answering fails the operation in time instead of holding one of Kafka's remote reader
+threads.
 
 Names are checked on every call, whoever the caller: a bucket must be a valid bucket name and a key
 relative, without "." / ".." or empty segments, backslashes or control characters (`rsm.config.names`), and on the
@@ -45,7 +50,7 @@ from rsm.api.errors import ConfigException, InvalidArgumentException
 from rsm.config.names import bucket_problem, key_problem
 from rsm.config.redact import redact_text, redact_url
 from rsm.config.settings import Backend, RsmConfig
-from rsm.store import local, s3
+from rsm.store import azure, gcs, local, s3
 from rsm.store.writes import (
     TEMP_MARK,
     BackgroundWriter,
@@ -91,6 +96,9 @@ def _modified(info: dict[str, Any]) -> float:
     return float(value)
 
 
+SCHEMES = {Backend.FILE: "file:", Backend.S3: "s3://", Backend.GCS: "gs://", Backend.AZURE: "az://"}
+
+
 class ObjectNotFound(Exception):
     """The object does not exist (the manager turns it into RemoteResourceNotFoundException)."""
 
@@ -107,13 +115,19 @@ class ObjectStore:
         request_timeout: float | None = None,
         attempts: int = 1,
     ) -> None:
-        """`request_timeout`: seconds one S3 request may take, retries included (None: no bound);
+        """`request_timeout`: seconds one cloud request may take, retries included (None: no bound);
         `attempts`: how often a GET whose body failed after its headers is tried in all (see `_remote`)."""
         self.fs = fs
         self.backend = backend
-        self.request_timeout = request_timeout if backend is Backend.S3 else None
+        self.request_timeout = request_timeout if backend is not Backend.FILE else None
         self.attempts = attempts
-        self._body_errors: tuple[type[BaseException], ...] = s3.body_errors() if backend is Backend.S3 else ()
+        self._body_errors: tuple[type[BaseException], ...] = (
+            s3.body_errors()
+            if backend is Backend.S3
+            else azure.body_errors()
+            if backend is Backend.AZURE
+            else ()
+        )  # GCS: gcsfs reads a body inside its request, whose attempts cover it (rsm.store.gcs)
         # resolved once: symlinks in the root's own path are the operator's; any below it are refused
         self.root = root.expanduser().resolve() if root is not None else None
         self.part_size = part_size
@@ -121,7 +135,7 @@ class ObjectStore:
         # entered around each read that waits on the network (not local files): the bridge lends a fetch's
         # work permit meanwhile, so ten readers waiting on S3 do not hold back the streams ready to work
         self.remote_wait: Callable[[], AbstractContextManager[object]] | None = None
-        self.where = ""  # the S3 endpoint, as messages name it (from_config)
+        self.where = ""  # the cloud's endpoint, as messages name it (from_config)
         self.default_bucket = ""  # the configured `bucket` (from_config), so messages name its setting
 
     def network_wait(self) -> AbstractContextManager[object]:
@@ -131,7 +145,8 @@ class ObjectStore:
 
     @classmethod
     def from_config(cls, config: RsmConfig, *, create: bool = True) -> ObjectStore:
-        """The store the configuration names: a local directory (`rsm.store.local`) or S3 (`rsm.store.s3`).
+        """The store the configuration names: a local directory (`rsm.store.local`), S3 (`rsm.store.s3`),
+        GCS (`rsm.store.gcs`) or Azure Blob (`rsm.store.azure`).
 
         ``create=False`` (the read-only tools): a file store's root that does not exist is refused, not made.
         """
@@ -139,6 +154,16 @@ class ObjectStore:
         if config.backend is Backend.FILE:
             fs, root = local.open_filesystem(config, create)
             store = cls(fs, Backend.FILE, root, part_size)
+        elif config.backend is Backend.GCS:
+            fs, request_timeout, attempts = gcs.open_filesystem(config)
+            chunk = int(config.get("storage.gcs.upload.chunk.size"))  # type: ignore[arg-type]
+            store = cls(fs, Backend.GCS, None, chunk, request_timeout, attempts)
+            store.where = gcs.where(config)
+        elif config.backend is Backend.AZURE:
+            fs, request_timeout, attempts = azure.open_filesystem(config)
+            block = int(config.get("storage.azure.block.size"))  # type: ignore[arg-type]
+            store = cls(fs, Backend.AZURE, None, block, request_timeout, attempts)
+            store.where = azure.where(config)
         else:
             fs, request_timeout, attempts = s3.open_filesystem(config, part_size)
             store = cls(fs, Backend.S3, None, part_size, request_timeout, attempts)
@@ -150,10 +175,14 @@ class ObjectStore:
 
     # -- buckets -----------------------------------------------------------------------------------------
     def bucket_exists(self, bucket: str) -> bool | None:
-        """Whether an S3 bucket exists (one HEAD); None when S3 would not say (no permission). A file
-        store's bucket is a directory made by the first write: always True there."""
+        """Whether a bucket (Azure: a container) exists (one request); None when the store would not say
+        (no permission). A file store's bucket is a directory made by the first write: always True there."""
         if self.backend is Backend.FILE:
             return True
+        if self.backend is Backend.GCS:
+            return gcs.bucket_exists(self._remote, self.fs, bucket)
+        if self.backend is Backend.AZURE:
+            return azure.bucket_exists(self._remote, self.fs, bucket)
         try:
             self._remote(bucket, "", self.fs.call_s3, "head_bucket", Bucket=bucket)
         except FileNotFoundError:
@@ -167,18 +196,19 @@ class ObjectStore:
         if setting is None:
             setting = "config bucket" if bucket == self.default_bucket else "the topic's unchecked.rsm.bucket"
         return (
-            f"bucket {bucket!r} ({setting}) does not exist in s3 at {self.where}; buckets are never created"
+            f"bucket {bucket!r} ({setting}) does not exist in {self.backend.value} at {self.where}; "
+            "buckets are never created"
         )
 
     def require_bucket(self, bucket: str, setting: str | None = None) -> None:
-        """ConfigException naming the bucket and its setting when S3 says the bucket does not exist."""
+        """ConfigException naming the bucket and its setting when the store says it does not exist."""
         if self.bucket_exists(bucket) is False:
             raise ConfigException(self.missing_bucket(bucket, setting))
 
     def _remote(
         self, bucket: str, key: str, call: Callable[..., T], *args: Any, read: bool = False, **kwargs: Any
     ) -> T:
-        """Run one blocking fsspec call; on S3 bounded by `request_timeout`, retries included.
+        """Run one blocking fsspec call; on a cloud bounded by `request_timeout`, retries included.
 
         fsspec runs the call's coroutine on its event loop and, given `timeout`, cancels it when the time is
         up (the connection is dropped); that is reported as a TimeoutError naming the object and the setting.
@@ -201,7 +231,7 @@ class ObjectStore:
                 if waited >= self.request_timeout:
                     raise TimeoutError(
                         f"{self.describe(bucket, key)}: no answer within {self.request_timeout:g} s "
-                        "(storage.s3.request.timeout.ms, retries included)"
+                        f"(storage.{self.backend.value}.request.timeout.ms, retries included)"
                     ) from None
                 # a timeout inside the request, reported by fsspec as its own (a body read timeout too)
                 if not (read and attempt < self.attempts and isinstance(exc.__cause__, self._body_errors)):
@@ -248,19 +278,21 @@ class ObjectStore:
         return path
 
     def describe(self, bucket: str, key: str) -> str:
-        """How an object is named in messages: `file:<bucket>/<key>` or `s3://<bucket>/<key>`."""
-        return f"{'s3://' if self.backend is Backend.S3 else 'file:'}{bucket}/{key}"
+        """How an object is named in messages: `file:`, `s3://`, `gs://` or `az://` then `<bucket>/<key>`."""
+        return f"{SCHEMES[self.backend]}{bucket}/{key}"
 
     # -- writes ------------------------------------------------------------------------------------------
     def open_writer(self, bucket: str, key: str, background: bool = False) -> ObjectWriter:
         """A streaming writer: nothing is visible under `key` until `commit()`; `abort()` leaves nothing.
 
-        `background=True` uploads from a thread (S3 only: there a part upload is a network round trip the
+        `background=True` uploads from a thread (clouds only: there a part upload is a network round trip the
         caller can overlap with transforming the next chunk; a local write is a memory copy).
         """
         if self.backend is Backend.FILE:
             return local.FileWriter(self.fs, self.stats, self.path(bucket, key))
-        writer = s3.S3Writer(self._remote, self.fs, self.stats, self.part_size, bucket, key)
+        self.path(bucket, key)  # checks the names
+        kind = {Backend.S3: s3.S3Writer, Backend.GCS: gcs.GcsWriter, Backend.AZURE: azure.AzureWriter}
+        writer = kind[self.backend](self._remote, self.fs, self.stats, self.part_size, bucket, key)
         return BackgroundWriter(writer) if background else writer
 
     def put(self, bucket: str, key: str, data: bytes) -> None:
@@ -381,7 +413,7 @@ class ObjectStore:
     # -- unfinished writes -------------------------------------------------------------------------------
     def unfinished_writes(self, bucket: str, keys: Iterable[str]) -> list[UnfinishedWrite]:
         """What interrupted writes of exactly these keys left behind: temporary files beside them (file
-        store) or incomplete multipart uploads of them (S3), whoever wrote them (a process killed with
+        store), incomplete multipart uploads of them (S3) or their staged blocks (Azure), whoever wrote them (a process killed with
         `kill -9` runs no cleanup).
 
         Only leftovers of the given keys are answered, never another object's: a file counts only when its
@@ -430,9 +462,16 @@ class ObjectStore:
         return sorted(found, key=lambda w: (w.key, str(w.upload_id)))
 
     def uploads_under(self, bucket: str, prefix: str, *, limit: int | None = None) -> list[UnfinishedWrite]:
-        """Every incomplete multipart upload whose key starts with `prefix` (S3; none on the file store),
-        page by page, at most `limit` of them (one ListMultipartUploads of that size when it fits a page).
-        The one place the store's users list uploads: gc, the location records' gc and resumed jobs."""
+        """Every incomplete multipart upload whose key starts with `prefix` (S3; Azure: every blob of
+        uncommitted blocks alone; none on the file store, nor on GCS, which cannot list unfinished resumable
+        uploads), page by page, at most `limit` of them (one ListMultipartUploads of that size when it fits a
+        page). The one place the store's users list uploads: gc, the location records' gc and resumed jobs."""
+        if self.backend is Backend.AZURE:
+            blobs = self._remote(
+                bucket, prefix, azure.run(self.fs), azure.uncommitted_blobs, self.fs, bucket, prefix
+            )
+            found = [UnfinishedWrite(bucket, k, upload_id=azure.UNCOMMITTED, started=t) for k, t in blobs]
+            return found if limit is None else found[:limit]
         if self.backend is not Backend.S3:
             return []
         found: list[UnfinishedWrite] = []
@@ -463,6 +502,13 @@ class ObjectStore:
 
     def discard(self, write: UnfinishedWrite) -> bool:
         """Remove what an unfinished write left; False when it was already gone."""
+        if write.upload_id == azure.UNCOMMITTED and self.backend is Backend.AZURE:
+            return bool(
+                self._remote(
+                    write.bucket, write.key, azure.run(self.fs), azure.discard_uncommitted, self.fs,
+                    write.bucket, write.key,
+                )
+            )  # fmt: skip
         if write.upload_id is not None:
             try:
                 self._remote(

@@ -33,7 +33,7 @@ def temp_target(filename: str) -> str | None:
 @dataclass(frozen=True)
 class UnfinishedWrite:
     """What an interrupted write of one object left: a temporary file (file store) or an incomplete
-    multipart upload (S3). Neither is visible as the object, but both take space (S3 bills upload parts)
+    multipart upload (S3), or uncommitted blocks (Azure). None is visible as the object, but both take space (S3 bills upload parts)
     until removed (`ObjectStore.discard`).
 
     `started` (epoch seconds: the file's mtime, the upload's initiation) is for a grace period: a tool that
@@ -47,6 +47,8 @@ class UnfinishedWrite:
     started: float | None = None
 
     def __str__(self) -> str:
+        if self.upload_id == "uncommitted-blocks":  # rsm.store.azure.UNCOMMITTED
+            return f"uncommitted blocks of az://{self.bucket}/{self.key}"
         if self.upload_id is not None:
             return f"incomplete multipart upload {self.upload_id[:16]} of s3://{self.bucket}/{self.key}"
         return f"temporary file {self.temp_path} of file:{self.bucket}/{self.key}"

@@ -8,6 +8,8 @@ pytest finalizers and an atexit safety net) and fails with the tail of its log w
 - :mod:`harness.kafka`: a single-node KRaft Apache Kafka broker (:class:`KafkaBroker`), and
   :func:`tiered_storage_props` to switch tiered storage on with any RemoteStorageManager class;
 - :mod:`harness.s3`: a moto S3 server (:class:`S3Server`);
+- :mod:`harness.clouds`: fake-gcs-server and Azurite (:class:`FakeGcsServer`, :class:`AzuriteServer`),
+  installed into ``<repo>/.cache`` by :mod:`harness.emulators`;
 - :mod:`harness.spark`: a ``local[2]`` Spark session;
 - :mod:`harness.oracle`: Kafka's own classes writing, dumping and checking segments (:class:`JavaOracle`).
 
