@@ -150,4 +150,3 @@ def _aborted(part: TieredPartition, producer_id: int, base: int, last: int) -> b
             return True
         raise _Undecidable("a batch partly in an aborted transaction")
     return False
-

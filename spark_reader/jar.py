@@ -106,4 +106,7 @@ def jar_path(*, build_if_missing: bool = True) -> str:
         if not build_if_missing:
             raise JarBuildError(f"the kafka-tiered jar is not built yet ({out})")
         build(out)
+        for stale in out.parent.glob(f"{JAR_STEM}-*.jar"):
+            if stale != out:
+                stale.unlink(missing_ok=True)  # an older checkout's: a running JVM keeps its open copy
     return str(out)

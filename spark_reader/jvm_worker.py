@@ -28,6 +28,7 @@ or the one-line error: an error in the middle of a split ends the stream cleanly
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -102,11 +103,13 @@ def main() -> None:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     logging.basicConfig(level=os.environ.get("KAFKA_TIERED_WORKER_LOG", "WARNING"), stream=sys.stderr)
-    with os.fdopen(protocol_fd, "wb", buffering=1 << 16) as out, os.fdopen(0, "rb", buffering=1 << 16) as stdin:
-        try:
-            serve(stdin, out)  # type: ignore[arg-type]
-        except BrokenPipeError:
-            pass  # the JVM gave up on this worker (a query stopped reading): nothing to report
+    # a BrokenPipeError: the JVM gave up on this worker (a query stopped reading), nothing to report
+    with (
+        os.fdopen(protocol_fd, "wb", buffering=1 << 16) as out,
+        os.fdopen(0, "rb", buffering=1 << 16) as stdin,
+        contextlib.suppress(BrokenPipeError),
+    ):
+        serve(stdin, out)  # type: ignore[arg-type]
 
 
 if __name__ == "__main__":

@@ -159,8 +159,9 @@ def spark() -> Iterator[SparkSession]:
 def tiered_spark(spark, request: pytest.FixtureRequest):  # noqa: ANN001, ANN201
     """The session with `format("kafka-tiered")` registered, served by the Python Data Source or by the
     columnar scan (issue 23): a module's Spark reader tests run on both, expecting the same rows."""
-    import spark_reader  # noqa: PLC0415
     from harness.spark import COLUMNAR_CONF, use_path  # noqa: PLC0415
+
+    import spark_reader  # noqa: PLC0415
 
     spark_reader.register(spark)
     use_path(spark, request.param)

@@ -41,6 +41,8 @@ final class ArrowPartitionReader implements PartitionReader<ColumnarBatch> {
   private ColumnarBatch current;
   private boolean ended;
   private long countLeft = -1;
+  private long decompressed;
+  private long maxRssKiB;
 
   /** Serializable: sent to executors; each task opens one reader on a worker of its executor. */
   static final class Factory implements PartitionReaderFactory {
@@ -131,9 +133,11 @@ final class ArrowPartitionReader implements PartitionReader<ColumnarBatch> {
   private long finish() throws IOException {
     ended = true;
     try {
-      long rows = worker.readTrailer().path("rows").asLong();
+      com.fasterxml.jackson.databind.JsonNode trailer = worker.readTrailer();
+      decompressed = trailer.path("decompressed").asLong();
+      maxRssKiB = trailer.path("maxRssKiB").asLong();
       worker.release();
-      return rows;
+      return trailer.path("rows").asLong();
     } catch (KafkaTieredException e) {
       worker.release(); // the exchange ended cleanly: the worker can serve the next task
       throw e;
@@ -141,6 +145,14 @@ final class ArrowPartitionReader implements PartitionReader<ColumnarBatch> {
       worker.destroy();
       throw e;
     }
+  }
+
+  @Override
+  public org.apache.spark.sql.connector.metric.CustomTaskMetric[] currentMetricsValues() {
+    return new org.apache.spark.sql.connector.metric.CustomTaskMetric[] {
+      WorkerMetrics.value(WorkerMetrics.DECOMPRESSED, decompressed),
+      WorkerMetrics.value(WorkerMetrics.MAX_RSS, maxRssKiB)
+    };
   }
 
   @Override

@@ -173,6 +173,11 @@ final class KafkaTieredScan implements Scan, Batch {
   }
 
   @Override
+  public org.apache.spark.sql.connector.metric.CustomMetric[] supportedCustomMetrics() {
+    return WorkerMetrics.supported();
+  }
+
+  @Override
   public Batch toBatch() {
     return this;
   }
