@@ -20,12 +20,14 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 import zipfile
 from pathlib import Path
 
 JVM_DIR = Path(__file__).with_name("jvm")
 SOURCES = JVM_DIR / "src" / "main"
 JAR_STEM = "kafka-tiered-spark"
+STALE_AFTER_S = 86400
 
 
 class JarBuildError(RuntimeError):
@@ -106,7 +108,8 @@ def jar_path(*, build_if_missing: bool = True) -> str:
         if not build_if_missing:
             raise JarBuildError(f"the kafka-tiered jar is not built yet ({out})")
         build(out)
+        # older sources' jars go after a day (a session started before the edit may still be loading one)
         for stale in out.parent.glob(f"{JAR_STEM}-*.jar"):
-            if stale != out:
-                stale.unlink(missing_ok=True)  # an older checkout's: a running JVM keeps its open copy
+            if stale != out and time.time() - stale.stat().st_mtime > STALE_AFTER_S:
+                stale.unlink(missing_ok=True)
     return str(out)

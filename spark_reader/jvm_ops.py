@@ -79,10 +79,22 @@ def _push(header: dict, _: bytes) -> tuple[dict, list[bytes]]:
     return {"accepted": _batch_reader(header)[1]}, []
 
 
+def _estimates(parts: Sequence[object]) -> dict[str, int]:
+    """Upper bounds for Spark's optimizer (SupportsReportStatistics): offsets and segment bytes planned."""
+    rows = size = 0
+    for part in parts:
+        split = getattr(part, "split", None)
+        if split is not None:
+            rows += max(0, split.last_offset - split.first_offset + 1)
+            size += max(0, split.end_position - split.start_position)
+    return {"rows": rows, "bytes": size}
+
+
 def _plan(header: dict, _: bytes) -> tuple[dict, list[bytes]]:
     reader, _accepted = _batch_reader(header)
     parts = reader.partitions()
-    return {"descriptions": [repr(p) for p in parts]}, [pickle.dumps(p, protocol=5) for p in parts]
+    body = {"descriptions": [repr(p) for p in parts], "estimates": _estimates(parts)}
+    return body, [pickle.dumps(p, protocol=5) for p in parts]
 
 
 def _stream_reader(header: dict):  # noqa: ANN202 - TieredStreamReader

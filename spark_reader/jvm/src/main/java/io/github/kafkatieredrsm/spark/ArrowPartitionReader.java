@@ -48,9 +48,12 @@ final class ArrowPartitionReader implements PartitionReader<ColumnarBatch> {
   static final class Factory implements PartitionReaderFactory {
     private static final long serialVersionUID = 1L;
     private final String[] columns;
+    private final String python;
 
-    Factory(String[] columns) {
+    /** {@code python}: the executors' interpreter, chosen on the driver as PySpark chooses it. */
+    Factory(String[] columns, String python) {
       this.columns = columns;
+      this.python = python;
     }
 
     @Override
@@ -65,13 +68,13 @@ final class ArrowPartitionReader implements PartitionReader<ColumnarBatch> {
 
     @Override
     public PartitionReader<ColumnarBatch> createColumnarReader(InputPartition partition) {
-      return new ArrowPartitionReader((TieredInputPartition) partition, columns);
+      return new ArrowPartitionReader((TieredInputPartition) partition, columns, python);
     }
   }
 
-  ArrowPartitionReader(TieredInputPartition partition, String[] names) {
+  ArrowPartitionReader(TieredInputPartition partition, String[] names, String python) {
     countOnly = names.length == 0;
-    worker = PythonWorker.acquire(PythonWorker.pythonExec(false));
+    worker = PythonWorker.acquire(python);
     ObjectNode h = PythonWorker.JSON.createObjectNode();
     h.put("op", "read");
     h.put("count", countOnly);

@@ -16,7 +16,10 @@ import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.ScanBuilder;
 import org.apache.spark.sql.connector.read.SupportsPushDownFilters;
+import org.apache.spark.sql.connector.read.Statistics;
 import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
+import org.apache.spark.sql.connector.read.SupportsReportStatistics;
+import java.util.OptionalLong;
 import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
 import org.apache.spark.sql.sources.EqualTo;
 import org.apache.spark.sql.sources.Filter;
@@ -36,12 +39,14 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * {@code value} never copies a value, and one needing no column ({@code count()}) gets counts from batch
  * headers, decompressing nothing ({@code spark_reader.counting}).
  */
-final class KafkaTieredScan implements Scan, Batch {
+final class KafkaTieredScan implements Scan, Batch, SupportsReportStatistics {
   private final StructType readSchema;
   private final CaseInsensitiveStringMap options;
   private final ArrayNode filters;
   private final String pushed;
   private InputPartition[] planned;
+  private long estimatedRows = -1;
+  private long estimatedBytes = -1;
 
   private KafkaTieredScan(
       StructType readSchema, CaseInsensitiveStringMap options, ArrayNode filters, String pushed) {
@@ -192,9 +197,32 @@ final class KafkaTieredScan implements Scan, Batch {
     if (planned == null) {
       ObjectNode h = KafkaTieredTable.request(options);
       h.set("filters", filters);
-      planned = partitions(PythonWorker.call(true, "plan", h));
+      PythonWorker.Reply reply = PythonWorker.call(true, "plan", h);
+      planned = partitions(reply);
+      estimatedRows = reply.body.path("estimates").path("rows").asLong(-1);
+      estimatedBytes = reply.body.path("estimates").path("bytes").asLong(-1);
     }
     return planned;
+  }
+
+  /** The plan's offsets and segment bytes (upper bounds: compaction, filters and control records only
+   * lower them), planned once for the optimizer and the scan. */
+  @Override
+  public synchronized Statistics estimateStatistics() {
+    planInputPartitions();
+    long rows = estimatedRows;
+    long bytes = estimatedBytes;
+    return new Statistics() {
+      @Override
+      public OptionalLong sizeInBytes() {
+        return bytes < 0 ? OptionalLong.empty() : OptionalLong.of(bytes);
+      }
+
+      @Override
+      public OptionalLong numRows() {
+        return rows < 0 ? OptionalLong.empty() : OptionalLong.of(rows);
+      }
+    };
   }
 
   static InputPartition[] partitions(PythonWorker.Reply reply) {
@@ -207,7 +235,7 @@ final class KafkaTieredScan implements Scan, Batch {
   }
 
   ArrowPartitionReader.Factory factory() {
-    return new ArrowPartitionReader.Factory(readSchema.fieldNames());
+    return new ArrowPartitionReader.Factory(readSchema.fieldNames(), PythonWorker.pythonExec(false));
   }
 
   @Override

@@ -30,9 +30,11 @@ import org.apache.spark.SparkEnv;
  * back when the exchange ended cleanly; one abandoned mid-stream is killed instead, as its pipe still
  * holds rows nobody will read.
  *
- * <p>The interpreter is PySpark's: {@code spark.pyspark.python} / {@code PYSPARK_PYTHON} on executors
- * (the driver's {@code spark.pyspark.driver.python} / {@code PYSPARK_DRIVER_PYTHON} first, for planning),
- * else {@code python3}. The environment is the JVM's own (PYTHONPATH included), as for PySpark's workers.
+ * <p>The interpreter is chosen on the driver as PySpark chooses it: {@code spark.pyspark.python} /
+ * {@code PYSPARK_PYTHON} for executors (the reader factory carries it to them), with
+ * {@code spark.pyspark.driver.python} / {@code PYSPARK_DRIVER_PYTHON} first for planning on the driver;
+ * else {@code python3}. The environment is the executor's own ({@code spark.executorEnv.PYTHONPATH}
+ * included).
  */
 final class PythonWorker implements AutoCloseable {
   static final ObjectMapper JSON = new ObjectMapper();
