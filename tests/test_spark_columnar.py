@@ -201,3 +201,62 @@ def test_available_now_honours_max_offsets_per_trigger(both, tmp_path: Path) -> 
     assert [w[0] for w in written["columnar"]] == list(range(300))
     assert batches["columnar"] == [70, 70, 70, 70, 20], batches
     assert batches["python"] == [300], batches  # Spark's Python API: one micro-batch, whatever the limit
+
+
+def test_violations_and_corrupt_data_are_the_same_on_both_paths(both, tmp_path: Path) -> None:  # noqa: ANN001
+    """violations=include|drop|flag give the same rows and counts on both paths (a count with dropped
+    records is counted by reading: headers cannot say which offsets were dropped), and a corrupt segment is
+    the same one-line error."""
+    from harness.spark import use_path
+
+    opts = {"storage.backend": "file", "storage.file.root": str(tmp_path / "store")}
+    rsm = RemoteStorageManager()
+    rsm.configure(
+        {**opts, "record.validation.policy.class.name": "rsm.validation:RequireHeaderValidationPolicy"}
+    )
+    log = PartitionLog(rsm, TopicIdPartition(uuid.uuid4(), "checked", 0), tmp_path / "w")
+    log.log_config = {
+        "unchecked.record.validation.policy": "h",
+        "unchecked.rsm.record.validation.on.violation": "tier",
+    }
+    log.append(30, codec=4)  # offsets divisible by 3 carry header "h"; the others violate the policy
+    log.roll()
+    rsm.close()
+    rsm = RemoteStorageManager()
+    rsm.configure({**opts, "compression.enabled": "false"})  # the flipped bit lands in a batch as stored
+    rotten = PartitionLog(rsm, TopicIdPartition(uuid.uuid4(), "rotten", 0), tmp_path / "r")
+    rotten.append(50)
+    rotten.roll()
+    rsm.close()
+    (log_object,) = [p for p in (tmp_path / "store").rglob("*.log") if "rotten" in str(p)]
+    data = bytearray(log_object.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    log_object.write_bytes(bytes(data))
+
+    def read(**options: str):  # noqa: ANN202
+        return both.read.format("kafka-tiered").options(**opts).options(**options).load()
+
+    got: dict[str, dict] = {}
+    try:
+        for path in ("python", "columnar"):
+            use_path(both, path)
+            out = got[path] = {}
+            for mode in ("include", "drop", "flag"):
+                df = read(subscribe="checked", violations=mode)
+                out[mode] = _sorted(df.drop("timestamp").collect())
+                out[f"{mode} count"] = df.count()
+            with pytest.raises(Exception) as caught:  # noqa: PT011 - Spark's exception types vary by path
+                read(subscribe="rotten").collect()
+            message = str(caught.value)
+            assert "corrupt data in file:kafka-tiered-storage/rotten-" in message, message
+            out["error"] = next(line for line in message.splitlines() if "corrupt data in" in line)
+    finally:
+        use_path(both, "python")
+    for key in ("include", "drop", "flag", "include count", "drop count", "flag count"):
+        assert got["python"][key] == got["columnar"][key], key
+    assert got["columnar"]["drop count"] == 10 and got["columnar"]["include count"] == 30
+    flagged = {r[4]: r[-1] for r in got["columnar"]["flag"]}
+    assert [o for o, why in sorted(flagged.items()) if why] == [o for o in range(30) if o % 3]
+    # the same one line, whichever path (Spark words the frame around it its own way)
+    line = got["columnar"]["error"]
+    assert line[line.index("corrupt data in") :] in got["python"]["error"]
