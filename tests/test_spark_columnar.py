@@ -249,7 +249,7 @@ def test_violations_and_corrupt_data_are_the_same_on_both_paths(both, tmp_path: 
                 read(subscribe="rotten").collect()
             message = str(caught.value)
             assert "corrupt data in file:kafka-tiered-storage/rotten-" in message, message
-            out["error"] = next(line for line in message.splitlines() if "corrupt data in" in line)
+            out["error"] = next(line for line in message.splitlines() if "corrupt data in file:" in line)
     finally:
         use_path(both, "python")
     for key in ("include", "drop", "flag", "include count", "drop count", "flag count"):
@@ -259,4 +259,4 @@ def test_violations_and_corrupt_data_are_the_same_on_both_paths(both, tmp_path: 
     assert [o for o, why in sorted(flagged.items()) if why] == [o for o in range(30) if o % 3]
     # the same one line, whichever path (Spark words the frame around it its own way)
     line = got["columnar"]["error"]
-    assert line[line.index("corrupt data in") :] in got["python"]["error"]
+    assert line[line.index("corrupt data in file:") :] in got["python"]["error"]
