@@ -7,9 +7,9 @@ import java.io.BufferedInputStream;
 import java.io.BufferedOutputStream;
 import java.io.DataInputStream;
 import java.io.DataOutputStream;
-import java.io.FilterInputStream;
 import java.io.IOException;
-import java.io.InputStream;
+import java.nio.ByteBuffer;
+import java.nio.channels.ReadableByteChannel;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
@@ -57,7 +57,7 @@ final class PythonWorker implements AutoCloseable {
     pb.redirectError(ProcessBuilder.Redirect.INHERIT);
     this.process = pb.start();
     this.out = new DataOutputStream(new BufferedOutputStream(process.getOutputStream(), 1 << 16));
-    this.in = new DataInputStream(new BufferedInputStream(process.getInputStream(), 1 << 16));
+    this.in = new DataInputStream(new BufferedInputStream(process.getInputStream(), 1 << 20));
   }
 
   /** The interpreter PySpark would run here ({@code driver}: the planning side). */
@@ -203,11 +203,37 @@ final class PythonWorker implements AutoCloseable {
     }
   }
 
-  /** The worker's stdout for Arrow's stream reader: closing it does not close the pipe. */
-  InputStream arrowInput() {
-    return new FilterInputStream(in) {
+  /**
+   * The worker's stdout as a channel for Arrow's stream reader: closing it does not close the pipe, and it
+   * moves 1 MiB per read ({@code Channels.newChannel} would move a batch's buffers 8 KiB at a time).
+   */
+  ReadableByteChannel arrowInput() {
+    return new ReadableByteChannel() {
+      private final byte[] transfer = new byte[1 << 20];
+      private boolean open = true;
+
       @Override
-      public void close() {}
+      public int read(ByteBuffer dst) throws IOException {
+        int want = Math.min(dst.remaining(), transfer.length);
+        if (want == 0) {
+          return 0;
+        }
+        int n = in.read(transfer, 0, want);
+        if (n > 0) {
+          dst.put(transfer, 0, n);
+        }
+        return n;
+      }
+
+      @Override
+      public boolean isOpen() {
+        return open;
+      }
+
+      @Override
+      public void close() {
+        open = false;
+      }
     };
   }
 
