@@ -1,9 +1,9 @@
 """Spark reading a tiered topic: format("kafka-tiered") against Spark's own Kafka source and the ceiling.
 
     python benchmarks/spark_read.py [--records 5000000] [--partitions 2] [--segments 26] [--rounds 3]
-                                    [--json out.json]
+                                    [--rss-segment-mib 256] [--json out.json]
 
-One run, one topic, everything real (issue 12):
+One run, one topic, everything real (issues 12 and 23):
 
 - a Kafka 4.4 broker (KRaft, tests/harness) tiers to a file store through our JVM plugin and the Python
   bridge (encrypted, as README's broker config does); a topic of ``--partitions`` partitions gets
@@ -19,14 +19,23 @@ One run, one topic, everything real (issue 12):
   two queries on the same offset range, in interleaved rounds (the fastest round of each counts):
   ``count()`` and ``sum(crc32(value))`` (touches every value byte; its result must be equal across the two
   Kafka readers), over
-  * ``kafka-tiered``: this source, reading the store;
+  * ``kafka-tiered (columnar)``: this source with its jar on the class path (`spark_reader.jar_path()`):
+    the DataSource V2 scan handing Spark the decoder's Arrow batches as ColumnarBatches (issue 23);
+  * ``kafka-tiered (Python)``: the Python Data Source (the jar's scan turned off for that DataFrame);
   * ``kafka``: Spark's own Kafka source, spark-sql-kafka-0-10_2.13 4.2.0 (4.3.0 is not on Maven Central;
     4.2.0 runs on PySpark 4.3.0), reading from the broker, which fetches the range from the remote tier;
   * the ceiling: a Python data source yielding prebuilt Arrow batches of the same schema, partitions and
     batch sizes from memory (benchmarks/_memory_source.py);
 - and the columnar decoder alone, one thread, over the same input partitions' decoded chunks in memory.
 
-Targets, for each query: kafka-tiered >= 3x Spark's Kafka source, >= 0.6x the ceiling, >= 3 M rows/s.
+Then the columnar scan's own figures, from its workers' reports (benchmarks/_columnar.py): payloads
+decompressed by a count(), and the peak RSS of a Python worker reading ``--rss-segment-mib`` segments (two
+partitions of one such segment each, written without a broker).
+
+Targets (issue 23), ratios in this one run: the columnar scan's sum(crc32(value)) >= 2.5x the Python Data
+Source, >= 5x Spark's Kafka source, >= 0.5x the decode limit (the decoder alone, one thread, times the 2
+cores of local[2]); its count() >= 10x Spark's Kafka source with zero payloads decompressed; a worker's
+peak RSS on the big segments < 200 MiB. Issue 12's Python-path figures stay in the table.
 Prints a table and a PASS/FAIL line per target; exits 1 if one fails.
 Needs Java 17 and Maven (like the test suite); jars are cached under .cache/.
 """
@@ -52,6 +61,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))  # the test harness: broker, Maven builds
 
+from benchmarks._columnar import STATS_ENV, big_segments_store, clear_stats, read_stats  # noqa: E402
 from benchmarks._common import Target, console, finish, print_table  # noqa: E402
 
 TOPIC = "spark-bench"
@@ -207,6 +217,54 @@ def roll_and_wait_tiered(
 
 
 # -- measuring ----------------------------------------------------------------------------------------------
+COLUMNAR = "spark.kafkaTiered.columnar.enabled"
+COLUMNAR_READER = "kafka-tiered (columnar)"
+PYTHON_READER = "kafka-tiered (Python)"
+
+
+def columnar_figures(
+    spark: Any, df: Any, stats: Path, rows: int, queries: dict[str, Callable[[Any], Any]]
+) -> dict[str, Any]:
+    """The columnar scan's workers' reports for one count() and one sum(crc32(value)) of `df`."""
+    out: dict[str, Any] = {}
+    for key, query in (("count", "count()"), ("sum", "sum(crc32(value))")):
+        clear_stats(stats)
+        queries[query](df)
+        reports = read_stats(stats)
+        out[f"{key}_decompressed"] = sum(r["decompressed"] for r in reports)
+        out[f"{key}_rows_reported"] = sum(r["rows"] for r in reports)
+        out[f"{key}_max_rss_mib"] = max(r["maxRssKiB"] for r in reports) / 1024
+    if out["count_rows_reported"] != rows:
+        raise RuntimeError(f"the count's workers reported {out['count_rows_reported']} rows, not {rows}")
+    out["max_rss_mib"] = max(out["count_max_rss_mib"], out["sum_max_rss_mib"])
+    return out
+
+
+def big_segment_rss(spark: Any, work: Path, stats: Path, segment_mib: int, partitions: int) -> dict[str, Any]:
+    """sum(crc32(value)) over big segments on the columnar scan (and on the Python source, which must agree):
+    the peak RSS of the columnar scan's workers."""
+    store, rows = big_segments_store(work, segment_mib, partitions)
+    answers = {}
+    elapsed = 0.0
+    for columnar in (True, False):
+        spark.conf.set(COLUMNAR, str(columnar).lower())
+        df = spark.read.format("kafka-tiered").options(**store).option("subscribe", "big").load()
+        clear_stats(stats)
+        elapsed_, answers[columnar] = timed(
+            lambda df=df: tuple(df.selectExpr("count(*)", "sum(crc32(value))").collect()[0])
+        )
+        if columnar:
+            elapsed, reports = elapsed_, read_stats(stats)
+    if answers[True] != answers[False] or answers[True][0] != rows:
+        raise RuntimeError(f"big segments: columnar {answers[True]}, Python {answers[False]}, {rows} rows")
+    return {
+        "big_segment_mib": segment_mib,
+        "big_rows": rows,
+        "big_rows_per_s": rows / elapsed,
+        "big_max_rss_mib": max(r["maxRssKiB"] for r in reports) / 1024,
+    }
+
+
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     gc.collect()
     gc.disable()
@@ -265,6 +323,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="measured rounds per reader and query")
     parser.add_argument("--keep", action="store_true", help="keep the broker's and store's directory")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument(
+        "--rss-segment-mib", type=int, default=256, help="segment size of the memory run (0: skip it)"
+    )
     args = parser.parse_args(argv)
 
     for tool in ("java", "mvn"):
@@ -280,6 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     from harness.maven import build_test_java
     from harness.ports import free_ports
 
+    import spark_reader
     from rsm.bridge.client import BridgeClient
     from rsm.cli.bridge import build_plugin
 
@@ -287,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     spark_jars, tools_jar = resolve_jars()
     java_build = build_test_java()
     plugin_jar = build_plugin()
+    columnar_jar = spark_reader.jar_path()
     load0 = os.getloadavg()
 
     work = Path(tempfile.mkdtemp(prefix="rsmspark-", dir="/tmp"))  # short: the bridge's socket path
@@ -366,17 +429,19 @@ def main(argv: list[str] | None = None) -> int:
         results |= {"segments": len(manifests), "store_bytes": tiered_bytes, "segment_bytes": segment_bytes,
                     "ends": ends, "produce_s": produce_s, "tier_s": tier_s}  # fmt: skip
 
-        # one Spark session for every Spark figure
-        import spark_reader
+        # one Spark session for every Spark figure; the columnar scan's workers report to `stats`
         from benchmarks._memory_source import MemoryBatchesDataSource
         from spark_reader.options import parse_options
         from spark_reader.session import local_session
         from spark_reader.source import TieredBatchReader
 
+        stats = work / "worker-stats"
+        clear_stats(stats)
+        os.environ[STATS_ENV] = str(stats)
         spark = local_session(
             "spark-read-bench",
             "local[2]",
-            {"spark.jars": ",".join(map(str, spark_jars)), "spark.driver.memory": "2g"},
+            {"spark.jars": ",".join(map(str, [*spark_jars, columnar_jar])), "spark.driver.memory": "2g"},
         )
         spark_reader.register(spark)
         spark.dataSource.register(MemoryBatchesDataSource)
@@ -393,8 +458,13 @@ def main(argv: list[str] | None = None) -> int:
             highlight=False,
         )
 
+        def tiered(columnar: bool) -> Any:
+            spark.conf.set(COLUMNAR, str(columnar).lower())  # read when the DataFrame is loaded
+            return spark.read.format("kafka-tiered").options(**tiered_opts).load()
+
         readers = {
-            "kafka-tiered": spark.read.format("kafka-tiered").options(**tiered_opts).load(),
+            COLUMNAR_READER: tiered(True),
+            PYTHON_READER: tiered(False),
             "kafka (Spark 4.2.0)": spark.read.format("kafka")
             .option("kafka.bootstrap.servers", broker.bootstrap_servers)
             .options(**offsets)
@@ -438,13 +508,17 @@ def main(argv: list[str] | None = None) -> int:
             )
         load1 = os.getloadavg()
 
-        # the two Kafka readers read the same records
+        # the three Kafka readers read the same records
         for query in queries:
-            a, b = answers[("kafka-tiered", query)], answers[("kafka (Spark 4.2.0)", query)]
-            if a != b:
-                raise RuntimeError(f"{query}: kafka-tiered gave {a}, Spark's Kafka source {b}")
-        if answers[("kafka-tiered", "count()")] != rows or answers[("ceiling (memory)", "count()")] != rows:
+            a, b = answers[(COLUMNAR_READER, query)], answers[("kafka (Spark 4.2.0)", query)]
+            c = answers[(PYTHON_READER, query)]
+            if not a == b == c:
+                raise RuntimeError(f"{query}: columnar {a}, Python {c}, Spark's Kafka source {b}")
+        if answers[(COLUMNAR_READER, "count()")] != rows or answers[("ceiling (memory)", "count()")] != rows:
             raise RuntimeError(f"counts differ from {rows}: {answers}")
+        columnar = columnar_figures(spark, readers[COLUMNAR_READER], stats, rows, queries)
+        if args.rss_segment_mib:
+            columnar |= big_segment_rss(spark, work, stats, args.rss_segment_mib, args.partitions)
         if min(remote_bytes) < tiered_bytes // 2:
             raise RuntimeError(f"the broker streamed {remote_bytes} bytes from the remote tier per read")
 
@@ -459,6 +533,7 @@ def main(argv: list[str] | None = None) -> int:
                 ]
             )
         table.append(["columnar decoder alone, 1 thread", f"{rows / decode_s / M:,.2f}", ""])
+        limit = rows / decode_s * 2  # the decode limit: one thread's rate times local[2]'s cores
         print_table(
             f"{rows:,} records, {len(manifests)} tiered segments, {args.partitions} partitions, local[2] "
             f"(load average {load0[0]:.2f} before, {load1[0]:.2f} after)",
@@ -470,19 +545,38 @@ def main(argv: list[str] | None = None) -> int:
             f"per read (store holds {tiered_bytes / M:,.0f} MB)",
             highlight=False,
         )
-        targets = []
-        for query in queries:
-            mine = rate[("kafka-tiered", query)]
-            targets += [
-                Target(f"kafka-tiered / Spark's Kafka source, {query}", mine / rate[("kafka (Spark 4.2.0)", query)],
-                       3.0, unit="x"),
-                Target(f"kafka-tiered / ceiling, {query}", mine / rate[("ceiling (memory)", query)], 0.6, unit="x"),
-                Target(f"kafka-tiered, {query}, local[2]", mine / M, 3.0, unit=" M rows/s"),
-            ]  # fmt: skip
+        console.print(
+            f"columnar scan: count() decompressed {columnar['count_decompressed']} record payloads "
+            f"(sum(crc32(value)): {columnar['sum_decompressed']}); Python worker peak RSS "
+            f"{columnar['max_rss_mib']:.0f} MiB here"
+            + (f", {columnar['big_max_rss_mib']:.0f} MiB on {args.rss_segment_mib} MiB segments "
+               f"({columnar['big_rows_per_s'] / M:.2f} M rows/s)" if args.rss_segment_mib else ""),
+            highlight=False,
+        )  # fmt: skip
+        crc, cnt = "sum(crc32(value))", "count()"
+        kafka = "kafka (Spark 4.2.0)"
+        targets = [
+            Target(f"columnar / Python Data Source, {crc}", rate[(COLUMNAR_READER, crc)] / rate[(PYTHON_READER, crc)],
+                   2.5, unit="x"),
+            Target(f"columnar / Spark's Kafka source, {crc}", rate[(COLUMNAR_READER, crc)] / rate[(kafka, crc)],
+                   5.0, unit="x"),
+            Target(f"columnar / decode limit (decoder alone x 2 cores), {crc}", rate[(COLUMNAR_READER, crc)] / limit,
+                   0.5, unit="x"),
+            Target(f"columnar / Spark's Kafka source, {cnt}", rate[(COLUMNAR_READER, cnt)] / rate[(kafka, cnt)],
+                   10.0, unit="x"),
+            Target(f"columnar, {cnt}: record payloads decompressed", columnar["count_decompressed"], 0,
+                   at_least=False),
+        ]  # fmt: skip
+        if args.rss_segment_mib:
+            targets.append(
+                Target(f"columnar, Python worker peak RSS on {args.rss_segment_mib} MiB segments",
+                       columnar["big_max_rss_mib"], 200, at_least=False, unit=" MiB")
+            )  # fmt: skip
         results |= {
             "rows_per_s": {f"{r} / {q}": x for (r, q), x in rate.items()},
             "seconds_per_round": {f"{r} / {q}": v for (r, q), v in times.items()},
             "decoder_rows_per_s": rows / decode_s,
+            "columnar": columnar,
             "input_partitions": len(parts),
             "remote_bytes_per_kafka_read": min(remote_bytes),
             "load_average": {"before": load0, "after": load1},

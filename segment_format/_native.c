@@ -207,6 +207,9 @@ typedef struct {
    every column of every chunk (the same reuse malloc gives small blocks). */
 #define POOL_SLOTS 32
 #define POOL_LIMIT ((size_t)128 << 20)
+/* SEGMENT_FORMAT_POOL_MIB in the environment lowers it: a process that must stay small (a Spark scan's
+   worker, one per task slot) trades some page faults for its resident set. */
+static size_t pool_limit = POOL_LIMIT;
 static struct {
     char *p;
     size_t cap;
@@ -217,7 +220,7 @@ static size_t pool_bytes = 0;
 static void mem_release(char *p, size_t mapped) {
 #ifdef USE_MMAP
     if (mapped) {
-        if (pool_n < POOL_SLOTS && pool_bytes + mapped <= POOL_LIMIT) {
+        if (pool_n < POOL_SLOTS && pool_bytes + mapped <= pool_limit) {
             pool[pool_n].p = p;
             pool[pool_n].cap = mapped;
             pool_n++;
@@ -1416,6 +1419,12 @@ PyMODINIT_FUNC PyInit__native(void) {
 #ifdef USE_MMAP
     const char *hp = getenv("SEGMENT_FORMAT_HUGEPAGES");
     if (hp && hp[0] == '0') use_hugepages = 0;
+    const char *pool_mib = getenv("SEGMENT_FORMAT_POOL_MIB");
+    if (pool_mib && pool_mib[0]) {
+        char *end = NULL;
+        unsigned long long mib = strtoull(pool_mib, &end, 10);
+        if (end && *end == '\0' && mib <= 128) pool_limit = (size_t)mib << 20;
+    }
 #endif
     crc_zeros_table(crc_zeros_long, CRC_LONG);
     crc_zeros_table(crc_zeros_short, CRC_SHORT);

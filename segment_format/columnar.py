@@ -75,12 +75,28 @@ _LEGACY_HEADER = struct.Struct(">qi")
 _MAGIC_POSITION = 16
 
 
+_decompressed = 0  # records sections this process decompressed (see decompressed_sections)
+
+
+def decompressed_sections() -> int:
+    """How many magic-2 records sections the decoders of this process have decompressed so far: what a
+    reader that promises not to decompress (the Spark scan's count path) is checked against."""
+    return _decompressed
+
+
 def _decompressor(codec: CompressionType) -> Callable[[memoryview], bytes]:
     """Callback for the kernel: decompress one magic-2 records section the way Kafka's client does.
 
     The kernel turns any exception into a DecodeError at the batch's position quoting its reason.
     """
-    return functools.partial(decompress, codec, magic=2)
+    plain = functools.partial(decompress, codec, magic=2)
+
+    def counted(section: memoryview) -> bytes:
+        global _decompressed
+        _decompressed += 1
+        return plain(section)
+
+    return counted
 
 
 # Indexed by codec id; the kernel calls these with a memoryview of a batch's records section.

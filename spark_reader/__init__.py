@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["FORMAT_NAME", "KafkaTieredDataSource", "register"]
+__all__ = ["FORMAT_NAME", "KafkaTieredDataSource", "jar_path", "register"]
 
 FORMAT_NAME = "kafka-tiered"
 
@@ -34,10 +34,30 @@ def register(spark: SparkSession) -> None:
     4.3.0 keeps a pushed-down plan on the loaded DataFrame and replays it for that DataFrame's next query
     without pushable filters: `df.where("offset < 10").count()` then `df.count()` counts ten rows (see
     `spark_reader.pushdown`). Turn it on knowing that: load a DataFrame per query.
+
+    With the columnar scan's jar on the class path (`jar_path()`), Spark's JVM source already answers to
+    `kafka-tiered` and Spark refuses a Python source of that name: the Python Data Source is then
+    registered as `kafka-tiered-python` (`spark_reader.fallback`), which the jar's scan hands a query to
+    when `spark.kafkaTiered.columnar.enabled` is false.
     """
     from spark_reader.source import KafkaTieredDataSource
 
-    spark.dataSource.register(KafkaTieredDataSource)
+    try:
+        spark.dataSource.register(KafkaTieredDataSource)
+    except Exception as exc:
+        if "DATA_SOURCE_ALREADY_EXISTS" not in str(exc):
+            raise
+        from spark_reader.fallback import PythonFallbackDataSource
+
+        spark.dataSource.register(PythonFallbackDataSource)
+
+
+def jar_path() -> str:
+    """The columnar scan's jar (built first if needed), for `spark.jars` or `spark-submit --jars`: with it
+    on the class path `format("kafka-tiered")` is the columnar scan (`spark_reader.jar`)."""
+    from spark_reader.jar import jar_path as path
+
+    return path()
 
 
 def __getattr__(name: str) -> object:

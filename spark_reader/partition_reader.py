@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -42,13 +42,13 @@ from rsm.config.settings import RsmConfig
 from rsm.copy.transform import TransformError
 from rsm.fetch.reader import SegmentReader, cipher_for
 from rsm.store.objects import ObjectNotFound, ObjectStore
-from segment_format.columnar import iter_stream_record_batches
+from segment_format.columnar import FULL, Projection, iter_stream_record_batches
 from segment_format.errors import CorruptRecordError
 from segment_format.records import NO_PARTITION_LEADER_EPOCH
 from segment_format.segment import leader_epoch_problem
 from spark_reader.errors import DataLossError, ReaderError
 from spark_reader.filters import NO_FILTERS, PushedFilters
-from spark_reader.schema import to_spark_batch
+from spark_reader.schema import VIOLATION_COLUMN, to_spark_batch
 
 log = logging.getLogger(__name__)
 
@@ -195,8 +195,21 @@ def _violations(split: ReadSplit) -> dict[int, str]:
     return out
 
 
-def read_partition(part: InputPartition) -> Iterator[pa.RecordBatch]:
-    """The rows of one input partition as Arrow batches of the source's schema."""
+def _projection(columns: Sequence[str] | None, include_headers: bool) -> Projection:
+    """What the decoder must materialise for these output columns (everything when not pruned)."""
+    if columns is None:
+        return FULL
+    return Projection(
+        key_bytes=-1 if "key" in columns else 0,
+        value_bytes=-1 if "value" in columns else 0,
+        headers=include_headers and "headers" in columns,
+    )
+
+
+def read_partition(part: InputPartition, columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
+    """The rows of one input partition as Arrow batches of the source's schema, or of only its `columns`
+    in that order (the columnar scan's pruning: the decoder then copies no key, value or headers not
+    asked for; every rule below still runs on the batch fields, which are always decoded)."""
     if not isinstance(part, TieredPartition):
         return  # a query planned to nothing: Spark still runs one task with a placeholder partition
     split, settings = part.split, part.settings
@@ -217,7 +230,9 @@ def read_partition(part: InputPartition) -> Iterator[pa.RecordBatch]:
         _chunks(reader, split.start_position, split.end_position),
         file=where,
         base_position=split.start_position,
+        projection=_projection(columns, settings.include_headers),
     )
+    want_flag = settings.violations == "flag" and (columns is None or VIOLATION_COLUMN in columns)
     try:
         for batch in batches:
             if epochs is not None:
@@ -232,11 +247,13 @@ def read_partition(part: InputPartition) -> Iterator[pa.RecordBatch]:
                 batch = batch.filter(keep)
             if batch.num_rows:
                 flag = None
-                if settings.violations == "flag":
+                if want_flag:
                     flag = pa.array(
                         [violations.get(o) for o in batch.column("offset").to_pylist()], pa.string()
                     )
-                yield to_spark_batch(batch, split.topic, split.partition, settings.include_headers, flag)
+                yield to_spark_batch(
+                    batch, split.topic, split.partition, settings.include_headers, flag, columns
+                )
             if rules.stopped:
                 return
     except ObjectNotFound:

@@ -10,6 +10,8 @@ decoder's columns without copying keys, values or headers (their buffers are reu
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -92,21 +94,23 @@ def to_spark_batch(
     partition: int,
     include_headers: bool,
     violation: pa.Array | None = None,
+    columns: Sequence[str] | None = None,
 ) -> pa.RecordBatch:
-    """A decoder batch (RECORD_SCHEMA rows, already filtered) as a batch of the source's schema."""
+    """A decoder batch (RECORD_SCHEMA rows, already filtered) as a batch of the source's schema, or of
+    those of its `columns` asked for, in that order (the columnar scan's pruning: others are not built)."""
     n = batch.num_rows
-    ts = batch.column("timestamp")
-    columns = [
-        batch.column("key"),
-        batch.column("value"),
-        constant_string(topic, n),
-        pa.array(np.full(n, partition, dtype=np.int32)),
-        batch.column("offset"),
-        pc.multiply(ts, 1000).view(pa.timestamp("us", tz="UTC")),
-        batch.column("timestamp_type").cast(pa.int32()),
-    ]
-    if include_headers:
-        columns.append(_headers(batch.column("headers")))
-    if violation is not None:
-        columns.append(violation)
-    return pa.RecordBatch.from_arrays(columns, schema=arrow_schema(include_headers, violation is not None))
+    build: dict[str, Callable[[], pa.Array]] = {
+        "key": lambda: batch.column("key"),
+        "value": lambda: batch.column("value"),
+        "topic": lambda: constant_string(topic, n),
+        "partition": lambda: pa.array(np.full(n, partition, dtype=np.int32)),
+        "offset": lambda: batch.column("offset"),
+        "timestamp": lambda: pc.multiply(batch.column("timestamp"), 1000).view(pa.timestamp("us", tz="UTC")),
+        "timestampType": lambda: batch.column("timestamp_type").cast(pa.int32()),
+        "headers": lambda: _headers(batch.column("headers")),
+        VIOLATION_COLUMN: lambda: violation,
+    }
+    schema = arrow_schema(include_headers, violation is not None)
+    if columns is not None:
+        schema = pa.schema([schema.field(name) for name in columns])
+    return pa.RecordBatch.from_arrays([build[name]() for name in schema.names], schema=schema)

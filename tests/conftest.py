@@ -203,6 +203,22 @@ def spark() -> Iterator[SparkSession]:
         session.stop()
 
 
+@pytest.fixture(scope="module", params=["python", "columnar"])
+def tiered_spark(spark, request: pytest.FixtureRequest):  # noqa: ANN001, ANN201
+    """The session with `format("kafka-tiered")` registered, served by the Python Data Source or by the
+    columnar scan (issue 23): a module's Spark reader tests run on both, expecting the same rows."""
+    from harness.spark import COLUMNAR_CONF, use_path  # noqa: PLC0415
+
+    import spark_reader  # noqa: PLC0415
+
+    spark_reader.register(spark)
+    use_path(spark, request.param)
+    try:
+        yield spark
+    finally:
+        spark.conf.set(COLUMNAR_CONF, "false")
+
+
 @pytest.fixture(scope="session")
 def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
     """A Spark standalone cluster: a master and two workers (1 core, 512 MiB each) from pyspark's own

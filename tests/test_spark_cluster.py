@@ -104,9 +104,9 @@ def _executor_view(_: int) -> list[str]:
     return [worker_sys.executable, spark_reader.__file__, worker_os.getcwd()]
 
 
-def cluster_driver(master: str, store: dict[str, str]) -> dict[str, Any]:
+def cluster_driver(master: str, store: dict[str, str], path: str = "python") -> dict[str, Any]:
     """Connect to ``master``, wait for its two executors, run the queries; the results and the executors'
-    view of themselves."""
+    view of themselves. ``path`` "columnar": with the columnar scan's jar in ``spark.jars`` (issue 23)."""
     from pyspark.sql import SparkSession
 
     quiet = ROOT / "spark_reader" / "log4j2-quiet.properties"
@@ -123,6 +123,10 @@ def cluster_driver(master: str, store: dict[str, str]) -> dict[str, Any]:
         # executors import this checkout, whatever the interpreter's installed copy points at
         "spark.executorEnv.PYTHONPATH": str(ROOT),
     }
+    if path == "columnar":
+        from spark_reader.jar import jar_path
+
+        conf["spark.jars"] = jar_path()
     builder = SparkSession.builder.master(master).appName("kafka-tiered-cluster")
     for key, value in conf.items():
         builder = builder.config(key, value)
@@ -143,6 +147,10 @@ def cluster_driver(master: str, store: dict[str, str]) -> dict[str, Any]:
         print(f"driver: queries run {time.monotonic() - started:.1f}s", file=sys.stderr)
         results["executors"] = sorted({tuple(v) for v in views})
         results["master"] = spark.sparkContext.master
+        plan = spark.read.format("kafka-tiered").options(**store).option("subscribe", TOPIC).load()
+        results["columnar"] = (
+            "KafkaTieredColumnarScan" in plan._jdf.queryExecution().executedPlan().toString()
+        )
         return results
     finally:
         spark.stop()
@@ -160,8 +168,12 @@ def tiered_topic(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, st
     return store, logs
 
 
-def test_a_standalone_cluster_reads_what_local_reads(spark, spark_cluster, tiered_topic, tmp_path) -> None:  # noqa: ANN001
+@pytest.mark.parametrize("path", ["python", "columnar"])
+def test_a_standalone_cluster_reads_what_local_reads(
+    spark, spark_cluster, tiered_topic, tmp_path, path
+) -> None:  # noqa: ANN001
     from harness.procs import dies_with_parent
+    from harness.spark import use_path
 
     store, logs = tiered_topic
     env = {
@@ -176,7 +188,7 @@ def test_a_standalone_cluster_reads_what_local_reads(spark, spark_cluster, tiere
     out, err = tmp_path / "driver.out", tmp_path / "driver.err"
     with out.open("w") as stdout, err.open("w") as stderr:
         driver = subprocess.Popen(
-            dies_with_parent([sys.executable, __file__, spark_cluster.master_url, json.dumps(store)]),
+            dies_with_parent([sys.executable, __file__, spark_cluster.master_url, json.dumps(store), path]),
             cwd=ROOT,
             env=env,
             stdout=stdout,
@@ -191,7 +203,11 @@ def test_a_standalone_cluster_reads_what_local_reads(spark, spark_cluster, tiere
             driver.wait()
     cluster_s = time.monotonic() - started
     started = time.monotonic()
-    local = json.loads(json.dumps(run_queries(spark, store)))  # tuples to lists, as the driver's JSON
+    use_path(spark, path)
+    try:
+        local = json.loads(json.dumps(run_queries(spark, store)))  # tuples to lists, as the driver's JSON
+    finally:
+        use_path(spark, "python")
     local_s = time.monotonic() - started
     if rc != 0:
         pytest.fail(
@@ -207,6 +223,7 @@ def test_a_standalone_cluster_reads_what_local_reads(spark, spark_cluster, tiere
 
     # the cluster ran it: two executors on two workers, this interpreter, this checkout of the project
     assert on_cluster.pop("master") == spark_cluster.master_url
+    assert on_cluster.pop("columnar") == (path == "columnar")
     executors = on_cluster.pop("executors")
     assert {python for python, _, _ in executors} == {sys.executable}
     assert {Path(module) for _, module, _ in executors} == {ROOT / "spark_reader" / "__init__.py"}
@@ -234,4 +251,4 @@ def test_a_standalone_cluster_reads_what_local_reads(spark, spark_cluster, tiere
 
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))  # this checkout first, whatever the installed copy points at
-    print(json.dumps(cluster_driver(sys.argv[1], json.loads(sys.argv[2]))))
+    print(json.dumps(cluster_driver(sys.argv[1], json.loads(sys.argv[2]), *sys.argv[3:4])))

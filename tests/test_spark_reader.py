@@ -23,14 +23,6 @@ from rsm import RemoteStorageManager, TopicIdPartition
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 
 
-@pytest.fixture(scope="module")
-def tiered_spark(spark):  # noqa: ANN001
-    import spark_reader
-
-    spark_reader.register(spark)
-    return spark
-
-
 def _store(
     tmp_path: Path, *, keyring: Path | None = None, **extra: str
 ) -> tuple[RemoteStorageManager, dict[str, str]]:

@@ -17,14 +17,6 @@ from tiering import PartitionLog
 from rsm import RemoteStorageManager, TopicIdPartition
 
 
-@pytest.fixture(scope="module")
-def tiered_spark(spark):  # noqa: ANN001
-    import spark_reader
-
-    spark_reader.register(spark)
-    return spark
-
-
 def _stream(spark, opts: dict[str, str], **options: str):  # noqa: ANN001, ANN202
     reader = spark.readStream.format("kafka-tiered")
     for k, v in {**opts, **options}.items():

@@ -192,8 +192,33 @@ def test_spark_submit_of_a_plain_application(tiered, tmp_path) -> None:  # noqa:
         out=out,
     )
     assert result["given"]["pushdown"] == "false"  # Spark's default, which register leaves alone
+    assert result["given"]["scan"] == result["flipped"]["scan"] == "python"  # no jar: the Python source
     check_both(result["given"], result["flipped"], expected(logs))
     assert Path(result["executor_module"]) == ROOT / "spark_reader" / "__init__.py"
+
+
+def test_spark_submit_with_the_jar_reads_on_the_columnar_scan(tiered, tmp_path) -> None:  # noqa: ANN001
+    """Issue 23: `spark-submit --jars $(rsm spark jar) app.py`, the same application: the columnar scan
+    serves format("kafka-tiered") (register() then registers the Python source under its other name), the
+    rows are the same, and the scan takes the filters whatever the Python pushdown setting says."""
+    store, logs = tiered
+    out = tmp_path / "out.json"
+    jar = subprocess.run(
+        [sys.executable, "-m", "rsm.cli.main", "spark", "jar"],
+        cwd=ROOT, env=_env(sys.executable, PYTHONPATH=str(ROOT)), capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    assert jar.endswith(".jar") and Path(jar).is_file(), jar
+    result = _submit(
+        ["--jars", jar, str(APP), json.dumps(store), TOPIC, str(out), "--register"],
+        env=_env(sys.executable, PYTHONPATH=str(ROOT)),
+        cwd=tmp_path,
+        out=out,
+    )
+    given, flipped = result["given"], result["flipped"]
+    assert given["scan"] == flipped["scan"] == "columnar"
+    check(given, expected(logs))
+    check(flipped, expected(logs))
+    assert given["filtered_partitions"] == flipped["filtered_partitions"]
 
 
 def _tracked_sources(dest: Path) -> Path:

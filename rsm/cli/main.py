@@ -28,6 +28,7 @@ SUBCOMMANDS = {
     "store": "store",
     "keyring": "keyring",
     "migrate": "migrate",
+    "spark": "spark",
 }
 SUBCOMMAND_MODULES = tuple(SUBCOMMANDS.values())
 

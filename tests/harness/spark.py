@@ -40,15 +40,42 @@ def python_env() -> dict[str, str]:
     }
 
 
+# the Spark reader tests run each case on both paths in this one session (see `columnar_paths`)
+COLUMNAR_CONF = "spark.kafkaTiered.columnar.enabled"
+PATHS = ("python", "columnar")
+
+
+def columnar_conf() -> dict[str, str]:
+    """The columnar scan's jar on the class path (``spark.jars``, as a user adds it), the Python Data Source
+    serving ``kafka-tiered`` unless a test turns the columnar scan on; nothing when no JDK can build it."""
+    from spark_reader.jar import JarBuildError, jar_path  # noqa: PLC0415
+
+    try:
+        return {"spark.jars": jar_path(), COLUMNAR_CONF: "false"}
+    except JarBuildError as exc:
+        log.warning("no columnar scan in the test session: %s", exc)
+        return {}
+
+
 def make_spark_session(app_name: str = "rsm-tests", conf: Mapping[str, str] | None = None) -> SparkSession:
-    """Start (or get) the local[2] session: a plain builder plus ``TEST_CONF`` and ``conf``."""
+    """Start (or get) the local[2] session: a plain builder plus ``TEST_CONF``, the columnar scan's jar
+    (off by default: `use_path` turns it on per test module) and ``conf``."""
     os.environ.update(python_env())
     from pyspark.sql import SparkSession  # noqa: PLC0415 - pyspark is slow to import
 
     builder = SparkSession.builder.master("local[2]").appName(app_name)
-    for key, value in {**TEST_CONF, **(conf or {})}.items():
+    for key, value in {**TEST_CONF, **columnar_conf(), **(conf or {})}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     log.info("spark %s session started (local[2])", session.version)
     return session
+
+
+def use_path(spark: SparkSession, path: str) -> None:
+    """Serve ``format("kafka-tiered")`` in this session by the columnar scan or the Python Data Source."""
+    import pytest  # noqa: PLC0415
+
+    if path == "columnar" and not spark.conf.get("spark.jars", ""):
+        pytest.skip("the columnar scan's jar could not be built here (no JDK)")
+    spark.conf.set(COLUMNAR_CONF, str(path == "columnar").lower())

@@ -45,7 +45,9 @@ def queries(spark: SparkSession, store: dict[str, str], topic: str) -> dict[str,
         )
 
     filtered = read().where(FILTER)
+    plan = filtered._jdf.queryExecution().executedPlan().toString()
     return {
+        "scan": "columnar" if "KafkaTieredColumnarScan" in plan else "python",
         "pushdown": spark.conf.get(PUSHDOWN),
         "full": rows(read()),
         "filtered": rows(filtered),

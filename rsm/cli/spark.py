@@ -1,0 +1,33 @@
+"""``rsm spark jar``: the path of the columnar scan's jar, built first if needed.
+
+    spark-submit --jars "$(rsm spark jar)" app.py
+
+With the jar on Spark's class path, ``format("kafka-tiered")`` is the columnar scan (Arrow batches straight
+into Spark, column pruning, counts from batch headers); without it, the Python Data Source. The jar is
+compiled from the package's own sources against the installed pyspark's jars (a JDK 17+ is needed once).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser(
+        "spark",
+        help="the Spark side: the columnar scan's jar",
+        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = parser.add_subparsers(dest="spark_action", metavar="ACTION")
+    parser.set_defaults(func=lambda _args: (parser.print_help(), 2)[1])
+    p = actions.add_parser("jar", help="print the columnar scan's jar path (building it first if needed)")
+    p.add_argument("--no-build", action="store_true", help="fail instead of building a missing jar")
+    p.set_defaults(func=_jar)
+
+
+def _jar(args: argparse.Namespace) -> int:
+    from spark_reader.jar import jar_path
+
+    print(jar_path(build_if_missing=not args.no_build))
+    return 0

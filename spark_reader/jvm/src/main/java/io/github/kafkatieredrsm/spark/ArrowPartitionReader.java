@@ -1,0 +1,178 @@
+package io.github.kafkatieredrsm.spark;
+
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.io.IOException;
+import java.util.List;
+import org.apache.arrow.memory.BufferAllocator;
+import org.apache.arrow.memory.RootAllocator;
+import org.apache.arrow.vector.FieldVector;
+import org.apache.arrow.vector.VectorSchemaRoot;
+import org.apache.arrow.vector.ipc.ArrowStreamReader;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.connector.read.InputPartition;
+import org.apache.spark.sql.connector.read.PartitionReader;
+import org.apache.spark.sql.connector.read.PartitionReaderFactory;
+import org.apache.spark.sql.vectorized.ArrowColumnVector;
+import org.apache.spark.sql.vectorized.ColumnVector;
+import org.apache.spark.sql.vectorized.ColumnarBatch;
+
+/**
+ * One split's rows: the Arrow IPC stream a Python worker writes, as {@code ColumnarBatch}es of
+ * {@code ArrowColumnVector}s over the very buffers Arrow read (no row conversion, no copy).
+ *
+ * <p>Memory: one batch at a time. Arrow's stream reader reloads the same vectors for the next batch,
+ * releasing the previous batch's buffers, which Spark is done with by then (a batch is valid until the
+ * next {@code next()}); the worker blocks on the pipe meanwhile. {@code close()} frees the last one.
+ * A split read to its end gives its worker back; one closed early (a {@code limit}) kills it.
+ *
+ * <p>With no column asked for ({@code count()}), the worker sends no rows but their number, and the
+ * reader hands Spark column-less batches of that many rows.
+ */
+final class ArrowPartitionReader implements PartitionReader<ColumnarBatch> {
+  private static final BufferAllocator ROOT = new RootAllocator(Long.MAX_VALUE);
+  private static final int COUNT_BATCH = 1 << 24;
+
+  private final PythonWorker worker;
+  private final BufferAllocator allocator;
+  private final ArrowStreamReader reader;
+  private final boolean countOnly;
+  private ColumnVector[] columns;
+  private ColumnarBatch current;
+  private boolean ended;
+  private long countLeft = -1;
+  private long decompressed;
+  private long maxRssKiB;
+
+  /** Serializable: sent to executors; each task opens one reader on a worker of its executor. */
+  static final class Factory implements PartitionReaderFactory {
+    private static final long serialVersionUID = 1L;
+    private final String[] columns;
+    private final String python;
+
+    /** {@code python}: the executors' interpreter, chosen on the driver as PySpark chooses it. */
+    Factory(String[] columns, String python) {
+      this.columns = columns;
+      this.python = python;
+    }
+
+    @Override
+    public boolean supportColumnarReads(InputPartition partition) {
+      return true;
+    }
+
+    @Override
+    public PartitionReader<InternalRow> createReader(InputPartition partition) {
+      throw new UnsupportedOperationException("the kafka-tiered scan reads columnar batches only");
+    }
+
+    @Override
+    public PartitionReader<ColumnarBatch> createColumnarReader(InputPartition partition) {
+      return new ArrowPartitionReader((TieredInputPartition) partition, columns, python);
+    }
+  }
+
+  ArrowPartitionReader(TieredInputPartition partition, String[] names, String python) {
+    countOnly = names.length == 0;
+    worker = PythonWorker.acquire(python);
+    ObjectNode h = PythonWorker.JSON.createObjectNode();
+    h.put("op", "read");
+    h.put("count", countOnly);
+    ArrayNode cols = h.putArray("columns");
+    for (String n : names) {
+      cols.add(n);
+    }
+    try {
+      worker.send(h, partition.pickled);
+      worker.expectStreamStart();
+    } catch (IOException e) {
+      throw worker.died("reading " + partition, e);
+    }
+    allocator = ROOT.newChildAllocator("kafka-tiered " + partition, 0, Long.MAX_VALUE);
+    reader = new ArrowStreamReader(worker.arrowInput(), allocator);
+  }
+
+  @Override
+  public boolean next() throws IOException {
+    if (countOnly) {
+      return nextCount();
+    }
+    if (ended) {
+      return false;
+    }
+    if (reader.loadNextBatch()) {
+      VectorSchemaRoot root = reader.getVectorSchemaRoot();
+      if (columns == null) {
+        List<FieldVector> vectors = root.getFieldVectors();
+        columns = new ColumnVector[vectors.size()];
+        for (int i = 0; i < columns.length; i++) {
+          columns[i] = new ArrowColumnVector(vectors.get(i));
+        }
+      }
+      current = new ColumnarBatch(columns, root.getRowCount());
+      return true;
+    }
+    finish();
+    return false;
+  }
+
+  private boolean nextCount() throws IOException {
+    if (countLeft < 0) {
+      while (reader.loadNextBatch()) {
+        // a count sends no batch; the stream is only its schema and end marker
+      }
+      countLeft = finish();
+    }
+    if (countLeft == 0) {
+      return false;
+    }
+    int n = (int) Math.min(countLeft, COUNT_BATCH);
+    countLeft -= n;
+    current = new ColumnarBatch(new ColumnVector[0], n);
+    return true;
+  }
+
+  /** The trailer: rows sent (or the source's error, thrown as its one line); the worker goes back. */
+  private long finish() throws IOException {
+    ended = true;
+    try {
+      com.fasterxml.jackson.databind.JsonNode trailer = worker.readTrailer();
+      decompressed = trailer.path("decompressed").asLong();
+      maxRssKiB = trailer.path("maxRssKiB").asLong();
+      worker.release();
+      return trailer.path("rows").asLong();
+    } catch (KafkaTieredException e) {
+      worker.release(); // the exchange ended cleanly: the worker can serve the next task
+      throw e;
+    } catch (IOException | RuntimeException e) {
+      worker.destroy();
+      throw e;
+    }
+  }
+
+  @Override
+  public org.apache.spark.sql.connector.metric.CustomTaskMetric[] currentMetricsValues() {
+    return new org.apache.spark.sql.connector.metric.CustomTaskMetric[] {
+      WorkerMetrics.value(WorkerMetrics.DECOMPRESSED, decompressed),
+      WorkerMetrics.value(WorkerMetrics.MAX_RSS, maxRssKiB)
+    };
+  }
+
+  @Override
+  public ColumnarBatch get() {
+    return current;
+  }
+
+  @Override
+  public void close() throws IOException {
+    if (!ended) {
+      ended = true;
+      worker.destroy(); // abandoned mid-stream: its pipe still holds rows nobody will read
+    }
+    try {
+      reader.close();
+    } finally {
+      allocator.close();
+    }
+  }
+}

@@ -1,0 +1,264 @@
+package io.github.kafkatieredrsm.spark;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.io.BufferedInputStream;
+import java.io.BufferedOutputStream;
+import java.io.DataInputStream;
+import java.io.DataOutputStream;
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.channels.ReadableByteChannel;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ConcurrentLinkedDeque;
+import java.util.concurrent.TimeUnit;
+import org.apache.spark.SparkConf;
+import org.apache.spark.SparkEnv;
+
+/**
+ * One Python worker process ({@code python -m spark_reader.jvm_worker}) and the pool that reuses them.
+ *
+ * <p>Why a process per task slot: every decision and every byte decoded is Python's (the one implementation
+ * of the source's rules, see spark_reader/jvm_worker.py); one process per concurrently running task
+ * decodes on every core at once with no GIL between them, and the pipe's backpressure bounds what a task
+ * holds. A worker is taken from the pool for one request (a planning call, or one split's stream) and given
+ * back when the exchange ended cleanly; one abandoned mid-stream is killed instead, as its pipe still
+ * holds rows nobody will read.
+ *
+ * <p>The interpreter is chosen on the driver as PySpark chooses it: {@code spark.pyspark.python} /
+ * {@code PYSPARK_PYTHON} for executors (the reader factory carries it to them), with
+ * {@code spark.pyspark.driver.python} / {@code PYSPARK_DRIVER_PYTHON} first for planning on the driver;
+ * else {@code python3}. The environment is the executor's own ({@code spark.executorEnv.PYTHONPATH}
+ * included).
+ */
+final class PythonWorker implements AutoCloseable {
+  static final ObjectMapper JSON = new ObjectMapper();
+  private static final Map<String, ConcurrentLinkedDeque<PythonWorker>> IDLE = new ConcurrentHashMap<>();
+  private static final int MAX_IDLE = Math.max(2, Runtime.getRuntime().availableProcessors());
+
+  static {
+    Runtime.getRuntime().addShutdownHook(new Thread(PythonWorker::closeAll, "kafka-tiered-workers"));
+  }
+
+  private final String python;
+  private final Process process;
+  final DataOutputStream out;
+  final DataInputStream in;
+  private boolean broken;
+
+  private PythonWorker(String python) throws IOException {
+    this.python = python;
+    ProcessBuilder pb = new ProcessBuilder(python, "-m", "spark_reader.jvm_worker");
+    pb.redirectError(ProcessBuilder.Redirect.INHERIT);
+    this.process = pb.start();
+    this.out = new DataOutputStream(new BufferedOutputStream(process.getOutputStream(), 1 << 16));
+    this.in = new DataInputStream(new BufferedInputStream(process.getInputStream(), 1 << 20));
+  }
+
+  /** The interpreter PySpark would run here ({@code driver}: the planning side). */
+  static String pythonExec(boolean driver) {
+    SparkEnv env = SparkEnv.get();
+    SparkConf conf = env == null ? null : env.conf();
+    List<String> candidates = new ArrayList<>();
+    if (driver) {
+      candidates.add(conf == null ? null : conf.get("spark.pyspark.driver.python", null));
+      candidates.add(System.getenv("PYSPARK_DRIVER_PYTHON"));
+    }
+    candidates.add(conf == null ? null : conf.get("spark.pyspark.python", null));
+    candidates.add(System.getenv("PYSPARK_PYTHON"));
+    for (String c : candidates) {
+      if (c != null && !c.isEmpty()) {
+        return c;
+      }
+    }
+    return "python3";
+  }
+
+  /** An idle worker for this interpreter, or a new one. */
+  static PythonWorker acquire(String python) {
+    PythonWorker w = IDLE.computeIfAbsent(python, k -> new ConcurrentLinkedDeque<>()).pollFirst();
+    while (w != null && !w.process.isAlive()) {
+      w.destroy();
+      w = IDLE.get(python).pollFirst();
+    }
+    if (w != null) {
+      return w;
+    }
+    try {
+      return new PythonWorker(python);
+    } catch (IOException e) {
+      throw new IllegalStateException(
+          "kafka-tiered: cannot start the Python worker '" + python + " -m spark_reader.jvm_worker' "
+              + "(set spark.pyspark.python or PYSPARK_PYTHON to an interpreter with the package): "
+              + e.getMessage(), e);
+    }
+  }
+
+  /** Give the worker back after a clean exchange; kill it otherwise. */
+  void release() {
+    ConcurrentLinkedDeque<PythonWorker> idle = IDLE.computeIfAbsent(python, k -> new ConcurrentLinkedDeque<>());
+    if (broken || !process.isAlive() || idle.size() >= MAX_IDLE) {
+      destroy();
+    } else {
+      idle.addFirst(this);
+    }
+  }
+
+  /** The error for a worker that stopped answering: its exit status (its stderr is in this JVM's log). */
+  IllegalStateException died(String what, Exception cause) {
+    String status = "";
+    try {
+      if (process.waitFor(2, TimeUnit.SECONDS)) {
+        status = " (exit status " + process.exitValue() + ")";
+      }
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    }
+    destroy();
+    return new IllegalStateException(
+        "kafka-tiered: the Python worker '" + python + " -m spark_reader.jvm_worker' failed during " + what
+            + status + ": " + cause + "; its stderr is in this JVM's log (can it import spark_reader? "
+            + "PYTHONPATH, spark.pyspark.python)", cause);
+  }
+
+  void destroy() {
+    broken = true;
+    try {
+      out.close();
+    } catch (IOException ignored) {
+      // the process is going anyway
+    }
+    process.destroy();
+    try {
+      if (!process.waitFor(2, TimeUnit.SECONDS)) {
+        process.destroyForcibly();
+      }
+    } catch (InterruptedException e) {
+      process.destroyForcibly();
+      Thread.currentThread().interrupt();
+    }
+  }
+
+  @Override
+  public void close() {
+    release();
+  }
+
+  static void closeAll() {
+    for (ConcurrentLinkedDeque<PythonWorker> idle : IDLE.values()) {
+      PythonWorker w;
+      while ((w = idle.pollFirst()) != null) {
+        w.destroy();
+      }
+    }
+  }
+
+  void send(ObjectNode header, byte[] blob) throws IOException {
+    byte[] h = JSON.writeValueAsBytes(header);
+    out.writeInt(h.length);
+    out.write(h);
+    out.writeInt(blob == null ? 0 : blob.length);
+    if (blob != null) {
+      out.write(blob);
+    }
+    out.flush();
+  }
+
+  /** A reply: the JSON body and the blobs. */
+  static final class Reply {
+    final JsonNode body;
+    final List<byte[]> blobs;
+
+    Reply(JsonNode body, List<byte[]> blobs) {
+      this.body = body;
+      this.blobs = blobs;
+    }
+  }
+
+  private JsonNode readJson() throws IOException {
+    byte[] b = new byte[in.readInt()];
+    in.readFully(b);
+    return JSON.readTree(new String(b, StandardCharsets.UTF_8));
+  }
+
+  /** The trailer after a read's Arrow stream: {rows, decompressed, ...} or the error. */
+  JsonNode readTrailer() throws IOException {
+    int status = in.readUnsignedByte();
+    JsonNode body = readJson();
+    if (status != 0) {
+      throw new KafkaTieredException(body.path("error").asText("the Python worker failed"));
+    }
+    return body;
+  }
+
+  void expectStreamStart() throws IOException {
+    int status = in.readUnsignedByte();
+    if (status != 0) {
+      throw new IOException("unexpected reply " + status + " from the Python worker");
+    }
+  }
+
+  /**
+   * The worker's stdout as a channel for Arrow's stream reader: closing it does not close the pipe, and it
+   * moves 1 MiB per read ({@code Channels.newChannel} would move a batch's buffers 8 KiB at a time).
+   */
+  ReadableByteChannel arrowInput() {
+    return new ReadableByteChannel() {
+      private final byte[] transfer = new byte[1 << 20];
+      private boolean open = true;
+
+      @Override
+      public int read(ByteBuffer dst) throws IOException {
+        int want = Math.min(dst.remaining(), transfer.length);
+        if (want == 0) {
+          return 0;
+        }
+        int n = in.read(transfer, 0, want);
+        if (n > 0) {
+          dst.put(transfer, 0, n);
+        }
+        return n;
+      }
+
+      @Override
+      public boolean isOpen() {
+        return open;
+      }
+
+      @Override
+      public void close() {
+        open = false;
+      }
+    };
+  }
+
+  /** One request-reply exchange on a pooled worker: the source's own error becomes one line. */
+  static Reply call(boolean driver, String op, ObjectNode header) {
+    header.put("op", op);
+    PythonWorker w = acquire(pythonExec(driver));
+    try {
+      w.send(header, null);
+      int status = w.in.readUnsignedByte();
+      JsonNode body = w.readJson();
+      int n = w.in.readInt();
+      List<byte[]> blobs = new ArrayList<>(n);
+      for (int i = 0; i < n; i++) {
+        byte[] b = new byte[w.in.readInt()];
+        w.in.readFully(b);
+        blobs.add(b);
+      }
+      w.release();
+      if (status != 0) {
+        throw new KafkaTieredException(body.path("error").asText("the Python worker failed"));
+      }
+      return new Reply(body, blobs);
+    } catch (IOException e) {
+      throw w.died(op, e);
+    }
+  }
+}

@@ -1,0 +1,232 @@
+"""The operations the columnar scan's JVM side asks of its Python worker (`spark_reader.jvm_worker`).
+
+Each one calls the entry point the Python Data Source calls for the same step, so the two paths share one
+implementation of every rule: options and schema (`KafkaTieredDataSource`), filters and planning
+(`FilteringBatchReader.pushFilters` / `.partitions`), streaming offsets (`TieredStreamReader`) and the rows
+(`read_partition`, or `counting.count_partition` when Spark needs no column). Nothing here decides what a
+query reads; it only translates Spark's JVM-side objects (filters as JSON, offsets as JSON strings) into
+what those entry points take, and their answers back.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import pickle
+import resource
+from collections.abc import Callable, Sequence
+from typing import BinaryIO
+
+import pyarrow as pa
+
+from segment_format.columnar import decompressed_sections
+from spark_reader.counting import count_partition
+from spark_reader.partition_reader import TieredPartition, read_partition
+from spark_reader.schema import arrow_schema
+
+OK, ERROR = 0, 1
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+FILTER_KINDS = ("EqualTo", "GreaterThan", "GreaterThanOrEqual", "LessThan", "LessThanOrEqual", "In")
+STATS_ENV = "KAFKA_TIERED_WORKER_STATS"  # a directory: each worker appends one JSON line per split read
+
+
+def one_line(exc: BaseException) -> str:
+    """The message the JVM raises: the source's own one line, or the exception's type and first line."""
+    from spark_reader.errors import ReaderError
+
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text if isinstance(exc, ReaderError) else f"{type(exc).__name__}: {text}"
+
+
+def _source(options: dict[str, str]):  # noqa: ANN202 - KafkaTieredDataSource (pyspark is imported lazily)
+    from spark_reader.source import KafkaTieredDataSource
+
+    return KafkaTieredDataSource(dict(options))
+
+
+def _filters(specs: Sequence[dict]) -> list:
+    """Spark's JVM filters (as the jar sends them) as the pyspark filter objects `pushFilters` takes."""
+    from pyspark.sql import datasource as ds
+
+    out = []
+    for spec in specs:
+        kind = spec["kind"]
+        if kind not in FILTER_KINDS:
+            raise ValueError(f"unknown filter kind {kind!r}")
+        values = spec["value"] if kind == "In" else [spec["value"]]
+        if spec.get("micros"):
+            values = [EPOCH + dt.timedelta(microseconds=int(v)) for v in values]
+        value = tuple(values) if kind == "In" else values[0]
+        out.append(getattr(ds, kind)((spec["attribute"],), value))
+    return out
+
+
+def _batch_reader(header: dict):  # noqa: ANN202 - FilteringBatchReader
+    from spark_reader.source import FilteringBatchReader
+
+    reader = FilteringBatchReader(_source(header["options"])._options())
+    filters = _filters(header.get("filters") or ())
+    rejected = {id(f) for f in reader.pushFilters(filters)}
+    return reader, [i for i, f in enumerate(filters) if id(f) not in rejected]
+
+
+def _schema(header: dict, _: bytes) -> tuple[dict, list[bytes]]:
+    return {"schema": _source(header["options"]).schema().json()}, []
+
+
+def _push(header: dict, _: bytes) -> tuple[dict, list[bytes]]:
+    return {"accepted": _batch_reader(header)[1]}, []
+
+
+def _estimates(parts: Sequence[object]) -> dict[str, int]:
+    """Upper bounds for Spark's optimizer (SupportsReportStatistics): offsets and segment bytes planned."""
+    rows = size = 0
+    for part in parts:
+        split = getattr(part, "split", None)
+        if split is not None:
+            rows += max(0, split.last_offset - split.first_offset + 1)
+            size += max(0, split.end_position - split.start_position)
+    return {"rows": rows, "bytes": size}
+
+
+def _plan(header: dict, _: bytes) -> tuple[dict, list[bytes]]:
+    reader, _accepted = _batch_reader(header)
+    parts = reader.partitions()
+    body = {"descriptions": [repr(p) for p in parts], "estimates": _estimates(parts)}
+    return body, [pickle.dumps(p, protocol=5) for p in parts]
+
+
+def _stream_reader(header: dict):  # noqa: ANN202 - TieredStreamReader
+    from spark_reader.stream import TieredStreamReader
+
+    return TieredStreamReader(_source(header["options"])._options())
+
+
+def _stream_initial(header: dict, _: bytes) -> tuple[dict, list[bytes]]:
+    return {"offset": json.dumps(_stream_reader(header).initialOffset())}, []
+
+
+def _stream_default_limit(header: dict, _: bytes) -> tuple[dict, list[bytes]]:
+    return {"maxRows": _stream_reader(header).opts.max_offsets_per_trigger or None}, []
+
+
+def _stream_latest(header: dict, _: bytes) -> tuple[dict, list[bytes]]:
+    """The end of the next micro-batch: Spark's rate limit, then (Trigger.AvailableNow) the cap, the
+    latest offsets when the trigger started, so a backfill runs in micro-batches of maxOffsetsPerTrigger
+    and stops where it began."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+    from spark_reader.offsets import from_stream_offset, to_stream_offset
+    from spark_reader.stream import rate_limit
+
+    reader = _stream_reader(header)
+    start = json.loads(header["start"]) if header.get("start") else {}
+    cap = header.get("cap")
+    if cap is None:
+        limit = ReadMaxRows(header["maxRows"]) if header.get("maxRows") else ReadAllAvailable()
+        return {"offset": json.dumps(reader.latestOffset(start, limit))}, []
+    latest = from_stream_offset(reader.latestOffset(start, ReadAllAvailable()))
+    capped = from_stream_offset(json.loads(cap))
+    begin = from_stream_offset(start) if start else {}
+    bounded = {k: min(v, capped.get(k, begin.get(k, v))) for k, v in latest.items()}
+    for k, v in begin.items():
+        bounded[k] = max(bounded.get(k, v), v)
+    if header.get("maxRows"):
+        bounded = rate_limit(begin, bounded, int(header["maxRows"]))
+    return {"offset": json.dumps(to_stream_offset(bounded))}, []
+
+
+def _stream_partitions(header: dict, _: bytes) -> tuple[dict, list[bytes]]:
+    reader = _stream_reader(header)
+    parts = reader.partitions(json.loads(header["start"]), json.loads(header["end"]))
+    return {"descriptions": [repr(p) for p in parts]}, [pickle.dumps(p, protocol=5) for p in parts]
+
+
+def _ping(header: dict, _: bytes) -> tuple[dict, list[bytes]]:
+    return {"pid": os.getpid()}, []
+
+
+OPERATIONS: dict[str, Callable[[dict, bytes], tuple[dict, list[bytes]]]] = {
+    "ping": _ping,
+    "schema": _schema,
+    "push": _push,
+    "plan": _plan,
+    "stream.initial": _stream_initial,
+    "stream.defaultLimit": _stream_default_limit,
+    "stream.latest": _stream_latest,
+    "stream.partitions": _stream_partitions,
+}
+
+
+def call(op: str | None, header: dict, blob: bytes) -> tuple[dict, list[bytes]]:
+    """Run one request-reply operation."""
+    handler = OPERATIONS.get(op or "")
+    if handler is None:
+        raise ValueError(f"unknown operation {op!r}")
+    return handler(header, blob)
+
+
+def _output_schema(part: object, columns: Sequence[str] | None, count: bool) -> pa.Schema:
+    if count or not isinstance(part, TieredPartition):
+        return pa.schema([])
+    s = part.settings
+    schema = arrow_schema(s.include_headers, s.violations == "flag")
+    return schema if columns is None else pa.schema([schema.field(c) for c in columns])
+
+
+def read(header: dict, blob: bytes, out: BinaryIO) -> tuple[int, dict]:
+    """Stream one split's rows to `out` as Arrow IPC (or count them), then say how it ended."""
+    columns, count = header.get("columns"), bool(header.get("count"))
+    try:
+        part = pickle.loads(blob)  # noqa: S301 - bytes this scan's own planner pickled
+        schema = _output_schema(part, columns, count)
+    except Exception as exc:  # noqa: BLE001
+        part, schema, failure = None, pa.schema([]), exc
+    else:
+        failure = None
+    before, rows = decompressed_sections(), 0
+    writer = pa.ipc.new_stream(out, schema)
+    try:
+        if failure is None and count:
+            rows = count_partition(part)
+        elif failure is None:
+            for batch in read_partition(part, columns):
+                writer.write_batch(batch)
+                out.flush()
+                rows += batch.num_rows
+    except Exception as exc:  # noqa: BLE001 - reported in the trailer, after the stream ended cleanly
+        failure = exc
+    finally:
+        writer.close()
+    stats = {
+        "rows": rows,
+        "decompressed": decompressed_sections() - before,
+        "maxRssKiB": peak_rss_kib(),
+    }
+    _record(stats)
+    if failure is not None:
+        return ERROR, {"error": one_line(failure), "type": type(failure).__name__, **stats}
+    return OK, stats
+
+
+def peak_rss_kib() -> int:
+    """This process's peak resident set (KiB): VmHWM, the high-water mark of its own memory map.
+
+    Not `getrusage().ru_maxrss`: Linux carries that over exec from the image the process replaced, and the
+    JVM starts its workers by vfork and exec, so a worker's ru_maxrss starts at the JVM's whole RSS."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def _record(stats: dict) -> None:
+    where = os.environ.get(STATS_ENV)
+    if where:
+        with open(os.path.join(where, f"{os.getpid()}.jsonl"), "a", encoding="utf-8") as f:
+            f.write(json.dumps(stats) + "\n")
