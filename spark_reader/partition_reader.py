@@ -49,6 +49,7 @@ from segment_format.segment import leader_epoch_problem
 from spark_reader.errors import DataLossError, ReaderError
 from spark_reader.filters import NO_FILTERS, PushedFilters
 from spark_reader.schema import to_spark_batch
+from spark_reader.tail import BrokerTailPartition, read_tail
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +198,11 @@ def _violations(split: ReadSplit) -> dict[int, str]:
 
 
 def read_partition(part: InputPartition) -> Iterator[pa.RecordBatch]:
-    """The rows of one input partition as Arrow batches of the source's schema."""
+    """The rows of one input partition as Arrow batches of the source's schema (a store split, or a
+    hybrid query's live tail read from the brokers: `spark_reader.tail`)."""
+    if isinstance(part, BrokerTailPartition):
+        yield from read_tail(part)
+        return
     if not isinstance(part, TieredPartition):
         return  # a query planned to nothing: Spark still runs one task with a placeholder partition
     split, settings = part.split, part.settings
