@@ -36,7 +36,7 @@ from spark_reader.offsets import Kind, OffsetSpec, Position
 from spark_reader.options import IsolationLevel, SourceOptions, Violations
 from spark_reader.planning import PartitionRange, Planner
 from spark_reader.tail import DEFAULT_POLL_TIMEOUT_MS, BrokerTailPartition, TailSettings
-from spark_reader.topics import SelectedPartition
+from spark_reader.topics import SelectedPartition, select_partitions
 
 log = logging.getLogger(__name__)
 
@@ -59,21 +59,18 @@ def _store_selection(
     planner: Planner, filters: PushedFilters, topics: Sequence[str]
 ) -> list[SelectedPartition]:
     """The store's partitions of the query; a topic with nothing tiered yet is the brokers' alone."""
-    from rsm.catalog import TopicNotFound
-
-    try:
+    opts = planner.opts
+    if opts.subscribe_pattern is not None or all(planner.catalog.topic_ids(t) for t in topics):
         return planner.select(filters)
-    except TopicNotFound:
-        pass
     out: list[SelectedPartition] = []
-    for topic in topics:  # one topic at a time: those the store lacks are skipped
-        narrowed = replace(planner.opts, subscribe=(topic,), subscribe_pattern=None, assign=None)
-        if planner.opts.assign is not None:
-            narrowed = replace(narrowed, subscribe=None, assign={topic: planner.opts.assign[topic]})
-        try:
-            out += Planner(narrowed).select(filters)
-        except TopicNotFound:
+    for topic in topics:  # one topic at a time, skipping those the store lacks
+        if not planner.catalog.topic_ids(topic):
             continue
+        if opts.assign is not None:
+            narrowed = replace(opts, assign={topic: opts.assign[topic]})
+        else:
+            narrowed = replace(opts, subscribe=(topic,))
+        out += select_partitions(planner.catalog, narrowed, filters.partition)
     return out
 
 
