@@ -143,8 +143,8 @@ def make_client(kind: str, config: dict[str, str], errors: list | None = None): 
     except (KafkaException, ValueError, TypeError) as exc:
         text = str(exc.args[0] if exc.args else exc)
         found = re.search(r'property: "?([\w.]+)"?', text) or re.search(r'"([\w.]+)"', text)
-        name = f"kafka.{found.group(1)}" if found else "a kafka.* option"
-        raise OptionError(f"option {name}: the tail's Kafka client refuses it ({text})") from None
+        what = f"option kafka.{found.group(1)}" if found else "the kafka.* options"
+        raise OptionError(f"{what}: the tail's Kafka client (librdkafka) refuses it: {text}") from None
 
 
 def describe_failure(servers: str, exc: BaseException, errors: list, timeout_ms: int) -> BrokerError:

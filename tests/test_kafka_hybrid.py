@@ -233,6 +233,24 @@ def test_a_hybrid_read_returns_what_sparks_kafka_source_returns_without_remote_r
     keys = {r[2] for r in committed}
     assert b"span-commit-0" in keys and b"span-abort-0" not in keys and b"early-0" not in keys
     assert {b"span-abort-0", b"span-commit-0"} <= {r[2] for r in uncommitted}
+    # a starting timestamp past everything the store holds: the brokers' offsetsForTimes places it
+    t = next(r[5] for r in uncommitted if r[0] == 0 and r[1] >= layout[0][1] + 200)
+    millis = int(t.timestamp() * 1000)
+    by_time = {
+        fmt: _rows(
+            spark.read.format(fmt)
+            .options(
+                **(store_opts if fmt == "kafka-tiered" else {"subscribe": TOPIC, "includeHeaders": "true"})
+            )
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("startingTimestamp", str(millis))
+            .load()
+        )
+        for fmt in ("kafka-tiered", "kafka")
+    }
+    assert by_time["kafka-tiered"] == by_time["kafka"] and by_time["kafka"], _first_difference(
+        by_time["kafka-tiered"], by_time["kafka"]
+    )
     spans_at = min(r[1] for r in uncommitted if r[2] == b"span-abort-0")
     assert spans_at < layout[0][1], (
         f"the spanning transaction starts at {spans_at}, past the store's end {layout}"
@@ -303,3 +321,39 @@ def _latest_end(query: Any) -> int:  # noqa: ANN401
     end = progress["sources"][0]["endOffset"]
     end = json.loads(end) if isinstance(end, str) else end
     return int(end.get(LIVE, {}).get("0", -1)) if end else -1
+
+
+def test_a_topic_the_broker_does_not_have_is_read_from_the_store_with_one_warning(
+    broker, spark, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:  # noqa: ANN001
+    """A topic deleted from the brokers (or never on them) while the store keeps its history."""
+    import logging
+    import uuid
+
+    from tiering import PartitionLog
+
+    from rsm import RemoteStorageManager, TopicIdPartition
+    from spark_reader.filters import PushedFilters
+    from spark_reader.hybrid import plan_batch
+    from spark_reader.offsets import ending_spec, starting_spec
+    from spark_reader.options import parse_options
+    from spark_reader.planning import Planner
+
+    b, _, _ = broker
+    opts = {"storage.backend": "file", "storage.file.root": str(tmp_path / "store")}
+    rsm = RemoteStorageManager()
+    rsm.configure(opts)
+    log = PartitionLog(rsm, TopicIdPartition(uuid.uuid4(), "gone", 0), tmp_path / "w")
+    log.append(30)
+    log.roll()
+    rsm.close()
+    options = {**opts, "subscribe": "gone", "kafka.bootstrap.servers": b.bootstrap_servers}
+    rows = spark.read.format("kafka-tiered").options(**options).load().select("offset").collect()
+    assert sorted(r["offset"] for r in rows) == list(range(30))
+    parsed = parse_options(options)
+    with caplog.at_level(logging.WARNING, logger="spark_reader.broker"):
+        for _ in range(2):  # on the driver: the warning is logged once per process
+            plan_batch(Planner(parsed), PushedFilters(), starting_spec(parsed, False), ending_spec(parsed))
+    warned = [r.getMessage() for r in caplog.records if "gone" in r.getMessage()]
+    assert len(warned) == 1
+    assert all("does not exist on the Kafka brokers" in w and "store only" in w for w in warned)
