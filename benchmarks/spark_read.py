@@ -24,9 +24,14 @@ One run, one topic, everything real (issue 12):
     4.2.0 runs on PySpark 4.3.0), reading from the broker, which fetches the range from the remote tier;
   * the ceiling: a Python data source yielding prebuilt Arrow batches of the same schema, partitions and
     batch sizes from memory (benchmarks/_memory_source.py);
-- and the columnar decoder alone, one thread, over the same input partitions' decoded chunks in memory.
+- and the columnar decoder alone, one thread, over the same input partitions' decoded chunks in memory;
+- then the hybrid row (issue 22, benchmarks/_hybrid.py): ``--records / 9`` more records that stay on the
+  broker's disk (90% of the topic tiered, 10% local), and the whole topic read by ``kafka-tiered`` with
+  ``kafka.bootstrap.servers`` (history from the store, tail from the broker) and by ``kafka``, with the
+  broker's CPU seconds (its JVM and bridge, from /proc) during each read.
 
-Targets, for each query: kafka-tiered >= 3x Spark's Kafka source, >= 0.6x the ceiling, >= 3 M rows/s.
+Targets, for each query: kafka-tiered >= 3x Spark's Kafka source, >= 0.6x the ceiling, >= 3 M rows/s;
+hybrid: >= 1.8x Spark's Kafka source, the broker's CPU during our read <= 1/5 of it during Spark's.
 Prints a table and a PASS/FAIL line per target; exits 1 if one fails.
 Needs Java 17 and Maven (like the test suite); jars are cached under .cache/.
 """
@@ -265,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="measured rounds per reader and query")
     parser.add_argument("--keep", action="store_true", help="keep the broker's and store's directory")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument("--no-hybrid", action="store_true", help="skip the hybrid row (store + broker tail)")
     args = parser.parse_args(argv)
 
     for tool in ("java", "mvn"):
@@ -479,6 +485,26 @@ def main(argv: list[str] | None = None) -> int:
                 Target(f"kafka-tiered / ceiling, {query}", mine / rate[("ceiling (memory)", query)], 0.6, unit="x"),
                 Target(f"kafka-tiered, {query}, local[2]", mine / M, 3.0, unit=" M rows/s"),
             ]  # fmt: skip
+        if not args.no_hybrid:
+            from benchmarks._hybrid import add_local_tail, run_hybrid_row
+
+            tail_records = args.records // 9
+            add_local_tail(
+                broker, TOPIC, topic_configs,
+                lambda n: produce(tools_cp, broker.bootstrap_servers, n, payloads, work / "producer-tail.log"),
+                tail_records,
+            )  # fmt: skip
+            hybrid, hybrid_targets = run_hybrid_row(spark, broker, TOPIC, store, args.rounds, timed)
+            targets += hybrid_targets
+            results["hybrid"] = hybrid
+            print_table(
+                f"hybrid: {hybrid['rows']:,} records, {rows:,} tiered + {tail_records:,} on the broker only",
+                ["reader, sum(crc32(value))", "M rows/s (best)", "broker CPU s per read (JVM + bridge)"],
+                [
+                    [r, f"{hybrid['rows_per_s'][r] / M:,.2f}", f"{hybrid['broker_cpu_s_per_read'][r]:.2f}"]
+                    for r in hybrid["seconds_best"]
+                ],
+            )
         results |= {
             "rows_per_s": {f"{r} / {q}": x for (r, q), x in rate.items()},
             "seconds_per_round": {f"{r} / {q}": v for (r, q), v in times.items()},
