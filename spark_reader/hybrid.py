@@ -24,7 +24,7 @@ the brokers alone.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from pyspark.sql.datasource import InputPartition
@@ -239,7 +239,9 @@ def plan_batch(
 
 
 # -- streams ---------------------------------------------------------------------------------------------
-def stream_initial(planner: Planner, spec: OffsetSpec) -> dict[Key, int]:
+def stream_initial(
+    planner: Planner, spec: OffsetSpec, first_at: Callable[[Planner, SelectedPartition, int], int | None]
+) -> dict[Key, int]:
     """A stream's first offsets: earliest the store's first (the brokers' where the store has nothing),
     latest the brokers', a timestamp from the store or, past it, the brokers' offsetsForTimes."""
     query = HybridQuery(planner, PushedFilters())
@@ -261,9 +263,9 @@ def stream_initial(planner: Planner, spec: OffsetSpec) -> dict[Key, int]:
             hit = hits[k]
             out[k] = end if hit is None else hit
         else:
-            assert sp is not None
-            pr = planner.partition_range(sp, pos, Position(Kind.LATEST))
-            out[k] = end if pr is None else pr.start  # the first segment reaching it (the task cuts exactly)
+            assert sp is not None and pos.value is not None
+            found = first_at(planner, sp, pos.value)  # the stream reader's exact lookup in the store
+            out[k] = end if found is None else found
     return out
 
 

@@ -63,7 +63,7 @@ class TieredStreamReader(DataSourceStreamReader):
         if self.opts.bootstrap_servers:  # the brokers' latest, the store's earliest (spark_reader.hybrid)
             from spark_reader.hybrid import stream_initial
 
-            return to_stream_offset(stream_initial(Planner(self.opts), spec))
+            return to_stream_offset(stream_initial(Planner(self.opts), spec, self._first_offset_at))
         planner, current = self._partitions()
         offsets: Offsets = {}
         for key, sp in current.items():

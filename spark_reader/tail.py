@@ -136,7 +136,10 @@ def read_tail(part: BrokerTailPartition) -> Iterator[pa.RecordBatch]:
         consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
         position, waited_since = part.start, time.monotonic()
         while position < part.end:
-            messages = consumer.consume(num_messages=BATCH_MESSAGES, timeout=1.0)
+            # no more than the range needs: a full batch returns at once, where a bigger one would wait
+            messages = consumer.consume(
+                num_messages=max(1, min(BATCH_MESSAGES, part.end - position)), timeout=0.5
+            )
             rows = []
             for m in messages:
                 err = m.error()
