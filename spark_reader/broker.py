@@ -200,6 +200,9 @@ class BrokerView:
         self.admin = make_client("admin", client_config(opts), self.errors)
 
     def _fail(self, exc: BaseException) -> BrokerError:
+        self.admin.poll(
+            0
+        )  # serve error_cb: the client's own errors (authentication, transport) name the cause
         return describe_failure(self.servers, exc, self.errors, self.timeout_ms)
 
     def topics(self, store_topics: Iterable[str]) -> dict[str, BrokerTopic]:

@@ -235,7 +235,7 @@ def plan_batch(
         "kafka-tiered: %d store partition(s) and %d tail(s) from the brokers over %d topic partition(s)",
         len(parts), len(tails), len(query.splits),
     )  # fmt: skip
-    return parts + tails
+    return tails + parts  # the tails first: they start at once and overlap the store's tasks
 
 
 # -- streams ---------------------------------------------------------------------------------------------
@@ -315,4 +315,4 @@ def stream_partitions(
             ranges.append(pr)
         if tail is not None:
             tails.append(tail)
-    return list(planner.plan(ranges, PushedFilters())) + tails
+    return tails + list(planner.plan(ranges, PushedFilters()))

@@ -43,6 +43,7 @@ TOPIC_CONFIGS = {
     "local.retention.bytes": str(2 * SEGMENT),
     "retention.ms": "-1",
 }
+JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required username="%s" password="%s"'
 COLUMNS = "key, value, topic, partition, offset, timestamp, timestampType, headers"
 
 
@@ -68,7 +69,17 @@ def broker(
         "log.segment.delete.delay.ms": "500",
     }
     b = KafkaBroker(tmp_path_factory.mktemp("hybrid-broker"), extra_props=props, java_build=java_build)
-    b.port, b.controller_port, jmx_port = free_ports(3)
+    b.port, b.controller_port, jmx_port, b.sasl_port = free_ports(4)
+    # a second listener, SASL PLAIN: the kafka.* security settings reach the tail's client
+    b.extra_props |= {
+        "listeners": f"PLAINTEXT://127.0.0.1:{b.port},SASL_PLAINTEXT://127.0.0.1:{b.sasl_port},"
+        f"CONTROLLER://127.0.0.1:{b.controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{b.port},SASL_PLAINTEXT://127.0.0.1:{b.sasl_port}",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS % ("admin", "admin-pw")
+        + ' user_admin="admin-pw" user_app="app-pw";',
+    }
     b.jvm_opts += [
         f"-Dcom.sun.management.jmxremote.port={jmx_port}",
         f"-Dcom.sun.management.jmxremote.rmi.port={jmx_port}",
@@ -210,6 +221,7 @@ def test_a_hybrid_read_returns_what_sparks_kafka_source_returns_without_remote_r
     after = _fetch_counters(jmx)
     assert after == before, f"the broker read its remote tier during the hybrid read: {before} -> {after}"
 
+    committed = mine["read_committed"]
     for level, got in mine.items():
         want = _rows(
             spark.read.format("kafka")
@@ -220,6 +232,25 @@ def test_a_hybrid_read_returns_what_sparks_kafka_source_returns_without_remote_r
             .load()
         )
         assert got == want, f"{level}: {_first_difference(got, want)}"
+    # the same through the SASL listener (Spark's Java client settings, as Spark's Kafka source takes them)
+    sasl = {
+        "kafka.bootstrap.servers": f"127.0.0.1:{b.sasl_port}",
+        "kafka.security.protocol": "SASL_PLAINTEXT",
+        "kafka.sasl.mechanism": "PLAIN",
+        "kafka.sasl.jaas.config": JAAS % ("app", "app-pw") + ";",
+        "kafka.isolation.level": "read_committed",
+    }
+    assert _rows(spark.read.format("kafka-tiered").options(**store_opts, **sasl).load()) == committed
+    wrong = {
+        **sasl,
+        "kafka.sasl.jaas.config": JAAS % ("app", "wrong") + ";",
+        "kafka.default.api.timeout.ms": "8000",
+    }
+    with pytest.raises(
+        Exception, match=rf"authentication to the Kafka brokers 127.0.0.1:{b.sasl_port} failed"
+    ):
+        spark.read.format("kafka-tiered").options(**store_opts, **wrong).load().count()
+
     # the counters are live: Spark's Kafka source read the oldest offsets through the remote tier
     wait_until(
         "the remote-fetch counters moving for format('kafka')",
