@@ -54,6 +54,7 @@ JAVA_TUNING = frozenset(
         "metric.reporters",
     }
 )
+_ATTEMPT = re.compile(r"\s*\(after \d+ms in state \w+(?:, \d+ identical error\(s\) suppressed)?\)")
 _JAAS_FIELD = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
 
@@ -162,7 +163,9 @@ def describe_failure(servers: str, exc: BaseException, errors: list, timeout_ms:
     for e in seen:
         if e.code() in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED):
             return BrokerError(f"the Kafka brokers {servers} refused access: {e.str()}")
-    reason = "; ".join(dict.fromkeys(e.str() for e in seen)) or str(exc)
+    # librdkafka repeats a connection error with its timing: one of each, at most three
+    reasons = dict.fromkeys(_ATTEMPT.sub("", e.str()).strip() for e in seen)
+    reason = "; ".join(list(reasons)[:3]) or str(exc)
     return BrokerError(
         f"cannot reach the Kafka brokers {servers} (kafka.bootstrap.servers) within {timeout_ms / 1000:g} s: "
         f"{reason}"
