@@ -156,6 +156,13 @@ def _fetch_counters(jmx: Jmx) -> tuple[float, float]:
     return plugin, v.get(f"{kafka}:Count", 0.0)
 
 
+def _requests(jmx: Jmx) -> dict[str, float]:
+    """The broker's request counts by type (Kafka's RequestMetrics, summed over versions)."""
+    names = ("ListOffsets", "Metadata")
+    v = jmx.read(*(f"kafka.network:type=RequestMetrics,name=RequestsPerSec,request={n},*" for n in names))
+    return {n: sum(x for k, x in v.items() if f"request={n}," in k and k.endswith(":Count")) for n in names}
+
+
 def _first_difference(got: list[tuple], want: list[tuple]) -> str:
     for g, w in zip(got, want, strict=False):
         if g != w:
@@ -167,6 +174,12 @@ def test_a_hybrid_read_returns_what_sparks_kafka_source_returns_without_remote_r
     from harness.spark_kafka import add_kafka_source
 
     import spark_reader
+    from spark_reader.filters import PushedFilters
+    from spark_reader.hybrid import plan_batch
+    from spark_reader.offsets import ending_spec, starting_spec
+    from spark_reader.options import parse_options
+    from spark_reader.planning import Planner
+    from spark_reader.tail import BrokerTailPartition
 
     b, store, jmx = broker
     bootstrap = b.bootstrap_servers
@@ -206,6 +219,21 @@ def test_a_hybrid_read_returns_what_sparks_kafka_source_returns_without_remote_r
     add_kafka_source(spark)
     store_opts = {"rsm.properties": str(b.config_file), "subscribe": TOPIC, "includeHeaders": "true"}
     store_only = _rows(spark.read.format("kafka-tiered").options(**store_opts).load())
+    # planning asks the broker one ListOffsets request (and metadata), never a fetch (that is the tasks')
+    requests = _requests(jmx)
+    parsed = parse_options({**store_opts, "kafka.bootstrap.servers": bootstrap})
+    parts = plan_batch(Planner(parsed), PushedFilters(), starting_spec(parsed, False), ending_spec(parsed))
+    delta = {k: v - requests[k] for k, v in _requests(jmx).items()}
+    assert delta["ListOffsets"] == 1 and delta["Metadata"] <= 2, delta
+    tails = sorted((t.partition, t.start) for t in parts if isinstance(t, BrokerTailPartition))
+    assert tails == [(p, nxt) for p, (_, nxt) in sorted(layout.items())]  # split at the store's end
+    # read_committed: the transactions open at the store's end are read from their start by the consumer
+    parsed = parse_options(
+        {**store_opts, "kafka.bootstrap.servers": bootstrap, "kafka.isolation.level": "read_committed"}
+    )
+    parts = plan_batch(Planner(parsed), PushedFilters(), starting_spec(parsed, False), ending_spec(parsed))
+    starts = {t.partition: t.start for t in parts if isinstance(t, BrokerTailPartition)}
+    assert all(starts[p] < nxt for p, (_, nxt) in layout.items()), (starts, layout)
     before = _fetch_counters(jmx)
     mine = {}
     for level in ("read_uncommitted", "read_committed"):
