@@ -2,8 +2,8 @@
 
 With `kafka.bootstrap.servers` the source reads history from the store and the live tail from the brokers
 (`spark_reader.hybrid` splits each partition). Everything the driver asks the brokers is here, and it is
-cheap on purpose: per query (or micro-batch) one metadata request (DescribeTopics: partitions and topic
-ids) and one ListOffsets request (the high watermark, or the last stable offset under read_committed,
+cheap on purpose: per query (or micro-batch) one Metadata request for the topics' partitions (the client
+adds its own, see `BrokerView`) and one ListOffsets request (the high watermark, or the last stable offset under read_committed,
 as Spark's Kafka source takes `latest`). A timestamp option the store cannot answer, or a partition the
 store holds nothing of, adds one more ListOffsets (offsetsForTimes / earliest). The driver never fetches.
 
@@ -21,11 +21,10 @@ import logging
 import re
 import threading
 import uuid
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from spark_reader.errors import ReaderError
-from spark_reader.options import IsolationLevel, OptionError, SourceOptions
+from spark_reader.options import OptionError, SourceOptions
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +174,6 @@ def describe_failure(servers: str, exc: BaseException, errors: list, timeout_ms:
 @dataclass(frozen=True)
 class BrokerTopic:
     name: str
-    topic_id: uuid.UUID | None
     partitions: tuple[int, ...]
 
 
@@ -193,57 +191,64 @@ def warn_once(key: str, message: str) -> None:
 
 
 class BrokerView:
-    """The driver's questions to the brokers for one query or micro-batch (see the module docstring)."""
+    """The driver's questions to the brokers for one query or micro-batch (see the module docstring).
+
+    A librdkafka consumer that is never assigned anything: its `list_topics` is one Metadata request and
+    its `offsets_for_times` one ListOffsets request per leader for every partition at once, latest (-1),
+    earliest (-2) and timestamps mixed, at the consumer's isolation level (so latest is the last stable
+    offset under read_committed). librdkafka adds Metadata requests of its own (the leaders before a
+    ListOffsets, a refresh as each connection comes up) and a coordinator lookup; never a Fetch
+    (tests/test_kafka_hybrid.py counts them). Close it when done."""
 
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
         self.servers = opts.bootstrap_servers or ""
         self.timeout_ms = api_timeout_ms(opts)
         self.errors: list = []
-        self.admin = make_client("admin", client_config(opts), self.errors)
+        conf = {
+            **client_config(opts),
+            "group.id": f"spark-kafka-tiered-driver-{uuid.uuid4()}",  # never joined: no subscribe
+            "enable.auto.commit": "false",
+            "isolation.level": opts.isolation_level.value,
+        }
+        self.client = make_client("consumer", conf, self.errors)
+
+    def close(self) -> None:
+        self.client.poll(0)  # hand librdkafka's queued log lines (kafka.debug) to logging before closing
+        self.client.close()
 
     def _fail(self, exc: BaseException) -> BrokerError:
-        self.admin.poll(
+        self.client.poll(
             0
         )  # serve error_cb: the client's own errors (authentication, transport) name the cause
         return describe_failure(self.servers, exc, self.errors, self.timeout_ms)
 
-    def topics(self, store_topics: Iterable[str]) -> dict[str, BrokerTopic]:
-        """The selected topics that exist on the brokers (one metadata request; two for a pattern)."""
-        from confluent_kafka import KafkaError, KafkaException, TopicCollection
+    def topics(self) -> dict[str, BrokerTopic]:
+        """The selected topics that exist on the brokers, with their partitions (one Metadata request)."""
+        from confluent_kafka import KafkaError, KafkaException
 
         opts, timeout = self.opts, self.timeout_ms / 1000
-        if opts.subscribe_pattern is not None:
-            try:
-                names = list(self.admin.list_topics(timeout=timeout).topics)
-            except KafkaException as exc:
-                raise self._fail(exc) from None
-            pattern = re.compile(opts.subscribe_pattern)
-            wanted = sorted(t for t in names if pattern.fullmatch(t) and not t.startswith("__"))
-        else:
-            wanted = list(opts.subscribe or opts.assign or ())
-        del store_topics  # a store topic the brokers lack is simply absent from the answer
-        if not wanted:
-            return {}
+        named = None if opts.subscribe_pattern is not None else list(opts.subscribe or opts.assign or ())
+        try:
+            meta = self.client.list_topics(
+                topic=named[0] if named and len(named) == 1 else None, timeout=timeout
+            )
+        except KafkaException as exc:
+            raise self._fail(exc) from None
+        if named is None:
+            pattern = re.compile(opts.subscribe_pattern or "")
+            named = sorted(t for t in meta.topics if pattern.fullmatch(t) and not t.startswith("__"))
         out: dict[str, BrokerTopic] = {}
-        futures = self.admin.describe_topics(TopicCollection(wanted), request_timeout=timeout)
-        for name, future in futures.items():
-            try:
-                desc = future.result()
-            except KafkaException as exc:
-                err = exc.args[0] if exc.args else None
-                if isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                    continue
-                raise self._fail(exc) from None
-            tid = None
-            if desc.topic_id is not None:
-                msb = desc.topic_id.get_most_significant_bits() & (2**64 - 1)
-                lsb = desc.topic_id.get_least_significant_bits() & (2**64 - 1)
-                tid = uuid.UUID(int=(msb << 64) | lsb)
-            parts = tuple(sorted(p.id for p in desc.partitions))
+        for name in named:
+            tm = meta.topics.get(name)
+            if tm is None or (tm.error is not None and tm.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+                continue
+            if tm.error is not None:
+                raise self._fail(KafkaException(tm.error))
+            parts = tuple(sorted(tm.partitions))
             if opts.assign is not None:
                 parts = tuple(p for p in parts if p in opts.assign.get(name, ()))
-            out[name] = BrokerTopic(name, tid, parts)
+            out[name] = BrokerTopic(name, parts)
         return out
 
     def offsets(self, specs: dict[tuple[str, int], int]) -> dict[tuple[str, int], int | None]:
@@ -253,33 +258,16 @@ class BrokerView:
         record reaches gives None."""
         if not specs:
             return {}
-        from confluent_kafka import IsolationLevel as KafkaIsolation
         from confluent_kafka import KafkaException, TopicPartition
-        from confluent_kafka.admin import OffsetSpec
 
-        def spec(v: int) -> OffsetSpec:
-            return (
-                OffsetSpec.latest()
-                if v == -1
-                else OffsetSpec.earliest()
-                if v == -2
-                else OffsetSpec.for_timestamp(v)
-            )
-
-        isolation = (
-            KafkaIsolation.READ_COMMITTED
-            if self.opts.isolation_level is IsolationLevel.READ_COMMITTED
-            else KafkaIsolation.READ_UNCOMMITTED
-        )
-        request = {TopicPartition(t, p): spec(v) for (t, p), v in specs.items()}
+        request = [TopicPartition(t, p, v) for (t, p), v in specs.items()]
         try:
-            futures = self.admin.list_offsets(
-                request, isolation_level=isolation, request_timeout=self.timeout_ms / 1000
-            )
-            out: dict[tuple[str, int], int | None] = {}
-            for tp, future in futures.items():
-                offset = future.result().offset
-                out[(tp.topic, tp.partition)] = None if offset < 0 else int(offset)
-            return out
+            answer = self.client.offsets_for_times(request, timeout=self.timeout_ms / 1000)
         except KafkaException as exc:
             raise self._fail(exc) from None
+        out: dict[tuple[str, int], int | None] = {}
+        for tp in answer:
+            if tp.error is not None:
+                raise self._fail(KafkaException(tp.error))
+            out[(tp.topic, tp.partition)] = None if tp.offset < 0 else int(tp.offset)
+        return out

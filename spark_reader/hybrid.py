@@ -16,8 +16,8 @@ transaction indexes. The offsets between that transaction's start and the store'
 read from the brokers although the store holds them: they are normally still on the brokers' local disk
 (a segment is tiered once it is below the last stable offset, long before local retention deletes it).
 
-A topic the store holds but the brokers do not (deleted, or re-created under another topic id) is read
-from the store alone, with one warning. A partition the brokers have and the store does not is read from
+A topic the store holds but the brokers do not (deleted, or re-created: its partition there ends before
+the store's history does) is read from the store alone, with one warning. A partition the brokers have and the store does not is read from
 the brokers alone.
 """
 
@@ -89,26 +89,33 @@ class HybridQuery:
     def __init__(self, planner: Planner, filters: PushedFilters) -> None:
         self.planner, self.opts, self.filters = planner, planner.opts, filters
         self.view = BrokerView(self.opts)
-        store_topics = self._store_topic_names()
-        broker = self.view.topics(store_topics)
-        topics = sorted(set(broker) | set(store_topics))
+        try:
+            broker = self.view.topics()
+        except BaseException:
+            self.view.close()
+            raise
+        topics = sorted(set(broker) | set(self._store_topic_names()))
         store = {sp.key: sp for sp in _store_selection(planner, filters, topics)}
         self.splits: dict[Key, Split] = {}
         for key, sp in store.items():
             bt = broker.get(key[0])
-            same = bt is not None and (bt.topic_id is None or bt.topic_id == sp.topic_id)
-            if bt is None or not same:
-                why = "does not exist on" if bt is None else "was re-created (another topic id) on"
-                warn_once(
-                    f"{key[0]}@{self.view.servers}",
-                    f"kafka-tiered: topic {key[0]} {why} the Kafka brokers {self.view.servers}: "
-                    "reading its history from the store only",
-                )
-            self.splits[key] = Split(key, sp, same and key[1] in bt.partitions)  # type: ignore[union-attr]
+            if bt is None:
+                self._store_only(key[0], "does not exist on")
+            self.splits[key] = Split(key, sp, bt is not None and key[1] in bt.partitions)
         for name, bt in broker.items():
             for p in bt.partitions:
                 if (name, p) not in self.splits and filters.partition.contains(p):
                     self.splits[(name, p)] = Split((name, p), None, True)
+
+    def _store_only(self, topic: str, why: str) -> None:
+        warn_once(
+            f"{topic}@{self.view.servers}",
+            f"kafka-tiered: topic {topic} {why} the Kafka brokers {self.view.servers}: "
+            "reading its history from the store only",
+        )
+
+    def close(self) -> None:
+        self.view.close()
 
     def _store_topic_names(self) -> list[str]:
         if self.opts.subscribe_pattern is None:
@@ -118,7 +125,17 @@ class HybridQuery:
     def latest(self) -> dict[Key, int]:
         """The brokers' latest offset of every partition they have (one ListOffsets request)."""
         found = self.view.offsets({k: LATEST for k, s in self.splits.items() if s.on_brokers})
-        return {k: v for k, v in found.items() if v is not None}
+        out = {}
+        for k, v in found.items():
+            sp = self.splits[k].store
+            if v is not None and sp is not None and (sp.history.next_offset or 0) > v:
+                # the brokers' partition ends before the store's: another topic of the same name (re-created)
+                # (Kafka tiers only below the last stable offset, so its own log never ends before the store)
+                self._store_only(k[0], "was re-created (it ends before the store's history) on")
+                self.splits[k].on_brokers = False
+            elif v is not None:
+                out[k] = v
+        return out
 
     def earliest_of_broker_only(self) -> dict[Key, int]:
         """The brokers' log start of the partitions the store holds nothing of (asked only if any)."""
@@ -189,6 +206,15 @@ def plan_batch(
 ) -> list[InputPartition]:
     """A batch query's input partitions: the store's (planned as without a broker) and the tails."""
     query = HybridQuery(planner, filters)
+    try:
+        return _plan_batch(query, planner, filters, start, end)
+    finally:
+        query.close()
+
+
+def _plan_batch(
+    query: HybridQuery, planner: Planner, filters: PushedFilters, start: OffsetSpec, end: OffsetSpec
+) -> list[InputPartition]:
     latest = query.latest()
     settings = tail_settings(planner.opts)
     starts = {k: start.position(*k) for k in query.splits}
@@ -245,6 +271,18 @@ def stream_initial(
     """A stream's first offsets: earliest the store's first (the brokers' where the store has nothing),
     latest the brokers', a timestamp from the store or, past it, the brokers' offsetsForTimes."""
     query = HybridQuery(planner, PushedFilters())
+    try:
+        return _stream_initial(query, planner, spec, first_at)
+    finally:
+        query.close()
+
+
+def _stream_initial(
+    query: HybridQuery,
+    planner: Planner,
+    spec: OffsetSpec,
+    first_at: Callable[[Planner, SelectedPartition, int], int | None],
+) -> dict[Key, int]:
     latest = query.latest()
     positions = {k: spec.position(*k) for k in query.splits}
     hits = _lookups(query, positions)
@@ -273,6 +311,15 @@ def stream_latest(planner: Planner, begin: dict[Key, int]) -> tuple[dict[Key, in
     """(latest, begin completed) for a trigger: the brokers' latest; a partition new to the query starts
     at its earliest (the store's first offset, else the brokers' log start)."""
     query = HybridQuery(planner, PushedFilters())
+    try:
+        return _stream_latest(query, planner, begin)
+    finally:
+        query.close()
+
+
+def _stream_latest(
+    query: HybridQuery, planner: Planner, begin: dict[Key, int]
+) -> tuple[dict[Key, int], dict[Key, int]]:
     latest = query.latest()
     new_broker_only = any(s.store is None and k not in begin for k, s in query.splits.items())
     first = query.earliest_of_broker_only() if new_broker_only else {}
