@@ -17,8 +17,9 @@ read from the brokers although the store holds them: they are normally still on 
 (a segment is tiered once it is below the last stable offset, long before local retention deletes it).
 
 A topic the store holds but the brokers do not (deleted, or re-created: its partition there ends before
-the store's history does) is read from the store alone, with one warning. A partition the brokers have and the store does not is read from
-the brokers alone.
+the store's history does) is read from the store alone, with one warning. A partition the brokers have
+and the store does not is read from the brokers alone, from their log start for `earliest`. Offsets the
+brokers no longer hold past the store's end are data loss (failOnDataLoss), found by the tail's task.
 """
 
 from __future__ import annotations
@@ -89,14 +90,17 @@ class HybridQuery:
     def __init__(self, planner: Planner, filters: PushedFilters) -> None:
         self.planner, self.opts, self.filters = planner, planner.opts, filters
         self.view = BrokerView(self.opts)
+        self.splits: dict[Key, Split] = {}
         try:
-            broker = self.view.topics()
+            self._split(planner, filters)
         except BaseException:
             self.view.close()
             raise
+
+    def _split(self, planner: Planner, filters: PushedFilters) -> None:
+        broker = self.view.topics()
         topics = sorted(set(broker) | set(self._store_topic_names()))
         store = {sp.key: sp for sp in _store_selection(planner, filters, topics)}
-        self.splits: dict[Key, Split] = {}
         for key, sp in store.items():
             bt = broker.get(key[0])
             if bt is None:

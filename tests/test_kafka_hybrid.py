@@ -424,3 +424,39 @@ def test_a_topic_the_broker_does_not_have_is_read_from_the_store_with_one_warnin
     warned = [r.getMessage() for r in caplog.records if "gone" in r.getMessage()]
     assert len(warned) == 1
     assert all("does not exist on the Kafka brokers" in w and "store only" in w for w in warned)
+
+
+def test_offsets_the_brokers_no_longer_hold_are_data_loss_in_the_tail(broker, spark) -> None:  # noqa: ANN001
+    """A start below the brokers' log start (records deleted there, nothing in the store): failOnDataLoss."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    import spark_reader
+
+    b, _, _ = broker
+    topic = "hybrid-deleted"
+    b.create_topic(topic, 1, {"segment.bytes": str(SEGMENT)})
+    _produce(b.bootstrap_servers, topic, 0, 0, 100)
+    admin = AdminClient({"bootstrap.servers": b.bootstrap_servers})
+    (future,) = admin.delete_records([TopicPartition(topic, 0, 40)]).values()
+    future.result(30)
+    spark_reader.register(spark)
+
+    def read(**extra: str) -> list[int]:
+        df = (
+            spark.read.format("kafka-tiered")
+            .option("rsm.properties", str(b.config_file))
+            .option("kafka.bootstrap.servers", b.bootstrap_servers)
+            .option("subscribe", topic)
+            .option("startingOffsets", json.dumps({topic: {"0": 10}}))
+            .options(**extra)
+            .load()
+        )
+        return sorted(r["offset"] for r in df.select("offset").collect())
+
+    with pytest.raises(
+        Exception, match=rf"{topic}-0: offsets 10\.\.39 are neither in the store nor on the Kafka"
+    ):
+        read()
+    assert read(failOnDataLoss="false") == list(range(40, 100))
+    assert read(startingOffsets="earliest") == list(range(40, 100))  # earliest: the brokers' log start
