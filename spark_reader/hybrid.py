@@ -164,8 +164,9 @@ def split_range(
     end: Position | None,
     settings: TailSettings,
     filters: PushedFilters,
-) -> tuple[PartitionRange | None, BrokerTailPartition | None]:
-    """The store's part of [lo, hi) and the brokers' part after it (see the module docstring).
+) -> tuple[PartitionRange | None, list[BrokerTailPartition]]:
+    """The store's part of [lo, hi) and the brokers' part after it (see the module docstring): one tail
+    partition, or several of `maxRecordsPerPartition` offsets each.
 
     `start` is the position handed to the store's planner (earliest, an offset, or a timestamp the store
     answers); `end` is a timestamp end the store answers (then nothing comes from the brokers), else None.
@@ -179,18 +180,23 @@ def split_range(
             stop = end if end is not None else Position(Kind.OFFSET, min(hi, store_end))
             pr = planner.partition_range(sp, start, stop)
             if end is not None:
-                return pr, None
+                return pr, []
         if pr is not None:
             tail_start = pr.end
         elif start.kind is not Kind.OFFSET:
             tail_start = max(lo, sp.history.first_offset or lo)
     if not split.on_brokers or tail_start >= hi:
-        return pr, None
+        return pr, []
     offset_lo, offset_hi = filters.offset.span()
     a = tail_start if offset_lo is None else max(tail_start, offset_lo)
     b = hi if offset_hi is None else min(hi, offset_hi + 1)
-    tail = BrokerTailPartition(topic, partition, a, b, settings, filters) if a < b else None
-    return pr, tail
+    if a >= b:
+        return pr, []
+    step = planner.opts.max_records_per_partition or (b - a)
+    return pr, [
+        BrokerTailPartition(topic, partition, x, min(b, x + step), settings, filters)
+        for x in range(a, b, step)
+    ]
 
 
 def _lookups(query: HybridQuery, positions: dict[Key, Position]) -> dict[Key, int | None]:
@@ -258,8 +264,7 @@ def _plan_batch(
         pr, tail = split_range(planner, split, s_pos, lo, hi, store_end, settings, filters)
         if pr is not None:
             ranges.append(pr)
-        if tail is not None:
-            tails.append(tail)
+        tails += tail
     parts: list[InputPartition] = list(planner.plan(ranges, filters))
     log.info(
         "kafka-tiered: %d store partition(s) and %d tail(s) from the brokers over %d topic partition(s)",
@@ -364,6 +369,5 @@ def stream_partitions(
         )
         if pr is not None:
             ranges.append(pr)
-        if tail is not None:
-            tails.append(tail)
+        tails += tail
     return tails + list(planner.plan(ranges, PushedFilters()))

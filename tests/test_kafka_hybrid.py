@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import threading
 import time
 from collections import Counter
@@ -96,6 +97,7 @@ def broker(
         yield b, store, Jmx(kafka_dump_log, jmx_port)
     finally:
         b.stop()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def _value(tag: str) -> bytes:

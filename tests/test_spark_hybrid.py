@@ -97,3 +97,20 @@ def test_unreachable_bootstrap_servers_are_named_in_one_line() -> None:
         f"cannot reach the Kafka brokers {servers} (kafka.bootstrap.servers) within 1.5 s"
     )
     assert "\n" not in message and time.monotonic() - started < 30
+
+
+def test_a_partition_the_store_lacks_is_one_tail_or_several_of_max_records_per_partition() -> None:
+    from spark_reader.hybrid import Split, split_range
+    from spark_reader.offsets import Kind, Position
+    from spark_reader.planning import Planner
+
+    for extra, want in (
+        ({}, [(100, 350)]),
+        ({"maxRecordsPerPartition": "100"}, [(100, 200), (200, 300), (300, 350)]),
+    ):
+        opts = parse_options({**STORE, "subscribe": "t", "kafka.bootstrap.servers": "b:9092", **extra})
+        pr, tails = split_range(
+            Planner(opts), Split(("t", 0), None, True), Position(Kind.OFFSET, 100), 100, 350, None,
+            tail_settings(opts), PushedFilters(),
+        )  # fmt: skip
+        assert pr is None and [(t.start, t.end) for t in tails] == want
