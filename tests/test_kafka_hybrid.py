@@ -429,7 +429,8 @@ def test_a_topic_the_broker_does_not_have_is_read_from_the_store_with_one_warnin
 
 
 def test_offsets_the_brokers_no_longer_hold_are_data_loss_in_the_tail(broker, spark) -> None:  # noqa: ANN001
-    """A start below the brokers' log start (records deleted there, nothing in the store): failOnDataLoss."""
+    """A start below the brokers' log start (records deleted there, nothing in the store): failOnDataLoss.
+    The topic stamps LogAppendTime: the tail's timestampType is Spark's Kafka source's."""
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import AdminClient
 
@@ -437,7 +438,7 @@ def test_offsets_the_brokers_no_longer_hold_are_data_loss_in_the_tail(broker, sp
 
     b, _, _ = broker
     topic = "hybrid-deleted"
-    b.create_topic(topic, 1, {"segment.bytes": str(SEGMENT)})
+    b.create_topic(topic, 1, {"segment.bytes": str(SEGMENT), "message.timestamp.type": "LogAppendTime"})
     _produce(b.bootstrap_servers, topic, 0, 0, 100)
     admin = AdminClient({"bootstrap.servers": b.bootstrap_servers})
     (future,) = admin.delete_records([TopicPartition(topic, 0, 40)]).values()
@@ -462,3 +463,18 @@ def test_offsets_the_brokers_no_longer_hold_are_data_loss_in_the_tail(broker, sp
         read()
     assert read(failOnDataLoss="false") == list(range(40, 100))
     assert read(startingOffsets="earliest") == list(range(40, 100))  # earliest: the brokers' log start
+    # every column as Spark's Kafka source gives it, timestampType LogAppendTime (1) included
+    from harness.spark_kafka import add_kafka_source
+
+    add_kafka_source(spark)
+    rows = {
+        fmt: _rows(
+            spark.read.format(fmt)
+            .options(**({"rsm.properties": str(b.config_file)} if fmt == "kafka-tiered" else {}))
+            .option("kafka.bootstrap.servers", b.bootstrap_servers)
+            .options(subscribe=topic, includeHeaders="true")
+            .load()
+        )
+        for fmt in ("kafka-tiered", "kafka")
+    }
+    assert rows["kafka-tiered"] == rows["kafka"] and {r[6] for r in rows["kafka"]} == {1}
