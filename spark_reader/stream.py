@@ -5,6 +5,11 @@ checkpoint reads like one of Spark's own Kafka source. Each trigger lists the st
 since the last one are picked up, new partitions start at their earliest tiered offset, and a start that
 retention has since removed from the store is data loss (failOnDataLoss). `maxOffsetsPerTrigger` caps a
 micro-batch as Spark's Kafka source does, spread over partitions in proportion to their backlog.
+
+With `kafka.bootstrap.servers` (`spark_reader.hybrid`) the latest offset is the brokers' and a
+micro-batch reads what the store holds of its range from the store, the rest from the brokers: a query
+catches up at store speed, then follows the topic live, and segments tiered meanwhile are read from the
+store by later micro-batches.
 """
 
 from __future__ import annotations
