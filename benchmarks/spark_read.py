@@ -26,7 +26,11 @@ One run, one topic, everything real (issues 12 and 23):
     4.2.0 runs on PySpark 4.3.0), reading from the broker, which fetches the range from the remote tier;
   * the ceiling: a Python data source yielding prebuilt Arrow batches of the same schema, partitions and
     batch sizes from memory (benchmarks/_memory_source.py);
-- and the columnar decoder alone, one thread, over the same input partitions' decoded chunks in memory.
+- and the columnar decoder alone, one thread, over the same input partitions' decoded chunks in memory;
+- then the hybrid row (issue 22, benchmarks/_hybrid.py): ``--records / 9`` more records that stay on the
+  broker's disk (90% of the topic tiered, 10% local), and the whole topic read by ``kafka-tiered`` with
+  ``kafka.bootstrap.servers`` (history from the store, tail from the broker) and by ``kafka``, with the
+  broker's CPU seconds (its JVM and bridge, from /proc) during each read.
 
 Then the columnar scan's own figures, from its workers' reports (benchmarks/_columnar.py): payloads
 decompressed by a count(), and the peak RSS of a Python worker reading ``--rss-segment-mib`` segments (two
@@ -36,6 +40,9 @@ Targets (issue 23), ratios in this one run: the columnar scan's sum(crc32(value)
 Source, >= 5x Spark's Kafka source, >= 0.5x the decode limit (the decoder alone, one thread, times the 2
 cores of local[2]); its count() >= 10x Spark's Kafka source with zero payloads decompressed; a worker's
 peak RSS on the big segments < 200 MiB. Issue 12's Python-path figures stay in the table.
+
+Hybrid (issue 22): >= 1.8x Spark's Kafka source, the broker's CPU during our read <= 1/5 of it during
+Spark's.
 Prints a table and a PASS/FAIL line per target; exits 1 if one fails.
 Needs Java 17 and Maven (like the test suite); jars are cached under .cache/.
 """
@@ -326,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--rss-segment-mib", type=int, default=256, help="segment size of the memory run (0: skip it)"
     )
+    parser.add_argument("--no-hybrid", action="store_true", help="skip the hybrid row (store + broker tail)")
     args = parser.parse_args(argv)
 
     for tool in ("java", "mvn"):
@@ -572,6 +580,26 @@ def main(argv: list[str] | None = None) -> int:
                 Target(f"columnar, Python worker peak RSS on {args.rss_segment_mib} MiB segments",
                        columnar["big_max_rss_mib"], 200, at_least=False, unit=" MiB")
             )  # fmt: skip
+        if not args.no_hybrid:
+            from benchmarks._hybrid import add_local_tail, run_hybrid_row
+
+            tail_records = args.records // 9
+            add_local_tail(
+                broker, TOPIC, topic_configs,
+                lambda n: produce(tools_cp, broker.bootstrap_servers, n, payloads, work / "producer-tail.log"),
+                tail_records,
+            )  # fmt: skip
+            hybrid, hybrid_targets = run_hybrid_row(spark, broker, TOPIC, store, args.rounds, timed)
+            targets += hybrid_targets
+            results["hybrid"] = hybrid
+            print_table(
+                f"hybrid: {hybrid['rows']:,} records, {rows:,} tiered + {tail_records:,} on the broker only",
+                ["reader, sum(crc32(value))", "M rows/s (best)", "broker CPU s per read (JVM + bridge)"],
+                [
+                    [r, f"{hybrid['rows_per_s'][r] / M:,.2f}", f"{hybrid['broker_cpu_s_per_read'][r]:.2f}"]
+                    for r in hybrid["seconds_best"]
+                ],
+            )
         results |= {
             "rows_per_s": {f"{r} / {q}": x for (r, q), x in rate.items()},
             "seconds_per_round": {f"{r} / {q}": v for (r, q), v in times.items()},

@@ -27,6 +27,7 @@ from segment_format.segment import leader_epoch_problem
 from spark_reader.errors import ReaderError
 from spark_reader.filters import UNBOUNDED
 from spark_reader.partition_reader import TieredPartition, _chunks, _violations, clients, read_partition
+from spark_reader.tail import BrokerTailPartition
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,8 @@ def reference_count(part: TieredPartition) -> int:
 
 def count_partition(part: object) -> int:
     """The rows of one input partition, from batch headers where they say it exactly (module docstring)."""
+    if isinstance(part, BrokerTailPartition):  # a hybrid query's live tail: the brokers' records, counted
+        return sum(batch.num_rows for batch in read_partition(part, columns=("offset",)))
     if not isinstance(part, TieredPartition):
         return 0
     if part.start_timestamp is not None or part.end_timestamp is not None:

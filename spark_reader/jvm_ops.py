@@ -24,6 +24,7 @@ from segment_format.columnar import decompressed_sections
 from spark_reader.counting import count_partition
 from spark_reader.partition_reader import TieredPartition, read_partition
 from spark_reader.schema import arrow_schema
+from spark_reader.tail import BrokerTailPartition
 
 OK, ERROR = 0, 1
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -83,6 +84,8 @@ def _estimates(parts: Sequence[object]) -> dict[str, int]:
     """Upper bounds for Spark's optimizer (SupportsReportStatistics): offsets and segment bytes planned."""
     rows = size = 0
     for part in parts:
+        if isinstance(part, BrokerTailPartition):  # offsets on the brokers; their bytes are not known
+            rows += max(0, part.end - part.start)
         split = getattr(part, "split", None)
         if split is not None:
             rows += max(0, split.last_offset - split.first_offset + 1)
@@ -168,10 +171,14 @@ def call(op: str | None, header: dict, blob: bytes) -> tuple[dict, list[bytes]]:
 
 
 def _output_schema(part: object, columns: Sequence[str] | None, count: bool) -> pa.Schema:
-    if count or not isinstance(part, TieredPartition):
+    if count:
         return pa.schema([])
-    s = part.settings
-    schema = arrow_schema(s.include_headers, s.violations == "flag")
+    if isinstance(part, BrokerTailPartition):
+        schema = arrow_schema(part.settings.include_headers, part.settings.flag_violations)
+    elif isinstance(part, TieredPartition):
+        schema = arrow_schema(part.settings.include_headers, part.settings.violations == "flag")
+    else:
+        return pa.schema([])
     return schema if columns is None else pa.schema([schema.field(c) for c in columns])
 
 

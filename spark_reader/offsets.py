@@ -4,7 +4,7 @@ Per partition a position is `earliest` (-2 in JSON), `latest` (-1), an offset, o
 record whose timestamp is >= it, as `offsetsForTimes` answers). Precedence is Spark's: a global
 `startingTimestamp` over `startingOffsetsByTimestamp` over `startingOffsets` (the same for the ending
 side). Ending offsets are exclusive. Here `earliest` and `latest` mean the first offset held in the store
-and one past the last one.
+and one past the last one (with `kafka.bootstrap.servers`, latest is the brokers': `spark_reader.hybrid`).
 
 The stream's offset is Kafka source's JSON shape, `{"topic": {"partition": next offset}}`; Spark hands
 it back with string keys, as Kafka's source writes them.

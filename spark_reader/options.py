@@ -2,8 +2,11 @@
 
 Switching `format("kafka")` to `format("kafka-tiered")` must be a one-word change, so every option of
 Spark's Kafka source is accepted: the ones that mean something without a broker are honoured, the
-consumer tuning ones (`kafka.*`, poll timeouts, group ids) are accepted and ignored. Anything else is a
-mistake and is refused naming the option.
+consumer tuning ones (poll timeouts, group id prefixes) are accepted and ignored. The `kafka.*` options
+mean something only with `kafka.bootstrap.servers`: the source then also reads the topic's live tail from
+the brokers (`spark_reader.broker`) and hands them, prefix stripped, to its Kafka clients as Spark's Kafka
+source does (security settings included); without it they are ignored and only the store is read.
+Anything else is a mistake and is refused naming the option.
 
 The store is named by the keys `RemoteStorageManager.configure` takes (`storage.backend`, `bucket`,
 `storage.s3.endpoint.url`, `encryption.keyring.path`, ...; bare or with the broker's `rsm.config.`
@@ -18,7 +21,7 @@ import difflib
 import enum
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rsm.api.errors import ConfigException
@@ -130,6 +133,15 @@ class SourceOptions:
     topic_id: str | None = None
     violations: Violations = Violations.INCLUDE
     rsm_configs: dict[str, str] = field(default_factory=dict, repr=False)  # may hold credentials
+    # the `kafka.*` options but the isolation level, prefix stripped: Kafka client settings (may hold
+    # credentials, e.g. sasl.jaas.config); empty unless kafka.bootstrap.servers is given
+    kafka_params: dict[str, str] = field(default_factory=dict, repr=False)
+    poll_timeout_ms: int | None = None  # kafkaConsumer.pollTimeoutMs: how long a tail task waits for data
+
+    @property
+    def bootstrap_servers(self) -> str | None:
+        """The brokers to read the live tail from (None: the store only, as without a broker)."""
+        return self.kafka_params.get("bootstrap.servers") or None
 
     def rsm_config(self) -> RsmConfig:
         try:
@@ -281,5 +293,15 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
         violations=violations,
         rsm_configs=rsm,
     )
+    if opts.get("kafka.bootstrap.servers", "").strip():
+        parsed = replace(
+            parsed,
+            kafka_params={
+                k[len("kafka.") :]: v for k, v in opts.items() if k.startswith("kafka.") and k != ISOLATION
+            },
+            poll_timeout_ms=_positive_int("kafkaConsumer.pollTimeoutMs", opts["kafkaconsumer.polltimeoutms"])
+            if "kafkaconsumer.polltimeoutms" in opts
+            else None,
+        )
     parsed.rsm_config()  # refuse a bad store option on the driver, before any task
     return parsed

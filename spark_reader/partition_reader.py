@@ -49,6 +49,7 @@ from segment_format.segment import leader_epoch_problem
 from spark_reader.errors import DataLossError, ReaderError
 from spark_reader.filters import NO_FILTERS, PushedFilters
 from spark_reader.schema import VIOLATION_COLUMN, to_spark_batch
+from spark_reader.tail import BrokerTailPartition, read_tail
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +210,12 @@ def _projection(columns: Sequence[str] | None, include_headers: bool) -> Project
 def read_partition(part: InputPartition, columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
     """The rows of one input partition as Arrow batches of the source's schema, or of only its `columns`
     in that order (the columnar scan's pruning: the decoder then copies no key, value or headers not
-    asked for; every rule below still runs on the batch fields, which are always decoded)."""
+    asked for; every rule below still runs on the batch fields, which are always decoded). A hybrid
+    query's live tail is read from the brokers (`spark_reader.tail`) in the same schema."""
+    if isinstance(part, BrokerTailPartition):
+        for batch in read_tail(part):
+            yield batch if columns is None else batch.select(list(columns))
+        return
     if not isinstance(part, TieredPartition):
         return  # a query planned to nothing: Spark still runs one task with a placeholder partition
     split, settings = part.split, part.settings

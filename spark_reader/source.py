@@ -74,6 +74,10 @@ class TieredBatchReader(DataSourceReader):
         start, end = starting_spec(self.opts, streaming=False), ending_spec(self.opts)
         if self.filters.empty:
             return []
+        if self.opts.bootstrap_servers:  # history from the store, the live tail from the brokers
+            from spark_reader.hybrid import plan_batch
+
+            return plan_batch(planner, self.filters, start, end)
         ranges = []
         for sp in planner.select(self.filters):
             pr = planner.partition_range(

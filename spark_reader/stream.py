@@ -5,6 +5,11 @@ checkpoint reads like one of Spark's own Kafka source. Each trigger lists the st
 since the last one are picked up, new partitions start at their earliest tiered offset, and a start that
 retention has since removed from the store is data loss (failOnDataLoss). `maxOffsetsPerTrigger` caps a
 micro-batch as Spark's Kafka source does, spread over partitions in proportion to their backlog.
+
+With `kafka.bootstrap.servers` (`spark_reader.hybrid`) the latest offset is the brokers' and a
+micro-batch reads what the store holds of its range from the store, the rest from the brokers: a query
+catches up at store speed, then follows the topic live, and segments tiered meanwhile are read from the
+store by later micro-batches.
 """
 
 from __future__ import annotations
@@ -59,8 +64,12 @@ class TieredStreamReader(DataSourceStreamReader):
 
     @one_line_errors
     def initialOffset(self) -> dict:  # noqa: N802 - Spark's name
-        planner, current = self._partitions()
         spec = starting_spec(self.opts, streaming=True)
+        if self.opts.bootstrap_servers:  # the brokers' latest, the store's earliest (spark_reader.hybrid)
+            from spark_reader.hybrid import stream_initial
+
+            return to_stream_offset(stream_initial(Planner(self.opts), spec, self._first_offset_at))
+        planner, current = self._partitions()
         offsets: Offsets = {}
         for key, sp in current.items():
             earliest, latest = self._bounds(planner, sp)
@@ -85,13 +94,18 @@ class TieredStreamReader(DataSourceStreamReader):
 
     @one_line_errors
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:  # noqa: N802
-        planner, current = self._partitions()
         begin = from_stream_offset(start) if start else {}
         latest: Offsets = {}
-        for key, sp in current.items():
-            earliest, last = self._bounds(planner, sp)
-            latest[key] = max(last, begin.get(key, earliest))
-            begin.setdefault(key, earliest)
+        if self.opts.bootstrap_servers:
+            from spark_reader.hybrid import stream_latest
+
+            latest, begin = stream_latest(Planner(self.opts), begin)
+        else:
+            planner, current = self._partitions()
+            for key, sp in current.items():
+                earliest, last = self._bounds(planner, sp)
+                latest[key] = max(last, begin.get(key, earliest))
+                begin.setdefault(key, earliest)
         if isinstance(limit, ReadMaxRows):
             latest = rate_limit(begin, latest, limit.max_rows)
         # partitions that left the store keep their last offset (nothing more to read there)
@@ -101,8 +115,12 @@ class TieredStreamReader(DataSourceStreamReader):
 
     @one_line_errors
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        planner, current = self._partitions()
         begin, finish = from_stream_offset(start), from_stream_offset(end)
+        if self.opts.bootstrap_servers:  # the store's part from the store, the rest from the brokers
+            from spark_reader.hybrid import stream_partitions
+
+            return stream_partitions(Planner(self.opts), begin, finish)
+        planner, current = self._partitions()
         ranges = []
         for key, stop in finish.items():
             sp = current.get(key)

@@ -1,0 +1,373 @@
+"""The whole topic in one query: history from the store, the live tail from the brokers.
+
+With `kafka.bootstrap.servers`, each partition is split at the store's end. Offsets the store holds are
+read from the store (planned by `Planner` as without a broker), so the brokers serve no remote read; the
+offsets past the store's last one, up to the query's end, become one `BrokerTailPartition` read by a
+Kafka consumer in a task. `latest` (and a stream's latest offset) is the brokers' own: the high watermark,
+or the last stable offset under read_committed, as in Spark's Kafka source. `earliest` is the store's
+first offset (the brokers' when the store holds nothing of a partition yet).
+
+A transaction that starts in the store and ends in the tail: the store alone cannot know how it ended
+(its marker is not tiered yet), so under read_committed the store's part stops where the planner stops
+it without a broker, at the first offset of a transaction still open at the store's end, and the tail
+starts there. The consumer then sees the whole transaction with its marker and keeps or drops it as a
+Kafka consumer does; transactions that ended inside the store keep being dropped by the store's own
+transaction indexes. The offsets between that transaction's start and the store's end are the only ones
+read from the brokers although the store holds them: they are normally still on the brokers' local disk
+(a segment is tiered once it is below the last stable offset, long before local retention deletes it).
+
+A topic the store holds but the brokers do not (deleted, or re-created: its partition there ends before
+the store's history does) is read from the store alone, with one warning. A partition the brokers have
+and the store does not is read from the brokers alone, from their log start for `earliest`. Offsets the
+brokers no longer hold past the store's end are data loss (failOnDataLoss), found by the tail's task.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from pyspark.sql.datasource import InputPartition
+
+from spark_reader.broker import BrokerView, client_config, warn_once
+from spark_reader.errors import ReaderError
+from spark_reader.filters import PushedFilters
+from spark_reader.offsets import Kind, OffsetSpec, Position
+from spark_reader.options import IsolationLevel, SourceOptions, Violations
+from spark_reader.planning import PartitionRange, Planner
+from spark_reader.tail import DEFAULT_POLL_TIMEOUT_MS, BrokerTailPartition, TailSettings
+from spark_reader.topics import SelectedPartition, select_partitions
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, int]
+LATEST, EARLIEST = -1, -2
+
+
+def tail_settings(opts: SourceOptions) -> TailSettings:
+    return TailSettings(
+        client=tuple(sorted(client_config(opts).items())),
+        read_committed=opts.isolation_level is IsolationLevel.READ_COMMITTED,
+        include_headers=opts.include_headers,
+        flag_violations=opts.violations is Violations.FLAG,
+        fail_on_data_loss=opts.fail_on_data_loss,
+        poll_timeout_ms=opts.poll_timeout_ms or DEFAULT_POLL_TIMEOUT_MS,
+    )
+
+
+def _store_selection(
+    planner: Planner, filters: PushedFilters, topics: Sequence[str]
+) -> list[SelectedPartition]:
+    """The store's partitions of the query; a topic with nothing tiered yet is the brokers' alone."""
+    opts = planner.opts
+    if opts.subscribe_pattern is not None or all(planner.catalog.topic_ids(t) for t in topics):
+        return planner.select(filters)
+    out: list[SelectedPartition] = []
+    for topic in topics:  # one topic at a time, skipping those the store lacks
+        if not planner.catalog.topic_ids(topic):
+            continue
+        if opts.assign is not None:
+            narrowed = replace(opts, assign={topic: opts.assign[topic]})
+        else:
+            narrowed = replace(opts, subscribe=(topic,))
+        out += select_partitions(planner.catalog, narrowed, filters.partition)
+    return out
+
+
+@dataclass
+class Split:
+    """One partition of a hybrid query: store history, brokers' state, and what each side reads."""
+
+    key: Key
+    store: SelectedPartition | None
+    on_brokers: bool
+
+
+class HybridQuery:
+    """One query's (or micro-batch's) view of both sides: the store's partitions and the brokers'."""
+
+    def __init__(self, planner: Planner, filters: PushedFilters) -> None:
+        self.planner, self.opts, self.filters = planner, planner.opts, filters
+        self.view = BrokerView(self.opts)
+        self.splits: dict[Key, Split] = {}
+        try:
+            self._split(planner, filters)
+        except BaseException:
+            self.view.close()
+            raise
+
+    def _split(self, planner: Planner, filters: PushedFilters) -> None:
+        broker = self.view.topics()
+        topics = sorted(set(broker) | set(self._store_topic_names()))
+        store = {sp.key: sp for sp in _store_selection(planner, filters, topics)}
+        for key, sp in store.items():
+            bt = broker.get(key[0])
+            if bt is None:
+                self._store_only(key[0], "does not exist on")
+            self.splits[key] = Split(key, sp, bt is not None and key[1] in bt.partitions)
+        for name, bt in broker.items():
+            for p in bt.partitions:
+                if (name, p) not in self.splits and filters.partition.contains(p):
+                    self.splits[(name, p)] = Split((name, p), None, True)
+
+    def _store_only(self, topic: str, why: str) -> None:
+        warn_once(
+            f"{topic}@{self.view.servers}",
+            f"kafka-tiered: topic {topic} {why} the Kafka brokers {self.view.servers}: "
+            "reading its history from the store only",
+        )
+
+    def close(self) -> None:
+        self.view.close()
+
+    def _store_topic_names(self) -> list[str]:
+        if self.opts.subscribe_pattern is None:
+            return list(self.opts.subscribe or self.opts.assign or ())
+        return []  # a pattern's store topics come with the store's selection
+
+    def latest(self) -> dict[Key, int]:
+        """The brokers' latest offset of every partition they have (one ListOffsets request)."""
+        found = self.view.offsets({k: LATEST for k, s in self.splits.items() if s.on_brokers})
+        out = {}
+        for k, v in found.items():
+            sp = self.splits[k].store
+            if v is not None and sp is not None and (sp.history.next_offset or 0) > v:
+                # the brokers' partition ends before the store's: another topic of the same name (re-created)
+                # (Kafka tiers only below the last stable offset, so its own log never ends before the store)
+                self._store_only(k[0], "was re-created (it ends before the store's history) on")
+                self.splits[k].on_brokers = False
+            elif v is not None:
+                out[k] = v
+        return out
+
+    def earliest_of_broker_only(self) -> dict[Key, int]:
+        """The brokers' log start of the partitions the store holds nothing of (asked only if any)."""
+        found = self.view.offsets({k: EARLIEST for k, s in self.splits.items() if s.store is None})
+        return {k: v for k, v in found.items() if v is not None}
+
+    def lookup_times(self, wanted: dict[Key, int]) -> dict[Key, int | None]:
+        return self.view.offsets(wanted)
+
+
+def store_holds_time(sp: SelectedPartition | None, timestamp: int) -> bool:
+    """Whether the store has a record at or after `timestamp` (then the store answers the lookup)."""
+    return sp is not None and any(s.segment.max_timestamp_ms >= timestamp for s in sp.history.slices)
+
+
+def split_range(
+    planner: Planner,
+    split: Split,
+    start: Position,
+    lo: int,
+    hi: int,
+    end: Position | None,
+    settings: TailSettings,
+    filters: PushedFilters,
+) -> tuple[PartitionRange | None, list[BrokerTailPartition]]:
+    """The store's part of [lo, hi) and the brokers' part after it (see the module docstring): one tail
+    partition, or several of `maxRecordsPerPartition` offsets each.
+
+    `start` is the position handed to the store's planner (earliest, an offset, or a timestamp the store
+    answers); `end` is a timestamp end the store answers (then nothing comes from the brokers), else None.
+    """
+    topic, partition = split.key
+    sp, pr = split.store, None
+    tail_start = lo
+    if sp is not None and sp.history.next_offset is not None:
+        store_end = sp.history.next_offset
+        if start.kind is not Kind.OFFSET or lo < store_end:
+            stop = end if end is not None else Position(Kind.OFFSET, min(hi, store_end))
+            pr = planner.partition_range(sp, start, stop)
+            if end is not None:
+                return pr, []
+        if pr is not None:
+            tail_start = pr.end
+        elif start.kind is not Kind.OFFSET:
+            tail_start = max(lo, sp.history.first_offset or lo)
+    if not split.on_brokers or tail_start >= hi:
+        return pr, []
+    offset_lo, offset_hi = filters.offset.span()
+    a = tail_start if offset_lo is None else max(tail_start, offset_lo)
+    b = hi if offset_hi is None else min(hi, offset_hi + 1)
+    if a >= b:
+        return pr, []
+    step = planner.opts.max_records_per_partition or (b - a)
+    return pr, [
+        BrokerTailPartition(topic, partition, x, min(b, x + step), settings, filters)
+        for x in range(a, b, step)
+    ]
+
+
+def _lookups(query: HybridQuery, positions: dict[Key, Position]) -> dict[Key, int | None]:
+    """offsetsForTimes on the brokers for the timestamp positions the store cannot answer (one request)."""
+    wanted = {
+        k: pos.value or 0
+        for k, pos in positions.items()
+        if pos.kind is Kind.TIMESTAMP
+        and query.splits[k].on_brokers
+        and not store_holds_time(query.splits[k].store, pos.value or 0)
+    }
+    return query.lookup_times(wanted) if wanted else {}
+
+
+def plan_batch(
+    planner: Planner, filters: PushedFilters, start: OffsetSpec, end: OffsetSpec
+) -> list[InputPartition]:
+    """A batch query's input partitions: the store's (planned as without a broker) and the tails."""
+    query = HybridQuery(planner, filters)
+    try:
+        return _plan_batch(query, planner, filters, start, end)
+    finally:
+        query.close()
+
+
+def _plan_batch(
+    query: HybridQuery, planner: Planner, filters: PushedFilters, start: OffsetSpec, end: OffsetSpec
+) -> list[InputPartition]:
+    latest = query.latest()
+    settings = tail_settings(planner.opts)
+    starts = {k: start.position(*k) for k in query.splits}
+    ends = {k: end.position(*k) for k in query.splits}
+    start_hits, end_hits = _lookups(query, starts), _lookups(query, ends)
+    first = query.earliest_of_broker_only() if any(s.store is None for s in query.splits.values()) else {}
+    ranges, tails = [], []
+    for k, split in sorted(query.splits.items()):
+        s_pos, e_pos, sp = starts[k], ends[k], split.store
+        store_next = sp.history.next_offset or 0 if sp is not None else 0
+        hi = latest.get(k, store_next)
+        store_end = None
+        if e_pos.kind is Kind.OFFSET:
+            hi = min(hi, e_pos.value or 0)
+        elif e_pos.kind is Kind.TIMESTAMP:
+            if k in end_hits:
+                hit = end_hits[k]
+                hi = hi if hit is None else min(hi, hit)
+            else:
+                store_end = e_pos  # the store holds a record at or after it: the store cuts there
+        if s_pos.kind is Kind.EARLIEST:
+            lo = (sp.history.first_offset or 0) if sp is not None else first.get(k, hi)
+        elif s_pos.kind is Kind.OFFSET:
+            lo = s_pos.value or 0
+        elif k not in start_hits:
+            lo = 0  # the store answers the timestamp (the planner finds the offset)
+        else:
+            hit = start_hits[k]
+            if hit is None:
+                if planner.opts.starting_by_timestamp_strategy == "error":
+                    raise ReaderError(
+                        f"{k[0]}-{k[1]}: no record has a timestamp >= {s_pos.value} "
+                        "(startingOffsetsByTimestampStrategy=error)"
+                    )
+                continue
+            s_pos, lo = Position(Kind.OFFSET, hit), hit
+        pr, tail = split_range(planner, split, s_pos, lo, hi, store_end, settings, filters)
+        if pr is not None:
+            ranges.append(pr)
+        tails += tail
+    parts: list[InputPartition] = list(planner.plan(ranges, filters))
+    log.info(
+        "kafka-tiered: %d store partition(s) and %d tail(s) from the brokers over %d topic partition(s)",
+        len(parts), len(tails), len(query.splits),
+    )  # fmt: skip
+    return tails + parts  # the tails first: they start at once and overlap the store's tasks
+
+
+# -- streams ---------------------------------------------------------------------------------------------
+def stream_initial(
+    planner: Planner, spec: OffsetSpec, first_at: Callable[[Planner, SelectedPartition, int], int | None]
+) -> dict[Key, int]:
+    """A stream's first offsets: earliest the store's first (the brokers' where the store has nothing),
+    latest the brokers', a timestamp from the store or, past it, the brokers' offsetsForTimes."""
+    query = HybridQuery(planner, PushedFilters())
+    try:
+        return _stream_initial(query, planner, spec, first_at)
+    finally:
+        query.close()
+
+
+def _stream_initial(
+    query: HybridQuery,
+    planner: Planner,
+    spec: OffsetSpec,
+    first_at: Callable[[Planner, SelectedPartition, int], int | None],
+) -> dict[Key, int]:
+    latest = query.latest()
+    positions = {k: spec.position(*k) for k in query.splits}
+    hits = _lookups(query, positions)
+    first = query.earliest_of_broker_only() if any(s.store is None for s in query.splits.values()) else {}
+    out: dict[Key, int] = {}
+    for k, split in query.splits.items():
+        pos, sp = positions[k], split.store
+        end = latest.get(k, sp.history.next_offset or 0 if sp is not None else 0)
+        if pos.kind is Kind.EARLIEST:
+            out[k] = (sp.history.first_offset or 0) if sp is not None else first.get(k, end)
+        elif pos.kind is Kind.LATEST:
+            out[k] = end
+        elif pos.kind is Kind.OFFSET:
+            out[k] = pos.value or 0
+        elif k in hits:
+            hit = hits[k]
+            out[k] = end if hit is None else hit
+        else:
+            assert sp is not None and pos.value is not None
+            found = first_at(planner, sp, pos.value)  # the stream reader's exact lookup in the store
+            out[k] = end if found is None else found
+    return out
+
+
+def stream_latest(planner: Planner, begin: dict[Key, int]) -> tuple[dict[Key, int], dict[Key, int]]:
+    """(latest, begin completed) for a trigger: the brokers' latest; a partition new to the query starts
+    at its earliest (the store's first offset, else the brokers' log start)."""
+    query = HybridQuery(planner, PushedFilters())
+    try:
+        return _stream_latest(query, planner, begin)
+    finally:
+        query.close()
+
+
+def _stream_latest(
+    query: HybridQuery, planner: Planner, begin: dict[Key, int]
+) -> tuple[dict[Key, int], dict[Key, int]]:
+    latest = query.latest()
+    new_broker_only = any(s.store is None and k not in begin for k, s in query.splits.items())
+    first = query.earliest_of_broker_only() if new_broker_only else {}
+    begin = dict(begin)
+    out: dict[Key, int] = {}
+    for k, split in query.splits.items():
+        sp = split.store
+        earliest = (sp.history.first_offset or 0) if sp is not None else first.get(k, 0)
+        if k in latest:
+            end = latest[k]
+        else:
+            pr = planner.partition_range(sp, Position(Kind.EARLIEST), Position(Kind.LATEST)) if sp else None
+            end = earliest if pr is None else pr.end
+        out[k] = max(end, begin.get(k, earliest))
+        begin.setdefault(k, earliest)
+    return out, begin
+
+
+def stream_partitions(
+    planner: Planner, begin: dict[Key, int], finish: dict[Key, int]
+) -> list[InputPartition]:
+    """A micro-batch [begin, finish): what the store holds from the store, the rest from the brokers.
+
+    No broker request: `finish` came from the brokers' latest at latestOffset, and a partition's offsets
+    past the store's end can only be on the brokers."""
+    settings = tail_settings(planner.opts)
+    topics = sorted({t for t, _ in finish})
+    current = {sp.key: sp for sp in _store_selection(planner, PushedFilters(), topics)}
+    ranges, tails = [], []
+    for key, stop in sorted(finish.items()):
+        sp = current.get(key)
+        first = begin.get(key, (sp.history.first_offset or 0) if sp is not None else stop)
+        if first >= stop:
+            continue
+        split = Split(key, sp, True)
+        pr, tail = split_range(
+            planner, split, Position(Kind.OFFSET, first), first, stop, None, settings, PushedFilters()
+        )
+        if pr is not None:
+            ranges.append(pr)
+        tails += tail
+    return tails + list(planner.plan(ranges, PushedFilters()))
