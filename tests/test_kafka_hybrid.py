@@ -171,6 +171,7 @@ def _first_difference(got: list[tuple], want: list[tuple]) -> str:
 def test_a_hybrid_read_returns_what_sparks_kafka_source_returns_without_remote_reads(
     broker, spark, caplog: pytest.LogCaptureFixture
 ) -> None:  # noqa: ANN001
+    from harness.spark import use_path
     from harness.spark_kafka import add_kafka_source
 
     import spark_reader
@@ -247,14 +248,20 @@ def test_a_hybrid_read_returns_what_sparks_kafka_source_returns_without_remote_r
     before = _fetch_counters(jmx)
     mine = {}
     for level in ("read_uncommitted", "read_committed"):
-        df = (
-            spark.read.format("kafka-tiered")
-            .options(**store_opts)
-            .option("kafka.bootstrap.servers", bootstrap)
-            .option("kafka.isolation.level", level)
-            .load()
-        )
-        mine[level] = _rows(df)
+        for path in ("python", "columnar"):  # both Spark paths plan and read through the same Python
+            use_path(spark, path)
+            df = (
+                spark.read.format("kafka-tiered")
+                .options(**store_opts)
+                .option("kafka.bootstrap.servers", bootstrap)
+                .option("kafka.isolation.level", level)
+                .load()
+            )
+            got = _rows(df)
+            assert got == mine.setdefault(level, got), f"{level}: the columnar scan's rows differ"
+            if path == "columnar":
+                assert df.count() == len(got), f"{level}: the columnar count() differs"
+        use_path(spark, "python")
     time.sleep(1.5)  # the bridge's metrics reach the plugin every 500 ms
     after = _fetch_counters(jmx)
     assert after == before, f"the broker read its remote tier during the hybrid read: {before} -> {after}"
