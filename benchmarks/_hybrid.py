@@ -96,14 +96,29 @@ def run_hybrid_row(
     store_opts: dict[str, str],
     rounds: int,
     timed: Callable[[Callable[[], Any]], tuple[float, Any]],
+    columnar_conf: str | None = None,
 ) -> tuple[dict[str, Any], list[Target]]:
-    """Interleaved rounds (one warm-up) of both readers over the whole topic; figures and targets."""
+    """Interleaved rounds (one warm-up) of the readers over the whole topic; figures and targets.
+
+    With the columnar scan's jar in the session (`columnar_conf`), `kafka-tiered + bootstrap` is read on
+    both Spark paths; the targets are the columnar one's (what `format("kafka-tiered")` is with the jar),
+    the Python path's figures stay in the table."""
     query = "sum(crc32(value))"
-    readers = {
-        "kafka-tiered + bootstrap": spark.read.format("kafka-tiered")
-        .options(**store_opts, subscribe=topic, startingOffsets="earliest")
-        .option("kafka.bootstrap.servers", broker.bootstrap_servers)
-        .load(),
+
+    def hybrid(columnar: bool) -> Any:  # noqa: ANN401 - a DataFrame
+        if columnar_conf is not None:
+            spark.conf.set(columnar_conf, str(columnar).lower())  # read when the DataFrame is loaded
+        return (
+            spark.read.format("kafka-tiered")
+            .options(**store_opts, subscribe=topic, startingOffsets="earliest")
+            .option("kafka.bootstrap.servers", broker.bootstrap_servers)
+            .load()
+        )
+
+    readers = {"kafka-tiered + bootstrap": hybrid(columnar_conf is not None)}
+    if columnar_conf is not None:
+        readers["kafka-tiered (Python) + bootstrap"] = hybrid(False)
+    readers |= {
         "kafka (Spark 4.2.0)": spark.read.format("kafka")
         .option("kafka.bootstrap.servers", broker.bootstrap_servers)
         .options(subscribe=topic, startingOffsets="earliest")
@@ -129,9 +144,11 @@ def run_hybrid_row(
             + ", ".join(f"{r} {v[-1]:.2f} s (broker CPU {cpu[r][-1]:.2f} s)" for r, v in times.items() if v),
             highlight=False,
         )
-    mine, theirs = answers["kafka-tiered + bootstrap"], answers["kafka (Spark 4.2.0)"]
-    if mine != theirs:
-        raise RuntimeError(f"hybrid: kafka-tiered + bootstrap gave {mine}, Spark's Kafka source {theirs}")
+    theirs = answers["kafka (Spark 4.2.0)"]
+    for name, mine in answers.items():
+        if mine != theirs:
+            raise RuntimeError(f"hybrid: {name} gave {mine}, Spark's Kafka source {theirs}")
+    mine = answers["kafka-tiered + bootstrap"]
     rows = int(mine[0])
     best = {r: min(v) for r, v in times.items()}
     mean_cpu = {r: sum(v) / len(v) for r, v in cpu.items()}

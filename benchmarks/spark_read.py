@@ -589,7 +589,9 @@ def main(argv: list[str] | None = None) -> int:
                 lambda n: produce(tools_cp, broker.bootstrap_servers, n, payloads, work / "producer-tail.log"),
                 tail_records,
             )  # fmt: skip
-            hybrid, hybrid_targets = run_hybrid_row(spark, broker, TOPIC, store, args.rounds, timed)
+            hybrid, hybrid_targets = run_hybrid_row(
+                spark, broker, TOPIC, store, args.rounds, timed, columnar_conf=COLUMNAR
+            )
             targets += hybrid_targets
             results["hybrid"] = hybrid
             print_table(
