@@ -14,12 +14,14 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from rsm.api.metadata import uuid_to_base64
 from rsm.catalog.history import PartitionHistory, resolve_history
+from rsm.catalog.keys import SegmentKey, list_partition, list_topic, partitions_at
+from rsm.catalog.ranged import EpochCache, RangedHistory
 from rsm.catalog.segments import CatalogError, StoredSegment, list_segments, read_manifest
 from rsm.config.overlay import TopicOverlay, TopicOverlayStore
 from rsm.config.settings import TOPIC_PREFIX, RsmConfig
@@ -236,3 +238,93 @@ class TopicCatalog:
                 )
             out[partition] = history
         return out
+
+    # -- ranged histories (issue 27) -----------------------------------------------------------------
+    def ranged_histories(
+        self,
+        topic: str,
+        topic_id: uuid.UUID,
+        partitions: Iterable[int] | None = None,
+        *,
+        after: Mapping[int, int] | None = None,
+        epoch_cache: EpochCache | None = None,
+    ) -> dict[int, RangedHistory]:
+        """One `RangedHistory` per partition with committed copies: listings only, no manifest read yet.
+
+        ``after``: partition -> a base offset at or before where the caller's range starts (a stream's
+        previous end): those partitions are listed from there on (and their first copies, for 'earliest'),
+        so the listing does not grow with the history behind it; other partitions are listed whole.
+        """
+        wanted = None if partitions is None else set(partitions)
+        where = self.locations(topic, topic_id)
+
+        def pool_map(fn: Callable[[Location], T]) -> list[T]:
+            if len(where) == 1:
+                return [fn(where[0])]
+            with ThreadPoolExecutor(min(16, len(where)), thread_name_prefix="rsm-catalog") as pool:
+                return list(pool.map(fn, where))
+
+        def whole(partition: int) -> Callable[[], list[SegmentKey]]:
+            def relist() -> list[SegmentKey]:
+                listed = pool_map(lambda loc: list_partition(self.store, loc, topic, topic_id, partition))
+                return [k for keys in listed for k in keys]
+
+            return relist
+
+        keys: dict[int, list[SegmentKey]] = {}
+        heads: dict[int, list[SegmentKey]] = {}
+        if not after:
+            for listed in pool_map(
+                lambda loc: _missing_ok(lambda: list_topic(self.store, loc, topic, topic_id), {})
+            ):
+                for partition, found in listed.items():
+                    keys.setdefault(partition, []).extend(found)
+        else:
+            found_parts = pool_map(
+                lambda loc: _missing_ok(lambda: partitions_at(self.store, loc, topic, topic_id), [])
+            )
+            every = sorted({p for parts in found_parts for p in parts})
+            for partition in every:
+                if wanted is not None and partition not in wanted:
+                    continue
+                if partition not in after:
+                    keys[partition] = whole(partition)()
+                    continue
+                hint = after[partition]
+                keys[partition] = [
+                    k
+                    for ks in pool_map(
+                        lambda loc, p=partition, h=hint: list_partition(
+                            self.store, loc, topic, topic_id, p, from_base=h
+                        )
+                    )
+                    for k in ks
+                ]
+                heads[partition] = [
+                    k
+                    for ks in pool_map(
+                        lambda loc, p=partition: list_partition(
+                            self.store, loc, topic, topic_id, p, limit=HEAD_OBJECTS
+                        )
+                    )
+                    for k in ks
+                ]
+        out = {}
+        for partition, found in sorted(keys.items()):
+            if (wanted is not None and partition not in wanted) or not (found or heads.get(partition)):
+                continue
+            suffix = partition in heads
+            out[partition] = RangedHistory(
+                self.store,
+                topic,
+                topic_id,
+                partition,
+                found,
+                epoch_cache=epoch_cache,
+                head=heads.get(partition) if suffix else None,
+                relist=whole(partition) if suffix else None,
+            )
+        return out
+
+
+HEAD_OBJECTS = 30  # objects listed from a partition's start for its earliest offset (ten copies)

@@ -1,0 +1,342 @@
+"""A partition's history answered for a range of offsets from that range's manifests only.
+
+Why: `resolve_history` over every copy costs one manifest GET per segment, on every query, however narrow
+(issue 27: a year of segments planned for minutes). Keys carry base offsets (`rsm.catalog.keys`), so a
+listing tells which copies can hold a range; `RangedHistory` reads those manifests only and resolves them
+with the same rules (`rsm.catalog.history`), answering what planners ask:
+
+- `first_offset` / `next_offset`: from the copies of the first (last) base offsets, going on to the next
+  (previous) ones only while they hold nothing of the final log;
+- `between(lo, hi)` / `gaps_between`: the copies with a base in [the greatest base <= lo, hi], one more base
+  further back, and, while some offset of [lo, hi] is held by no copy, one base further back again (an
+  earlier-based copy can reach into the range: a retried copy of a longer segment, another leader's
+  segment boundaries), up to `MAX_BACK` bases; what is left uncovered then is a gap as in the full history;
+- `first_at_timestamp`: bisection over base offsets (segments' max timestamps ordered, as Kafka's
+  `offsetsForTimes` assumes): O(log n) manifests;
+- `walk(lo)`: slices from `lo` on, a window of bases at a time (aborted transactions stop when bounded).
+
+The lineage (epoch -> first offset) is the newest leader's, as in the full history: the newest copy is the
+one of highest (epoch, end offset, creation) among the copies at the last bases and the copies committed
+last (listing times: an unclean election's new leader commits after the old one stopped), and its
+leader-epoch checkpoint (Kafka writes the whole epoch cache up to the segment's end into it) names the
+epochs below it, so a truncated branch inside a range is cut off without reading the history before it.
+
+`slices`, `gaps`, `lineage` and `superseded` are the whole partition's (every manifest, read once on first
+use), so callers that need the whole history (migrate, `rsm store ls`, tests) get exactly what
+`resolve_history` gives.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+from rsm.api.metadata import uuid_to_base64
+from rsm.catalog.history import PartitionHistory, SegmentSlice, resolve_history
+from rsm.catalog.keys import SegmentKey
+from rsm.catalog.segments import MANIFEST_READ_THREADS, StoredSegment, load_segment
+from rsm.store.objects import ObjectStore
+
+log = logging.getLogger(__name__)
+
+MAX_BACK = 8  # distinct base offsets a range looks back for a copy reaching into it
+NEWEST_BY_TIME = 4  # copies committed last, read to find the newest leader's copy
+TOP_BASES = 2  # the last base offsets' copies, read for the same
+WALK_BASES = 16  # base offsets resolved at a time by `walk`
+
+EpochCache = Callable[[StoredSegment], tuple[tuple[int, int], ...]]
+
+
+class RangedHistory:
+    """`PartitionHistory`'s questions answered from the manifests a range needs (module docstring)."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        topic: str,
+        topic_id: uuid.UUID,
+        partition: int,
+        keys: Iterable[SegmentKey],
+        *,
+        epoch_cache: EpochCache | None = None,
+        head: Iterable[SegmentKey] | None = None,
+        relist: Callable[[], list[SegmentKey]] | None = None,
+    ) -> None:
+        """`keys`: the partition's committed copies as listed. When the listing started past the
+        partition's first copy (a stream's trigger, from its previous end), `head` holds the first copies
+        and `relist` lists the whole partition, used only if a range reaches before `keys`.
+        `epoch_cache` reads a copy's leader-epoch checkpoint (the planner's, which holds the keyring)."""
+        self.store = store
+        self.topic = topic
+        self.topic_id = topic_id
+        self.partition = partition
+        self._tid = uuid_to_base64(topic_id)
+        self._epoch_cache = epoch_cache
+        self._relist = relist
+        self._head = sorted(head, key=lambda k: k.order) if head is not None else None
+        self._segs: dict[tuple[str, str], StoredSegment | None] = {}
+        self._full: PartitionHistory | None = None
+        self._windows: dict[tuple[int, int], PartitionHistory] = {}
+        self._newest: tuple[list[StoredSegment], tuple[tuple[int, int], ...]] | None = None
+        self._first: tuple[int | None] | None = None
+        self._last: tuple[SegmentSlice | None] | None = None
+        self._set_keys(keys)
+
+    def _set_keys(self, keys: Iterable[SegmentKey]) -> None:
+        self.keys = sorted(keys, key=lambda k: k.order)
+        self._by_base: dict[int, list[SegmentKey]] = {}
+        for k in self.keys:
+            self._by_base.setdefault(k.base, []).append(k)
+        self._bases = sorted(self._by_base)
+
+    @property
+    def listed_from_start(self) -> bool:
+        return self._relist is None
+
+    def _list_all(self, why: str) -> None:
+        if self._relist is not None:
+            log.info("%s-%d: listing the whole partition (%s)", self.topic, self.partition, why)
+            self._set_keys(self._relist())
+            self._relist = None
+            self._head = None
+            self._windows.clear()
+            self._newest = None
+
+    # -- manifests -----------------------------------------------------------------------------------
+    def _load(self, keys: Iterable[SegmentKey]) -> list[StoredSegment]:
+        """The copies' manifests (each read once), those deleted since the listing left out."""
+        keys = list(dict.fromkeys(keys))
+        todo = [k for k in keys if (k.location.bucket, k.manifest_key) not in self._segs]
+
+        def load(k: SegmentKey) -> StoredSegment | None:
+            return load_segment(self.store, self.topic, self._tid, k.location, k.manifest_key)
+
+        if len(todo) > 1:
+            with ThreadPoolExecutor(
+                min(MANIFEST_READ_THREADS, len(todo)), thread_name_prefix="rsm-catalog"
+            ) as pool:
+                found = list(pool.map(load, todo))
+        else:
+            found = [load(k) for k in todo]
+        for k, seg in zip(todo, found, strict=True):
+            self._segs[(k.location.bucket, k.manifest_key)] = seg
+        out = [self._segs[(k.location.bucket, k.manifest_key)] for k in keys]
+        return [s for s in out if s is not None]
+
+    def _keys_of(self, bases: Iterable[int]) -> list[SegmentKey]:
+        return [k for b in bases for k in self._by_base.get(b, [])]
+
+    def newest(self) -> tuple[list[StoredSegment], tuple[tuple[int, int], ...]]:
+        """The newest leader's copy (as a list of none or one) and its leader-epoch checkpoint."""
+        if self._newest is None:
+            candidates = self._keys_of(self._bases[-TOP_BASES:])
+            candidates += sorted(self.keys, key=lambda k: (k.modified, k.order))[-NEWEST_BY_TIME:]
+            segs = self._load(candidates)
+            best = max(segs, key=lambda s: (s.max_epoch, s.end_offset, s.manifest.created_ms), default=None)
+            cache: tuple[tuple[int, int], ...] = ()
+            if best is not None and self._epoch_cache is not None:
+                cache = self._epoch_cache(best)
+            self._newest = ([best] if best is not None else [], cache)
+        return self._newest
+
+    def _resolve(self, bases: Iterable[int]) -> PartitionHistory:
+        """The history of the copies at these base offsets, with the newest leader's lineage."""
+        top, cache = self.newest()
+        return resolve_history(
+            self.partition, self._load(self._keys_of(bases)), lineage_from=top, epoch_cache=cache
+        )
+
+    # -- the whole history ---------------------------------------------------------------------------
+    def full(self) -> PartitionHistory:
+        """The whole partition's history: every manifest (what `TopicCatalog.histories` gives)."""
+        if self._full is None:
+            self._list_all("the whole history was asked for")
+            self._full = resolve_history(self.partition, self._load(self.keys))
+        return self._full
+
+    @property
+    def slices(self) -> tuple[SegmentSlice, ...]:
+        return self.full().slices
+
+    @property
+    def gaps(self) -> tuple[tuple[int, int], ...]:
+        return self.full().gaps
+
+    @property
+    def lineage(self) -> tuple[tuple[int, int], ...]:
+        return self.full().lineage
+
+    @property
+    def superseded(self) -> tuple[tuple[StoredSegment, str], ...]:
+        return self.full().superseded
+
+    # -- ends ----------------------------------------------------------------------------------------
+    @property
+    def first_offset(self) -> int | None:
+        """The first offset in the store (Kafka's 'earliest' for what is tiered)."""
+        if self._full is not None:
+            return self._full.first_offset
+        if self._first is None:
+            self._first = (self._find_first(),)
+        return self._first[0]
+
+    def _find_first(self) -> int | None:
+        keys = self._head if self._head is not None else self.keys
+        by_base: dict[int, list[SegmentKey]] = {}
+        for k in keys:
+            by_base.setdefault(k.base, []).append(k)
+        bases = sorted(by_base)
+        top, cache = self.newest()
+        for i in range(len(bases)):
+            segs = self._load(k for b in bases[: i + 1] for k in by_base[b])
+            first = resolve_history(self.partition, segs, lineage_from=top, epoch_cache=cache).first_offset
+            if first is None or (i + 1 < len(bases) and first > bases[i + 1]):
+                continue  # cut short (a truncated branch, all compacted): a later base may hold earlier
+            if i + 1 == len(bases) and self._head is not None:
+                break  # the head listing ends here: what lies after it is not known
+            return first
+        if self._head is not None:
+            self._list_all("the first listed copies hold nothing of the final log")
+            return self._find_first()
+        return None
+
+    @property
+    def last_slice(self) -> SegmentSlice | None:
+        """The slice holding the last offset in the store."""
+        if self._full is not None:
+            return self._full.last_slice
+        if self._last is None:
+            self._last = (self._find_last(),)
+        return self._last[0]
+
+    def _find_last(self) -> SegmentSlice | None:
+        for i in range(len(self._bases) - 1, -1, -1):
+            h = self._resolve(self._bases[i:])
+            if h.slices:
+                return h.slices[-1]
+        if self._relist is not None:
+            self._list_all("the listed copies hold nothing of the final log")
+            return self._find_last()
+        return None
+
+    @property
+    def next_offset(self) -> int | None:
+        """One past the last offset in the store (Kafka's 'latest' for what is tiered)."""
+        last = self.last_slice
+        return None if last is None else last.last_offset + 1
+
+    # -- ranges --------------------------------------------------------------------------------------
+    def window(self, first: int, last: int) -> PartitionHistory:
+        """The history of offsets [first, last]: its slices narrowed to them, the gaps touching them."""
+        if self._full is not None:
+            h = self._full
+            return PartitionHistory(
+                h.partition, tuple(h.between(first, last)), h.lineage, (), tuple(h.gaps_between(first, last))
+            )
+        found = self._windows.get((first, last))
+        if found is None:
+            found = self._windows[(first, last)] = self._window(first, last)
+        return found
+
+    def _window(self, first: int, last: int) -> PartitionHistory:
+        if self._bases and first < self._bases[0] and self._relist is not None:
+            self._list_all(f"offset {first} lies before the copies listed")
+        hi = bisect.bisect_right(self._bases, last)
+        lo = max(0, bisect.bisect_right(self._bases, first) - 2)  # the base holding `first`, one more
+        back = 0
+        while True:
+            h = self._resolve(self._bases[lo:hi])
+            missing = _uncovered(h, first, last)
+            if not missing:
+                break
+            if lo == 0:
+                if self._relist is not None:
+                    self._list_all(
+                        f"offsets {missing[0][0]}..{missing[0][1]} may lie before the copies listed"
+                    )
+                    return self._window(first, last)
+                break
+            if back >= MAX_BACK:
+                break
+            lo -= 1
+            back += 1
+        return PartitionHistory(
+            self.partition,
+            tuple(h.between(first, last)),
+            h.lineage,
+            h.superseded,
+            tuple(h.gaps_between(first, last)),
+        )
+
+    def between(self, first: int, last: int) -> list[SegmentSlice]:
+        """The slices narrowed to offsets [first, last] (only the manifests that can hold them read)."""
+        return list(self.window(first, last).slices)
+
+    def gaps_between(self, first: int, last: int) -> list[tuple[int, int]]:
+        """The gaps touching offsets [first, last]."""
+        return list(self.window(first, last).gaps)
+
+    def walk(self, first: int) -> Iterator[SegmentSlice]:
+        """The slices holding offsets >= `first`, in order, resolved `WALK_BASES` base offsets at a time."""
+        if self._full is not None:
+            yield from self._full.walk(first)
+            return
+        end = self.next_offset
+        cur = first
+        while end is not None and cur < end:
+            i = bisect.bisect_right(self._bases, cur)
+            upto = end - 1 if i + WALK_BASES >= len(self._bases) else self._bases[i + WALK_BASES] - 1
+            upto = max(upto, cur)
+            yield from self.between(cur, upto)
+            cur = upto + 1
+
+    def first_at_timestamp(self, timestamp: int) -> SegmentSlice | None:
+        """The first slice whose segment's max timestamp reaches `timestamp`, by bisection over bases."""
+        if self._full is not None:
+            return self._full.first_at_timestamp(timestamp)
+        if self._relist is not None:
+            self._list_all("a timestamp is looked up")
+        lo, hi = 0, len(self._bases)
+        while lo < hi:  # the first base whose copies' max timestamp reaches it
+            mid = (lo + hi) // 2
+            segs = self._load(self._by_base[self._bases[mid]])
+            if segs and max(s.max_timestamp_ms for s in segs) >= timestamp:
+                hi = mid
+            else:
+                lo = mid + 1
+        start = self._bases[max(lo - 1, 0)] if self._bases else 0
+        for s in self.walk(start):  # the slice it is (a copy cut off or superseded: the next one)
+            if s.segment.max_timestamp_ms >= timestamp:
+                return s
+        return None
+
+
+def _uncovered(h: PartitionHistory, first: int, last: int) -> list[tuple[int, int]]:
+    """Offsets of [first, last] that no slice holds and no used copy claims (a compacted tail)."""
+    claimed = sorted(
+        [(s.first_offset, s.last_offset) for s in h.slices]
+        + [
+            (s.last_offset + 1, s.segment.end_offset)
+            for s in h.slices
+            if s.last_offset == s.segment.last_record_offset
+        ]
+        + [(g.start_offset, g.end_offset) for g, _ in h.superseded if g.last_record_offset < g.start_offset]
+    )
+    out: list[tuple[int, int]] = []
+    cur = first
+    for a, b in claimed:
+        if b < cur:
+            continue
+        if a > last:
+            break
+        if a > cur:
+            out.append((cur, a - 1))
+        cur = max(cur, b + 1)
+        if cur > last:
+            return out
+    if cur <= last:
+        out.append((cur, last))
+    return out
