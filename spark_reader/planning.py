@@ -185,22 +185,35 @@ class Planner:
             end_slice = h.first_at_timestamp(end.value)
             hi = latest if end_slice is None else end_slice.last_offset + 1
             end_ts = None if end_slice is None else end.value
-        if self.opts.isolation_level is IsolationLevel.READ_COMMITTED:
-            assert h.last_slice is not None  # the history has a latest offset
-            last = h.last_slice.segment
-            try:
-                lso = self.indexes(last).open_transaction_first_offset()
-            except (CorruptRecordError, RemoteStorageException) as exc:
-                raise ReaderError(
-                    f"{name}: cannot read the producer snapshot of {last.manifest_key}: {exc}"
-                ) from None
-            if lso is not None and lso < hi:
-                hi = lso
+        hi = self._stable_end(sp, hi)
         if lo >= hi:
             return None
         for a, b in h.gaps_between(lo, hi - 1):
             self.data_loss(f"{name}: offsets {a}..{b} are missing from the store")
         return PartitionRange(sp, lo, hi, start_ts, start_slice, end_ts, end_slice)
+
+    def _stable_end(self, sp: SelectedPartition, hi: int) -> int:
+        """`hi`, stopped under read_committed at the oldest transaction still open at the end of the
+        tiered data (the last segment's producer snapshot): a consumer stops at the last stable offset."""
+        last_slice = sp.history.last_slice
+        if self.opts.isolation_level is not IsolationLevel.READ_COMMITTED or last_slice is None:
+            return hi
+        last = last_slice.segment
+        try:
+            lso = self.indexes(last).open_transaction_first_offset()
+        except (CorruptRecordError, RemoteStorageException) as exc:
+            raise ReaderError(
+                f"{sp.topic}-{sp.partition}: cannot read the producer snapshot of {last.manifest_key}: {exc}"
+            ) from None
+        return lso if lso is not None and lso < hi else hi
+
+    def bounds(self, sp: SelectedPartition) -> tuple[int, int] | None:
+        """(earliest, latest) of a partition now, latest stopped at the LSO under read_committed; None
+        without data. Only the first and last copies are read (a stream asks this on every trigger)."""
+        earliest, latest = sp.history.first_offset, sp.history.next_offset
+        if earliest is None or latest is None:
+            return None
+        return earliest, max(earliest, self._stable_end(sp, latest))
 
     # -- splits --------------------------------------------------------------------------------------
     def aborted(self, pr: PartitionRange) -> list[tuple[int, int, int]]:

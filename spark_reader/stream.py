@@ -5,6 +5,12 @@ checkpoint reads like one of Spark's own Kafka source. Each trigger lists the st
 since the last one are picked up, new partitions start at their earliest tiered offset, and a start that
 retention has since removed from the store is data loss (failOnDataLoss). `maxOffsetsPerTrigger` caps a
 micro-batch as Spark's Kafka source does, spread over partitions in proportion to their backlog.
+
+A trigger plans from the previous batch's end (issue 27): the reader remembers, per partition, a base
+offset at or before the offset it planned up to, and the next trigger lists that partition's keys from
+there on (plus its first copies, for 'earliest') and reads only the manifests of what follows; so its
+requests do not grow with the history behind it. A reader that remembers nothing (the first trigger, a
+restarted query) lists the partitions whole once.
 """
 
 from __future__ import annotations
@@ -33,16 +39,37 @@ Offsets = dict[tuple[str, int], int]
 class TieredStreamReader(DataSourceStreamReader):
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
+        # (topic, partition) -> (a listed base offset, the offset it is at or before): where the next
+        # trigger's listing of the partition may start (see the module docstring)
+        self._listed_from: dict[tuple[str, int], tuple[int, int]] = {}
+        self.last_planner: Planner | None = None  # the planner of the last call (its store's counters)
 
-    def _partitions(self) -> tuple[Planner, dict[tuple[str, int], SelectedPartition]]:
-        planner = Planner(self.opts)  # a fresh catalog per trigger: new segments, new partitions
-        return planner, {sp.key: sp for sp in planner.select(PushedFilters())}
+    def _partitions(
+        self, begin: Offsets | None = None
+    ) -> tuple[Planner, dict[tuple[str, int], SelectedPartition]]:
+        planner = self.last_planner = Planner(self.opts)  # a fresh catalog per trigger: new segments
+        after = {
+            key: base
+            for key, (base, offset) in self._listed_from.items()
+            if begin is not None and key in begin and offset <= begin[key]
+        }
+        return planner, {sp.key: sp for sp in planner.select(PushedFilters(), after=after or None)}
+
+    def _remember(self, current: dict[tuple[str, int], SelectedPartition], offsets: Offsets) -> None:
+        """Where the next trigger may list each partition from: ranges from `offsets` on need no key
+        before the base this returns (`RangedHistory.base_before`)."""
+        for key, offset in offsets.items():
+            sp = current.get(key)
+            base_before = getattr(sp.history, "base_before", None) if sp is not None else None
+            base = base_before(offset) if base_before is not None else None
+            if base is not None:
+                self._listed_from[key] = (base, offset)
 
     def _bounds(self, planner: Planner, sp: SelectedPartition) -> tuple[int, int]:
         """(earliest, latest) of a partition now (latest stops at an open transaction for read_committed)."""
-        pr = planner.partition_range(sp, Position(Kind.EARLIEST), Position(Kind.LATEST))
+        found = planner.bounds(sp)  # not partition_range: no range to check for gaps, none to read
         earliest = sp.history.first_offset or 0
-        return (earliest, earliest) if pr is None else (pr.start, pr.end)
+        return (earliest, earliest) if found is None else found
 
     def _first_offset_at(self, planner: Planner, sp: SelectedPartition, timestamp: int) -> int | None:
         """The first offset whose record has a timestamp >= `timestamp` (reads the one segment it is in)."""
@@ -76,6 +103,7 @@ class TieredStreamReader(DataSourceStreamReader):
                 assert pos.value is not None
                 found = self._first_offset_at(planner, sp, pos.value)
                 offsets[key] = latest if found is None else found
+        self._remember(current, offsets)
         return to_stream_offset(offsets)
 
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
@@ -85,8 +113,8 @@ class TieredStreamReader(DataSourceStreamReader):
 
     @one_line_errors
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:  # noqa: N802
-        planner, current = self._partitions()
         begin = from_stream_offset(start) if start else {}
+        planner, current = self._partitions(begin)
         latest: Offsets = {}
         for key, sp in current.items():
             earliest, last = self._bounds(planner, sp)
@@ -97,12 +125,13 @@ class TieredStreamReader(DataSourceStreamReader):
         # partitions that left the store keep their last offset (nothing more to read there)
         for key, offset in begin.items():
             latest.setdefault(key, offset)
+        self._remember(current, begin)
         return to_stream_offset(latest)
 
     @one_line_errors
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        planner, current = self._partitions()
         begin, finish = from_stream_offset(start), from_stream_offset(end)
+        planner, current = self._partitions(begin)
         ranges = []
         for key, stop in finish.items():
             sp = current.get(key)
@@ -116,7 +145,9 @@ class TieredStreamReader(DataSourceStreamReader):
             pr = planner.partition_range(sp, Position(Kind.OFFSET, first), Position(Kind.OFFSET, stop))
             if pr is not None:
                 ranges.append(pr)
-        return planner.plan(ranges, PushedFilters())
+        parts = planner.plan(ranges, PushedFilters())
+        self._remember(current, finish)  # the next batch starts where this one ends
+        return parts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(partition)

@@ -36,6 +36,9 @@ __all__ = ["CatalogError", "TopicCatalog", "TopicNotFound"]
 
 T = TypeVar("T")
 
+# topic ids whose incomplete location record was reported (once per process: a stream plans every trigger)
+_SCAN_NOTED: set[tuple[str, uuid.UUID]] = set()
+
 
 def _missing_ok(call: Callable[[], T], default: T) -> T:
     """An earlier default's bucket may be gone: it then holds nothing."""
@@ -198,6 +201,16 @@ class TopicCatalog:
         if self.also:
             complete = False  # an earlier default's bucket is scanned whatever the current record says
         if self._scan_enabled and not complete:
+            if not self.also and (topic, topic_id) not in _SCAN_NOTED:
+                _SCAN_NOTED.add((topic, topic_id))
+                log.warning(
+                    "%s (topic id %s): its location record is not marked complete, so every plan lists "
+                    "the bucket(s) whole to find its segments; `rsm store locate --topic %s --record` marks "
+                    "it (plans then list only the topic's own directories)",
+                    topic,
+                    uuid_to_base64(topic_id),
+                    topic,
+                )
             found += [loc for tid, loc in self._scanned_for(topic, topic_id) if tid == topic_id]
         return list(dict.fromkeys(found))
 

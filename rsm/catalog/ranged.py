@@ -92,6 +92,12 @@ class RangedHistory:
             self._by_base.setdefault(k.base, []).append(k)
         self._bases = sorted(self._by_base)
 
+    def base_before(self, offset: int, back: int = 1) -> int | None:
+        """A base offset of a listed copy at or before `offset`, `back` more bases before the greatest
+        one (a range from `offset` reads from there: see `window`); None when none is listed there."""
+        i = bisect.bisect_right(self._bases, offset) - 1 - back
+        return self._bases[i] if i >= 0 else None
+
     @property
     def listed_from_start(self) -> bool:
         return self._relist is None
@@ -244,8 +250,10 @@ class RangedHistory:
     def _window(self, first: int, last: int) -> PartitionHistory:
         if self._bases and first < self._bases[0] and self._relist is not None:
             self._list_all(f"offset {first} lies before the copies listed")
-        hi = bisect.bisect_right(self._bases, last)
-        lo = max(0, bisect.bisect_right(self._bases, first) - 2)  # the base holding `first`, one more
+        # the bases up to `last` and the next one (where a hole at the range's end ends, as in the full
+        # history), from the base holding `first` and one more before it
+        hi = bisect.bisect_right(self._bases, last) + 1
+        lo = max(0, bisect.bisect_right(self._bases, first) - 2)
         back = 0
         while True:
             h = self._resolve(self._bases[lo:hi])
@@ -279,8 +287,8 @@ class RangedHistory:
         """The gaps touching offsets [first, last]."""
         return list(self.window(first, last).gaps)
 
-    def walk(self, first: int) -> Iterator[SegmentSlice]:
-        """The slices holding offsets >= `first`, in order, resolved `WALK_BASES` base offsets at a time."""
+    def walk(self, first: int, step: int = WALK_BASES) -> Iterator[SegmentSlice]:
+        """The slices holding offsets >= `first`, in order, resolved `step` base offsets at a time."""
         if self._full is not None:
             yield from self._full.walk(first)
             return
@@ -288,7 +296,7 @@ class RangedHistory:
         cur = first
         while end is not None and cur < end:
             i = bisect.bisect_right(self._bases, cur)
-            upto = end - 1 if i + WALK_BASES >= len(self._bases) else self._bases[i + WALK_BASES] - 1
+            upto = end - 1 if i + step >= len(self._bases) else self._bases[i + step] - 1
             upto = max(upto, cur)
             yield from self.between(cur, upto)
             cur = upto + 1
@@ -308,7 +316,7 @@ class RangedHistory:
             else:
                 lo = mid + 1
         start = self._bases[max(lo - 1, 0)] if self._bases else 0
-        for s in self.walk(start):  # the slice it is (a copy cut off or superseded: the next one)
+        for s in self.walk(start, step=2):  # the slice it is (a copy cut off or superseded: the next)
             if s.segment.max_timestamp_ms >= timestamp:
                 return s
         return None

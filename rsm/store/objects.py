@@ -325,11 +325,12 @@ class ObjectStore:
         unless ``include_temporary`` (`rsm migrate gc` looks for the ones a killed process left)."""
         base = self._directory(bucket, "").rstrip("/") + "/"
         directory = prefix.rpartition("/")[0]
-        self.stats.listed()
         try:
             found = self._remote(bucket, prefix, self.fs.find, self._directory(bucket, directory))
         except FileNotFoundError:
+            self.stats.listed()
             return []
+        self.stats.listed(self._pages(len(found)))
         keys = []
         for path in found:
             path = str(path)
@@ -344,13 +345,14 @@ class ObjectStore:
         """`list` with each object's size and modification time (one listing, no request per object)."""
         base = self._directory(bucket, "").rstrip("/") + "/"
         directory = prefix.rpartition("/")[0]
-        self.stats.listed()
         try:
             found = self._remote(
                 bucket, prefix, self.fs.find, self._directory(bucket, directory), detail=True
             )
         except FileNotFoundError:
+            self.stats.listed()
             return []
+        self.stats.listed(self._pages(len(found)))
         out = []
         for path, info in dict(found).items():
             path = str(path)
@@ -360,6 +362,11 @@ class ObjectStore:
             if include_temporary or ".tmp-" not in key.rsplit("/", 1)[-1]:
                 out.append(ObjectInfo(key, int(info.get("size") or 0), _modified(info)))
         return sorted(out, key=lambda o: o.key)
+
+    def _pages(self, listed: int) -> int:
+        """The requests a listing of `listed` entries took: S3 pages 1,000 keys (s3fs's `find` pages
+        inside, unseen); a local directory walk counts as one."""
+        return max(1, -(-listed // 1000)) if self.backend is Backend.S3 else 1
 
     def list_from(
         self, bucket: str, prefix: str, *, start_after: str = "", limit: int | None = None
