@@ -53,9 +53,12 @@ from rsm import RemoteStorageManager, TopicIdPartition  # noqa: E402
 from rsm.catalog import TopicCatalog  # noqa: E402
 from rsm.catalog.usage import topic_usage  # noqa: E402
 from rsm.config.settings import RsmConfig  # noqa: E402
-from rsm.copy.manifest import Manifest, SegmentInfo  # noqa: E402
+from rsm.copy.manifest import INDEX_NUMBERS, Manifest, SegmentInfo  # noqa: E402
+from rsm.copy.transform import PieceKind, bind_crc32c, piece_tag  # noqa: E402
+from rsm.fetch.reader import SegmentReader  # noqa: E402
 from rsm.store.layout import Location, SegmentKeys  # noqa: E402
 from rsm.store.locations import FoundBy  # noqa: E402
+from segment_format.crc import crc32c  # noqa: E402
 from spark_reader.options import parse_options  # noqa: E402
 from spark_reader.source import TieredBatchReader  # noqa: E402
 from spark_reader.stream import TieredStreamReader  # noqa: E402
@@ -93,6 +96,8 @@ def _write_directly(rsm: RemoteStorageManager, logs: list[PartitionLog], per_par
         keys = SegmentKeys.of(Location(str(rsm.config.get("bucket")), str(rsm.config.get("prefix"))), md)
         template = Manifest.from_bytes(store.get(keys.bucket, keys.manifest))
         log_bytes, index_bytes = store.get(keys.bucket, keys.log), store.get(keys.bucket, keys.indexes)
+        reader = SegmentReader(store, keys.bucket, template, None)
+        plain = {t: crc32c(reader.index(t)) for t in template.indexes}  # CRCs bound to each copy's id
         for i in range(1, per_partition):
             base = i * RECORDS
             seg_id = uuid.uuid4()
@@ -110,6 +115,12 @@ def _write_directly(rsm: RemoteStorageManager, logs: list[PartitionLog], per_par
                 copy_id=uuid.uuid4().hex,
                 segment=SegmentInfo.of(seg_md, template.segment.txn_idx_empty),
                 location={**template.location, "log": seg_keys.log, "indexes": seg_keys.indexes},
+                indexes={
+                    t: dataclasses.replace(
+                        e, crc32c=bind_crc32c(plain[t], piece_tag(seg_id, PieceKind.INDEX, INDEX_NUMBERS[t]))
+                    )
+                    for t, e in template.indexes.items()
+                },
                 integrity={
                     **template.integrity,
                     "last_offset": base + RECORDS - 1,

@@ -34,6 +34,7 @@ from rsm.catalog.segments import StoredSegment
 from rsm.catalog.splits import SegmentIndexes, split_slice
 from rsm.config.keyring import Keyring
 from rsm.config.settings import Backend
+from rsm.copy.transform import TransformError
 from rsm.store.objects import ObjectStore
 from segment_format.errors import CorruptRecordError
 from spark_reader.errors import DataLossError, ReaderError
@@ -133,7 +134,7 @@ class Planner:
         chain alone then, with one line saying so."""
         try:
             return self.indexes(segment).leader_epochs()
-        except (CorruptRecordError, RemoteStorageException) as exc:
+        except (CorruptRecordError, RemoteStorageException, TransformError) as exc:
             log.warning("cannot read the leader-epoch checkpoint of %s: %s", segment.manifest_key, exc)
             return ()
 

@@ -20,7 +20,7 @@ from typing import TypeVar
 
 from rsm.api.metadata import uuid_to_base64
 from rsm.catalog.history import PartitionHistory, resolve_history
-from rsm.catalog.keys import SegmentKey, list_partition, list_topic, partitions_at
+from rsm.catalog.keys import SegmentKey, list_partition, partitions_at
 from rsm.catalog.ranged import EpochCache, RangedHistory
 from rsm.catalog.segments import CatalogError, StoredSegment, list_segments, read_manifest
 from rsm.config.overlay import TopicOverlay, TopicOverlayStore
@@ -150,10 +150,16 @@ class TopicCatalog:
         for overlay in self._all_overlays():
             if overlay.topic == topic:
                 ids[overlay.topic_id] = max(ids.get(overlay.topic_id, 0), overlay.updated_ms)
-        if self._scan_enabled:
+        # a scan finds ids no record names (stores older than the record); once `rsm store locate --record`
+        # marked every recorded id of the topic complete, the record names them all (a later id is
+        # recorded by the copy that writes it), and the buckets are not listed whole on every plan
+        if self._scan_enabled and not (ids and not self.also and all(self._lookup(topic, t)[1] for t in ids)):
             for tid, _ in self._scanned_for(topic):
                 ids.setdefault(tid, 0)
         return ids
+
+    def _lookup(self, topic: str, topic_id: uuid.UUID) -> tuple[list[Location], bool]:
+        return self.registry.lookup(topic, topic_id)
 
     def _recorded_topics(self) -> dict[str, dict[uuid.UUID, int]]:
         """`LocationRegistry.topics` of the current record and of the earlier defaults' (`also`)."""
@@ -188,10 +194,10 @@ class TopicCatalog:
         if self._overlay_list is None:  # the overlays and the location record are listed at once
             with ThreadPoolExecutor(1, thread_name_prefix="rsm-catalog") as pool:
                 overlays = pool.submit(self._all_overlays)
-                recorded, complete = self.registry.lookup(topic, topic_id)
+                recorded, complete = self._lookup(topic, topic_id)
                 overlays.result()
         else:
-            recorded, complete = self.registry.lookup(topic, topic_id)
+            recorded, complete = self._lookup(topic, topic_id)
         for overlay in self._all_overlays():
             if overlay.topic == topic and overlay.topic_id == topic_id:
                 found.append(self._overlay_location(overlay, self.default))
@@ -287,11 +293,20 @@ class TopicCatalog:
         keys: dict[int, list[SegmentKey]] = {}
         heads: dict[int, list[SegmentKey]] = {}
         if not after:
-            for listed in pool_map(
-                lambda loc: _missing_ok(lambda: list_topic(self.store, loc, topic, topic_id), {})
-            ):
-                for partition, found in listed.items():
-                    keys.setdefault(partition, []).extend(found)
+            # each partition's directory listed on its own, at once: S3 pages a listing one after another
+            found_parts = pool_map(
+                lambda loc: _missing_ok(lambda: partitions_at(self.store, loc, topic, topic_id), [])
+            )
+            jobs = [
+                (loc, p) for loc, parts in zip(where, found_parts, strict=True) for p in parts
+                if wanted is None or p in wanted
+            ]  # fmt: skip
+            with ThreadPoolExecutor(max(1, min(16, len(jobs))), thread_name_prefix="rsm-catalog") as pool:
+                listed = list(
+                    pool.map(lambda j: list_partition(self.store, j[0], topic, topic_id, j[1]), jobs)
+                )
+            for (_, partition), found in zip(jobs, listed, strict=True):
+                keys.setdefault(partition, []).extend(found)
         else:
             found_parts = pool_map(
                 lambda loc: _missing_ok(lambda: partitions_at(self.store, loc, topic, topic_id), [])
