@@ -200,3 +200,15 @@ def test_a_narrow_read_committed_plan_bounds_its_transaction_search(tmp_path: Pa
     assert got == [o for o in expected if start <= o < start + 10]
     if isolation == "read_committed":
         assert stats["reads"] <= 40, stats  # indexes up to the abort marker, not the 60 segments
+
+
+def test_a_manifest_named_without_its_base_offset_is_planned_from_every_manifest(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    rsm, opts, log = _long_history(tmp_path, 12)
+    rsm.close()
+    manifest = sorted((tmp_path / "store" / "main").rglob("*.manifest"))[5]
+    manifest.rename(manifest.with_name("legacy-" + manifest.name.split("-", 1)[1]))
+    reader, parts, _ = _plan(opts, startingOffsets=json.dumps({"history": {"0": 27}}))
+    assert _offsets(reader, parts) == list(range(27, 60))
+    assert "carry no base offset; this partition is planned from every manifest" in caplog.text

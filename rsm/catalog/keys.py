@@ -20,6 +20,8 @@ from rsm.api.metadata import uuid_to_base64
 from rsm.store.layout import INDEXES_SUFFIX, LOG_SUFFIX, MANIFEST_SUFFIX, OBJECT_NAME, Location
 from rsm.store.objects import ObjectInfo, ObjectStore
 
+UNPLACED = -1  # the base of a listed manifest whose name does not carry one
+
 
 @dataclass(frozen=True)
 class SegmentKey:
@@ -55,6 +57,11 @@ def parse_listing(
         rest = obj.key[len(base) :] if obj.key.startswith(base) else ""
         part, _, name = rest.partition("/")
         m = OBJECT_NAME.match(name)
+        if part.isdigit() and m is None and name.endswith(MANIFEST_SUFFIX) and "/" not in name:
+            # a manifest whose name carries no base offset: its copy cannot be placed by its key
+            # (`RangedHistory` then plans the partition from every manifest, as before issue 27)
+            manifests.append((int(part), obj.key, UNPLACED, "", obj.modified))
+            continue
         if not part.isdigit() or m is None:
             continue
         stem = obj.key[: -len(m.group(3)) - 1]

@@ -36,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from rsm.api.metadata import uuid_to_base64
 from rsm.catalog.history import PartitionHistory, SegmentSlice, resolve_history
-from rsm.catalog.keys import SegmentKey
+from rsm.catalog.keys import UNPLACED, SegmentKey
 from rsm.catalog.segments import MANIFEST_READ_THREADS, StoredSegment, load_segment
 from rsm.store.objects import ObjectStore
 
@@ -84,6 +84,18 @@ class RangedHistory:
         self._first: tuple[int | None] | None = None
         self._last: tuple[SegmentSlice | None] | None = None
         self._set_keys(keys)
+        if self._head is not None and self.keys and self._head[-1].base >= self.keys[0].base:
+            # the first copies reach the listed ones: together they are the whole partition
+            self._set_keys({*self._head, *self.keys})
+            self._head, self._relist = None, None
+        if any(k.base == UNPLACED for k in self.keys):
+            log.warning(
+                "%s-%d: some manifests' names carry no base offset; this partition is planned from every "
+                "manifest",
+                topic,
+                partition,
+            )
+            self.full()
 
     def _set_keys(self, keys: Iterable[SegmentKey]) -> None:
         self.keys = sorted(keys, key=lambda k: k.order)
