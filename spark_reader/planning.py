@@ -189,8 +189,8 @@ class Planner:
         hi = self._stable_end(sp, hi)
         if lo >= hi:
             return None
-        for a, b in h.gaps_between(lo, hi - 1):
-            self.data_loss(f"{name}: offsets {a}..{b} are missing from the store")
+        # gaps are data loss where the plan reads (`plan`, after pushed offset filters narrowed the range):
+        # finding them here would read the manifests of the whole range before the filters narrow it
         return PartitionRange(sp, lo, hi, start_ts, start_slice, end_ts, end_slice)
 
     def _stable_end(self, sp: SelectedPartition, hi: int) -> int:
@@ -257,6 +257,10 @@ class Planner:
             hi = pr.end - 1 if offset_hi is None else min(pr.end - 1, offset_hi)
             if lo > hi:
                 continue
+            for a, b in pr.selected.history.gaps_between(lo, hi):
+                self.data_loss(
+                    f"{pr.selected.topic}-{pr.selected.partition}: offsets {a}..{b} are missing from the store"
+                )
             read_committed = self.opts.isolation_level is IsolationLevel.READ_COMMITTED
             aborted = tuple(self.aborted(pr)) if read_committed else ()
             for s in pr.selected.history.between(lo, hi):

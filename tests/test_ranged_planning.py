@@ -212,3 +212,18 @@ def test_a_manifest_named_without_its_base_offset_is_planned_from_every_manifest
     reader, parts, _ = _plan(opts, startingOffsets=json.dumps({"history": {"0": 27}}))
     assert _offsets(reader, parts) == list(range(27, 60))
     assert "carry no base offset; this partition is planned from every manifest" in caplog.text
+
+
+def test_pushed_offset_filters_narrow_what_planning_reads(tmp_path: Path) -> None:
+    from pyspark.sql.datasource import GreaterThanOrEqual, LessThan
+
+    from spark_reader.source import FilteringBatchReader
+
+    rsm, opts, log = _long_history(tmp_path, 200)
+    rsm.close()
+    reader = FilteringBatchReader(parse_options({**opts, "subscribe": "history"}))
+    assert list(reader.pushFilters([GreaterThanOrEqual(("offset",), 700), LessThan(("offset",), 720)])) == []
+    parts = list(reader.partitions())
+    assert _offsets(reader, parts) == list(range(700, 720))
+    assert reader.last_planner is not None
+    assert reader.last_planner.catalog.store.stats.snapshot()["reads"] <= 2 * 4 + 16
