@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 MAX_BACK = 8  # distinct base offsets a range looks back for a copy reaching into it
 NEWEST_BY_TIME = 4  # copies committed last, read to find the newest leader's copy
 TOP_BASES = 2  # the last base offsets' copies, read for the same
-WALK_BASES = 16  # base offsets resolved at a time by `walk`
+WALK_BASES = 16  # the most base offsets `walk` resolves at a time
 
 EpochCache = Callable[[StoredSegment], tuple[tuple[int, int], ...]]
 
@@ -299,8 +299,9 @@ class RangedHistory:
         """The gaps touching offsets [first, last]."""
         return list(self.window(first, last).gaps)
 
-    def walk(self, first: int, step: int = WALK_BASES) -> Iterator[SegmentSlice]:
-        """The slices holding offsets >= `first`, in order, resolved `step` base offsets at a time."""
+    def walk(self, first: int, step: int = 2) -> Iterator[SegmentSlice]:
+        """The slices holding offsets >= `first`, in order: `step` base offsets resolved first, twice as
+        many each time after (up to `WALK_BASES`), so a caller that stops early read little."""
         if self._full is not None:
             yield from self._full.walk(first)
             return
@@ -312,6 +313,7 @@ class RangedHistory:
             upto = max(upto, cur)
             yield from self.between(cur, upto)
             cur = upto + 1
+            step = min(2 * step, WALK_BASES)
 
     def first_at_timestamp(self, timestamp: int) -> SegmentSlice | None:
         """The first slice whose segment's max timestamp reaches `timestamp`, by bisection over bases."""
@@ -328,7 +330,7 @@ class RangedHistory:
             else:
                 lo = mid + 1
         start = self._bases[max(lo - 1, 0)] if self._bases else 0
-        for s in self.walk(start, step=2):  # the slice it is (a copy cut off or superseded: the next)
+        for s in self.walk(start):  # the slice it is (a copy cut off or superseded: the next one)
             if s.segment.max_timestamp_ms >= timestamp:
                 return s
         return None
