@@ -141,7 +141,8 @@ def _tricky_partition(tmp_path: Path) -> tuple[RemoteStorageManager, dict[str, s
     return rsm, opts, tip
 
 
-def test_ranged_answers_are_the_whole_history_s(tmp_path: Path) -> None:
+@pytest.mark.parametrize("probe", [False, True], ids=["listed", "probed"])
+def test_ranged_answers_are_the_whole_history_s(tmp_path: Path, probe: bool) -> None:
     rsm, opts, tip = _tricky_partition(tmp_path)
     rsm.close()
     catalog = TopicCatalog(RsmConfig(opts))  # type: ignore[arg-type]
@@ -152,7 +153,7 @@ def test_ranged_answers_are_the_whole_history_s(tmp_path: Path) -> None:
         return SegmentIndexes(catalog.store, seg, None).leader_epochs()
 
     def view():  # noqa: ANN202
-        return catalog.ranged_histories("history", tip.topic_id, epoch_cache=cache)[0]
+        return catalog.ranged_histories("history", tip.topic_id, epoch_cache=cache, probe=probe)[0]
 
     def shape(slices):  # noqa: ANN001, ANN202
         return [(s.first_offset, s.last_offset, s.segment.end_offset) for s in slices]
@@ -227,3 +228,25 @@ def test_pushed_offset_filters_narrow_what_planning_reads(tmp_path: Path) -> Non
     assert _offsets(reader, parts) == list(range(700, 720))
     assert reader.last_planner is not None
     assert reader.last_planner.catalog.store.stats.snapshot()["reads"] <= 2 * 4 + 16
+
+
+def test_probed_listings_find_ranges_ends_and_timestamps_in_a_long_history(tmp_path: Path) -> None:
+    rsm, opts, log = _long_history(tmp_path, 300, per_segment=7)
+    rsm.close()
+    catalog = TopicCatalog(RsmConfig(opts))  # type: ignore[arg-type]
+    tid = log.tip.topic_id
+    full = catalog.histories("history", tid)[0]
+
+    def shape(slices):  # noqa: ANN001, ANN202
+        return [(s.first_offset, s.last_offset, s.segment.start_offset) for s in slices]
+
+    for lo, hi in [(0, 6), (5, 30), (700, 720), (1043, 1049), (2093, 2099), (1500, 2099)]:
+        view = catalog.ranged_histories("history", tid, probe=True)[0]
+        assert (view.first_offset, view.next_offset) == (0, 2100)
+        assert shape(view.between(lo, hi)) == shape(full.between(lo, hi)), (lo, hi)
+        assert view.listed_from_start is False or hi - lo > 500  # a narrow range lists around itself
+    view = catalog.ranged_histories("history", tid, probe=True)[0]
+    got = view.first_at_timestamp(BASE_TS + 1000)
+    assert got is not None and shape([got]) == shape([full.first_at_timestamp(BASE_TS + 1000)])
+    walked = catalog.ranged_histories("history", tid, probe=True)[0].walk(2000)
+    assert [s.segment.start_offset for s in walked] == [s.segment.start_offset for s in full.walk(2000)]

@@ -20,12 +20,12 @@ from typing import TypeVar
 
 from rsm.api.metadata import uuid_to_base64
 from rsm.catalog.history import PartitionHistory, resolve_history
-from rsm.catalog.keys import SegmentKey, list_partition, partitions_at
-from rsm.catalog.ranged import EpochCache, RangedHistory
+from rsm.catalog.keys import SegmentKey, list_partition, parse_listing, partitions_at, topic_dir
+from rsm.catalog.ranged import HEAD_OBJECTS, INF, EpochCache, Probe, RangedHistory
 from rsm.catalog.segments import CatalogError, StoredSegment, list_segments, read_manifest
 from rsm.config.overlay import TopicOverlay, TopicOverlayStore
-from rsm.config.settings import TOPIC_PREFIX, RsmConfig
-from rsm.store.layout import Location
+from rsm.config.settings import TOPIC_PREFIX, Backend, RsmConfig
+from rsm.store.layout import OBJECT_NAME, Location
 from rsm.store.locations import FoundTopicDir, LocationRegistry, scan_bucket
 from rsm.store.objects import ObjectNotFound, ObjectStore
 
@@ -267,12 +267,17 @@ class TopicCatalog:
         *,
         after: Mapping[int, int] | None = None,
         epoch_cache: EpochCache | None = None,
+        probe: bool | None = None,
     ) -> dict[int, RangedHistory]:
         """One `RangedHistory` per partition with committed copies: listings only, no manifest read yet.
 
         ``after``: partition -> a base offset at or before where the caller's range starts (a stream's
         previous end): those partitions are listed from there on (and their first copies, for 'earliest'),
         so the listing does not grow with the history behind it; other partitions are listed whole.
+        ``probe`` (default: on S3, where a listing pages 1,000 keys a request and planners would page
+        through the whole history): without ``after``, nothing is listed up front but the partitions; each
+        one lists where its ranges, its first and its last copies are (`RangedHistory`'s probes). The file
+        store lists each partition whole, once (a local directory listing).
         """
         wanted = None if partitions is None else set(partitions)
         where = self.locations(topic, topic_id)
@@ -292,6 +297,28 @@ class TopicCatalog:
 
         keys: dict[int, list[SegmentKey]] = {}
         heads: dict[int, list[SegmentKey]] = {}
+        if probe is None:
+            probe = self.store.backend is Backend.S3
+        if not after and probe:
+            # S3: nothing listed up front; each partition lists where its ranges are (`RangedHistory`)
+            found_parts = pool_map(
+                lambda loc: _missing_ok(lambda: partitions_at(self.store, loc, topic, topic_id), [])
+            )
+            every = sorted({p for parts in found_parts for p in parts})
+            return {
+                p: RangedHistory(
+                    self.store,
+                    topic,
+                    topic_id,
+                    p,
+                    [],
+                    epoch_cache=epoch_cache,
+                    relist=whole(p),
+                    probe=self._prober(topic, topic_id, p, where),
+                )
+                for p in every
+                if wanted is None or p in wanted
+            }
         if not after:
             # each partition's directory listed on its own, at once: S3 pages a listing one after another
             found_parts = pool_map(
@@ -354,5 +381,28 @@ class TopicCatalog:
             )
         return out
 
+    def _prober(self, topic: str, topic_id: uuid.UUID, partition: int, where: list[Location]) -> Probe:
+        """`RangedHistory`'s probe: a partition's copies from a base offset on at every location, and the
+        base up to which all of them are listed (the least of the locations')."""
 
-HEAD_OBJECTS = 30  # objects listed from a partition's start for its earliest offset (ten copies)
+        def probe(from_base: int | None, limit: int) -> tuple[list[SegmentKey], int]:
+            keys: list[SegmentKey] = []
+            upto = INF
+            for loc in where:
+                base = topic_dir(loc, topic, topic_id)
+                pdir = f"{base}{partition}/"
+                after = "" if from_base is None else f"{pdir}{from_base:020d}"
+                objs = _missing_ok(
+                    lambda loc=loc, pdir=pdir, after=after: self.store.list_from(
+                        loc.bucket, pdir, start_after=after, limit=limit
+                    ),
+                    [],
+                )
+                keys += parse_listing(loc, base, objs).get(partition, [])
+                if len(objs) >= limit:
+                    m = OBJECT_NAME.match(objs[-1].key.rsplit("/", 1)[-1])
+                    last = int(m.group(1)) if m else (from_base or 0)
+                    upto = min(upto, last - 1)  # the last base's copies may go on past the limit
+            return [k for k in keys if k.base <= upto], upto
+
+        return probe

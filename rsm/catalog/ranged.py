@@ -48,6 +48,15 @@ TOP_BASES = 2  # the last base offsets' copies, read for the same
 WALK_BASES = 16  # the most base offsets `walk` resolves at a time
 
 EpochCache = Callable[[StoredSegment], tuple[tuple[int, int], ...]]
+# lists a partition's copies from a base offset on (None: from the first), about `limit` objects; returns
+# them and the base offset up to which every copy is among them (`INF`: the partition's end was reached)
+Probe = Callable[[int | None, int], tuple[list[SegmentKey], int]]
+
+INF = 1 << 63
+LIST_PAGE = 1000  # objects a listing asks for at a time (an S3 page)
+HEAD_OBJECTS = 30  # objects listed from a partition's start for its earliest offset (ten copies)
+TAIL_OBJECTS = 60  # objects a probe for the partition's end asks for
+RECORDS_GUESS = 1000  # offsets between base offsets assumed before any is listed
 
 
 class RangedHistory:
@@ -64,11 +73,15 @@ class RangedHistory:
         epoch_cache: EpochCache | None = None,
         head: Iterable[SegmentKey] | None = None,
         relist: Callable[[], list[SegmentKey]] | None = None,
+        probe: Probe | None = None,
     ) -> None:
         """`keys`: the partition's committed copies as listed. When the listing started past the
         partition's first copy (a stream's trigger, from its previous end), `head` holds the first copies
         and `relist` lists the whole partition, used only if a range reaches before `keys`.
-        `epoch_cache` reads a copy's leader-epoch checkpoint (the planner's, which holds the keyring)."""
+        `epoch_cache` reads a copy's leader-epoch checkpoint (the planner's, which holds the keyring).
+        `probe` (with `relist`, `keys` empty): nothing is listed up front; `probe(base, limit)` lists the
+        copies from a base offset on (at most `limit` objects) and the planner lists only where its ranges,
+        the first and the last copies are (see `_list_span`, `_ensure_tail`)."""
         self.store = store
         self.topic = topic
         self.topic_id = topic_id
@@ -83,19 +96,16 @@ class RangedHistory:
         self._newest: tuple[list[StoredSegment], tuple[tuple[int, int], ...]] | None = None
         self._first: tuple[int | None] | None = None
         self._last: tuple[SegmentSlice | None] | None = None
+        self._probe = probe
+        self._known: list[tuple[int, int]] = []  # base offset intervals listed whole (`probe` only)
+        self._tail_known = False
         self._set_keys(keys)
         if self._head is not None and self.keys and self._head[-1].base >= self.keys[0].base:
             # the first copies reach the listed ones: together they are the whole partition
             self._set_keys({*self._head, *self.keys})
             self._head, self._relist = None, None
         if any(k.base == UNPLACED for k in self.keys):
-            log.warning(
-                "%s-%d: some manifests' names carry no base offset; this partition is planned from every "
-                "manifest",
-                topic,
-                partition,
-            )
-            self.full()
+            self._unplaced()
 
     def _set_keys(self, keys: Iterable[SegmentKey]) -> None:
         self.keys = sorted(keys, key=lambda k: k.order)
@@ -104,9 +114,116 @@ class RangedHistory:
             self._by_base.setdefault(k.base, []).append(k)
         self._bases = sorted(self._by_base)
 
+    # -- listing where ranges are (`probe`) ---------------------------------------------------------
+    def _add(self, keys: Iterable[SegmentKey]) -> None:
+        self._set_keys({*self.keys, *keys})
+        if self._probe is not None and self._bases and self._bases[0] == UNPLACED:
+            self._list_all("some manifests' names carry no base offset")
+            self._unplaced()
+
+    def _unplaced(self) -> None:
+        log.warning(
+            "%s-%d: some manifests' names carry no base offset; this partition is planned from every manifest",
+            self.topic,
+            self.partition,
+        )
+        self.full()
+
+    def _cover(self, a: int, b: int) -> None:
+        if a > b:
+            return
+        merged: list[tuple[int, int]] = []
+        for x, y in sorted([*self._known, (a, b)]):
+            if merged and x <= merged[-1][1] + 1:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], y))
+            else:
+                merged.append((x, y))
+        self._known = merged
+
+    def _covered(self, a: int, b: int) -> bool:
+        return self._probe is None or any(x <= a and b <= y for x, y in self._known)
+
+    def _spacing(self) -> int:
+        """Offsets between base offsets, as far as listed (for a first guess of where to list)."""
+        if len(self._bases) < 2:
+            return RECORDS_GUESS
+        return max(1, (self._bases[-1] - self._bases[0]) // (len(self._bases) - 1))
+
+    def _list_span(self, a: int, b: int) -> None:
+        """List the copies with a base in [a, b] and those of the next base after b (paged from a)."""
+        start, limit = a, LIST_PAGE
+        while self._probe is not None:
+            got, upto = self._probe(start, limit)
+            self._add(got)
+            self._cover(start, upto)
+            if upto >= INF or any(b < x <= upto for x in self._bases):
+                return
+            if upto < start:
+                limit *= 4  # one base's objects filled the page
+                continue
+            start = upto + 1
+
+    def _ensure_head(self) -> None:
+        """The first copies listed (for the earliest offset), and an idea of the offsets between bases."""
+        if self._probe is None or self._head is not None:
+            return
+        got, upto = self._probe(None, HEAD_OBJECTS)
+        self._head = sorted(got, key=lambda k: k.order)
+        self._add(got)
+        self._cover(0, upto)
+        if upto >= INF and self._probe is not None:  # the whole partition fitted
+            self._head, self._relist, self._probe = None, None, None
+
+    def _ensure_back(self, x: int, n: int) -> None:
+        """At least `n` base offsets <= x listed with everything between them and x (or all from 0)."""
+        if self._probe is None:
+            return
+        d = self._spacing() * (n + 1)
+        while self._probe is not None:
+            a = max(0, x - d)
+            if not self._covered(a, x):
+                self._list_span(a, x)
+            if a == 0 or sum(1 for b in self._bases if a <= b <= x) >= n:
+                return
+            d *= 4
+
+    def _ensure_tail(self) -> None:
+        """The last copies listed (to the end): galloping, then bisecting, probes of a few keys each."""
+        self._ensure_head()
+        if self._probe is None or self._tail_known:
+            return
+        self._tail_known = True
+        lo = self._bases[-1] if self._bases else 0  # copies exist at or after it
+        step, none_at = self._spacing() * 64, None
+        while self._probe is not None:
+            at = lo + step if none_at is None else (lo + none_at) // 2
+            if none_at is not None and at <= lo:
+                self._list_span(lo, INF)
+                return
+            got, upto = self._probe(at, TAIL_OBJECTS)
+            self._add(got)
+            self._cover(at, upto)
+            if got and upto >= INF:
+                return
+            if not got:
+                none_at = at
+                continue
+            lo = max(lo, max(k.base for k in got))
+            if none_at is None:
+                step *= 4
+
+    def _tail_bases(self, n: int) -> list[int]:
+        """The last `n` base offsets (fewer in a shorter partition), listed whole."""
+        if self._probe is not None:
+            self._ensure_tail()
+            if self._bases:
+                self._ensure_back(self._bases[-1], n)
+        return self._bases[-n:]
+
     def base_before(self, offset: int, back: int = 1) -> int | None:
         """A base offset of a listed copy at or before `offset`, `back` more bases before the greatest
         one (a range from `offset` reads from there: see `window`); None when none is listed there."""
+        self._ensure_back(offset, back + 1)
         i = bisect.bisect_right(self._bases, offset) - 1 - back
         return self._bases[i] if i >= 0 else None
 
@@ -116,9 +233,11 @@ class RangedHistory:
 
     def _list_all(self, why: str) -> None:
         if self._relist is not None:
-            log.info("%s-%d: listing the whole partition (%s)", self.topic, self.partition, why)
+            if self._probe is None:
+                log.info("%s-%d: listing the whole partition (%s)", self.topic, self.partition, why)
             self._set_keys(self._relist())
             self._relist = None
+            self._probe = None
             self._head = None
             self._windows.clear()
             self._newest = None
@@ -150,7 +269,7 @@ class RangedHistory:
     def newest(self) -> tuple[list[StoredSegment], tuple[tuple[int, int], ...]]:
         """The newest leader's copy (as a list of none or one) and its leader-epoch checkpoint."""
         if self._newest is None:
-            candidates = self._keys_of(self._bases[-TOP_BASES:])
+            candidates = self._keys_of(self._tail_bases(TOP_BASES))
             candidates += sorted(self.keys, key=lambda k: (k.modified, k.order))[-NEWEST_BY_TIME:]
             segs = self._load(candidates)
             best = max(segs, key=lambda s: (s.max_epoch, s.end_offset, s.manifest.created_ms), default=None)
@@ -202,6 +321,7 @@ class RangedHistory:
         return self._first[0]
 
     def _find_first(self) -> int | None:
+        self._ensure_head()
         keys = self._head if self._head is not None else self.keys
         by_base: dict[int, list[SegmentKey]] = {}
         for k in keys:
@@ -231,10 +351,15 @@ class RangedHistory:
         return self._last[0]
 
     def _find_last(self) -> SegmentSlice | None:
-        for i in range(len(self._bases) - 1, -1, -1):
-            h = self._resolve(self._bases[i:])
+        n = 1
+        while True:
+            bases = self._tail_bases(n)
+            h = self._resolve(bases)
             if h.slices:
                 return h.slices[-1]
+            if len(bases) < n:
+                break
+            n += 1
         if self._relist is not None:
             self._list_all("the listed copies hold nothing of the final log")
             return self._find_last()
@@ -260,20 +385,25 @@ class RangedHistory:
         return found
 
     def _window(self, first: int, last: int) -> PartitionHistory:
-        if self._bases and first < self._bases[0] and self._relist is not None:
+        if self._bases and first < self._bases[0] and self._relist is not None and self._probe is None:
             self._list_all(f"offset {first} lies before the copies listed")
         # the bases up to `last` and the next one (where a hole at the range's end ends, as in the full
         # history), from the base holding `first` and one more before it
-        hi = bisect.bisect_right(self._bases, last) + 1
-        lo = max(0, bisect.bisect_right(self._bases, first) - 2)
-        back = 0
+        need, back = 2, 0
         while True:
+            if self._probe is not None:
+                self._ensure_back(first, need)
+                nxt = next((b for b in self._bases if b > last), INF)
+                if not self._covered(first, nxt):
+                    self._list_span(first, last)
+            hi = bisect.bisect_right(self._bases, last) + 1
+            lo = max(0, bisect.bisect_right(self._bases, first) - need)
             h = self._resolve(self._bases[lo:hi])
             missing = _uncovered(h, first, last)
             if not missing:
                 break
             if lo == 0:
-                if self._relist is not None:
+                if self._relist is not None and self._probe is None:
                     self._list_all(
                         f"offsets {missing[0][0]}..{missing[0][1]} may lie before the copies listed"
                     )
@@ -281,7 +411,7 @@ class RangedHistory:
                 break
             if back >= MAX_BACK:
                 break
-            lo -= 1
+            need += 1
             back += 1
         return PartitionHistory(
             self.partition,
@@ -300,27 +430,44 @@ class RangedHistory:
         return list(self.window(first, last).gaps)
 
     def walk(self, first: int, step: int = 2) -> Iterator[SegmentSlice]:
-        """The slices holding offsets >= `first`, in order: `step` base offsets resolved first, twice as
-        many each time after (up to `WALK_BASES`), so a caller that stops early read little."""
+        """The slices holding offsets >= `first`, in order (the first one narrowed to start there):
+        `step` base offsets resolved first, twice as many each time after (up to `WALK_BASES`), so a
+        caller that stops early read little."""
         if self._full is not None:
             yield from self._full.walk(first)
             return
         end = self.next_offset
         cur = first
+        pending: SegmentSlice | None = None  # a slice cut by a window's end goes on in the next window
         while end is not None and cur < end:
-            i = bisect.bisect_right(self._bases, cur)
-            upto = end - 1 if i + step >= len(self._bases) else self._bases[i + step] - 1
+            if self._probe is not None:  # bases past `cur` are not all listed: a guess in offsets
+                upto = min(end - 1, cur + self._spacing() * step)
+            else:
+                i = bisect.bisect_right(self._bases, cur)
+                upto = end - 1 if i + step >= len(self._bases) else self._bases[i + step] - 1
             upto = max(upto, cur)
-            yield from self.between(cur, upto)
+            for s in self.between(cur, upto):
+                if (
+                    pending is not None
+                    and s.segment is pending.segment
+                    and s.first_offset == pending.last_offset + 1
+                ):
+                    pending = SegmentSlice(s.segment, pending.first_offset, s.last_offset)
+                    continue
+                if pending is not None:
+                    yield pending
+                pending = s
             cur = upto + 1
             step = min(2 * step, WALK_BASES)
+        if pending is not None:
+            yield pending
 
     def first_at_timestamp(self, timestamp: int) -> SegmentSlice | None:
         """The first slice whose segment's max timestamp reaches `timestamp`, by bisection over bases."""
         if self._full is not None:
             return self._full.first_at_timestamp(timestamp)
         if self._relist is not None:
-            self._list_all("a timestamp is looked up")
+            self._list_all("a timestamp is looked up")  # then bisected: O(log n) manifests
         lo, hi = 0, len(self._bases)
         while lo < hi:  # the first base whose copies' max timestamp reaches it
             mid = (lo + hi) // 2
