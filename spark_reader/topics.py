@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from rsm.api.metadata import to_uuid, uuid_to_base64
@@ -92,9 +93,15 @@ def select_partitions(
             wanted = None if assigned is None else assigned[topic]
             hints = {p: base for (t, p), base in (after or {}).items() if t == topic}
             histories = catalog.ranged_histories(topic, tid, wanted, after=hints, epoch_cache=epoch_cache)
-            for partition, history in sorted(histories.items()):
-                if partitions.contains(partition) and history.next_offset is not None:
-                    selected.append(SelectedPartition(topic, tid, history))
+            chosen = [h for p, h in sorted(histories.items()) if partitions.contains(p)]
+            # each partition's first and last copies (what every plan asks first), the partitions at once
+            with ThreadPoolExecutor(max(1, min(8, len(chosen))), thread_name_prefix="kafka-tiered") as pool:
+                ends = list(pool.map(lambda h: (h.first_offset, h.next_offset), chosen))
+            selected += [
+                SelectedPartition(topic, tid, h)
+                for h, (_, end) in zip(chosen, ends, strict=True)
+                if end is not None
+            ]
     except CatalogError as exc:
         raise ReaderError(str(exc)) from None
     return selected
