@@ -27,6 +27,7 @@ from rsm.api.metadata import uuid_to_base64
 from rsm.catalog.catalog import TopicCatalog
 from rsm.catalog.keys import SegmentKey, parse_listing, topic_dir
 from rsm.catalog.segments import MANIFEST_READ_THREADS, StoredSegment, load_segment
+from rsm.config.settings import Backend
 from rsm.store.layout import INDEXES_SUFFIX, LOG_SUFFIX, MANIFEST_SUFFIX, Location
 from rsm.store.objects import ObjectInfo
 
@@ -110,6 +111,23 @@ def _orphans(base: str, listed: list[ObjectInfo], describe: Callable[[str], str]
     return out
 
 
+def _list_topic(catalog: TopicCatalog, location: Location, base: str) -> list[ObjectInfo]:
+    """Everything under a topic's directory at one location, temporary files included: its partitions
+    listed at once, page by page (each page within the store's deadline, however long the history)."""
+    store = catalog.store
+    if store.backend is not Backend.S3:
+        return store.list_objects(location.bucket, base, include_temporary=True)
+    parts = store.list_dirs(location.bucket, base)
+
+    def one(part: str) -> list[ObjectInfo]:
+        return store.list_from(location.bucket, f"{base}{part}/", include_temporary=True)
+
+    with ThreadPoolExecutor(
+        max(1, min(MANIFEST_READ_THREADS, len(parts))), thread_name_prefix="rsm-du"
+    ) as pool:
+        return [o for found in pool.map(one, parts) for o in found]
+
+
 def _edges(keys: list[SegmentKey]) -> list[SegmentKey]:
     """The copies at a partition's first and last base offsets."""
     first, last = keys[0].base, keys[-1].base
@@ -124,7 +142,7 @@ def topic_usage(catalog: TopicCatalog, topic: str, *, every_manifest: bool = Fal
         tid = uuid_to_base64(topic_id)
         for location in catalog.locations(topic, topic_id):
             base = topic_dir(location, topic, topic_id)
-            listed = store.list_objects(location.bucket, base, include_temporary=True)
+            listed = _list_topic(catalog, location, base)
             for partition, keys in parse_listing(location, base, listed).items():
                 row = rows.setdefault(
                     (topic_id, partition, location), PartitionUsage(topic, topic_id, partition, location)

@@ -369,18 +369,30 @@ class ObjectStore:
         return max(1, -(-listed // 1000)) if self.backend is Backend.S3 else 1
 
     def list_from(
-        self, bucket: str, prefix: str, *, start_after: str = "", limit: int | None = None
+        self,
+        bucket: str,
+        prefix: str,
+        *,
+        start_after: str = "",
+        limit: int | None = None,
+        include_temporary: bool = False,
     ) -> list[ObjectInfo]:
         """Objects under `prefix` whose keys sort after `start_after`, in key order, at most `limit`.
 
         Why beside `list_objects`: a planner that knows where its range starts asks S3 for the keys from
         there on (ListObjectsV2's StartAfter, 1,000 keys a page, stopping at `limit`), so its requests do
-        not grow with the history before it. Temporary files of unfinished writes are left out. On the file
-        store the directory is listed and filtered (no request is saved there, and none is paid).
+        not grow with the history before it; each page is one request within the deadline (a listing of
+        a whole prefix through `list_objects` is one deadline for all its pages). Temporary files of
+        unfinished writes are left out unless ``include_temporary``. On the file store the directory is
+        listed and filtered (no request is saved there, and none is paid).
         """
         self._directory(bucket, prefix.rpartition("/")[0])  # checks the names
         if self.backend is not Backend.S3:
-            found = [o for o in self.list_objects(bucket, prefix) if o.key > start_after]
+            found = [
+                o
+                for o in self.list_objects(bucket, prefix, include_temporary=include_temporary)
+                if o.key > start_after
+            ]
             return found if limit is None else found[:limit]
         out: list[ObjectInfo] = []
         args: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
@@ -396,7 +408,7 @@ class ObjectStore:
                 return out
             for item in page.get("Contents", []):
                 key = str(item["Key"])
-                if TEMP_MARK not in key.rsplit("/", 1)[-1]:
+                if include_temporary or TEMP_MARK not in key.rsplit("/", 1)[-1]:
                     out.append(ObjectInfo(key, int(item.get("Size") or 0), _modified(item)))
             if not page.get("IsTruncated") or (limit is not None and len(out) >= limit):
                 return out if limit is None else out[:limit]
