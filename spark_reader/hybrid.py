@@ -25,7 +25,7 @@ brokers no longer hold past the store's end are data loss (failOnDataLoss), foun
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from pyspark.sql.datasource import InputPartition
@@ -40,6 +40,8 @@ from spark_reader.tail import DEFAULT_POLL_TIMEOUT_MS, BrokerTailPartition, Tail
 from spark_reader.topics import SelectedPartition, select_partitions
 
 log = logging.getLogger(__name__)
+
+After = Mapping[tuple[str, int], int] | None  # a stream's listing starts (`Planner.select`)
 
 Key = tuple[str, int]
 LATEST, EARLIEST = -1, -2
@@ -57,12 +59,13 @@ def tail_settings(opts: SourceOptions) -> TailSettings:
 
 
 def _store_selection(
-    planner: Planner, filters: PushedFilters, topics: Sequence[str]
+    planner: Planner, filters: PushedFilters, topics: Sequence[str], after: After = None
 ) -> list[SelectedPartition]:
-    """The store's partitions of the query; a topic with nothing tiered yet is the brokers' alone."""
+    """The store's partitions of the query; a topic with nothing tiered yet is the brokers' alone.
+    ``after``: a stream's previous end per partition, where its listing may start (`Planner.select`)."""
     opts = planner.opts
     if opts.subscribe_pattern is not None or all(planner.catalog.topic_ids(t) for t in topics):
-        return planner.select(filters)
+        return planner.select(filters, after=after)
     out: list[SelectedPartition] = []
     for topic in topics:  # one topic at a time, skipping those the store lacks
         if not planner.catalog.topic_ids(topic):
@@ -71,7 +74,9 @@ def _store_selection(
             narrowed = replace(opts, assign={topic: opts.assign[topic]})
         else:
             narrowed = replace(opts, subscribe=(topic,))
-        out += select_partitions(planner.catalog, narrowed, filters.partition)
+        out += select_partitions(
+            planner.catalog, narrowed, filters.partition, after=after, epoch_cache=planner._epoch_cache
+        )
     return out
 
 
@@ -87,20 +92,20 @@ class Split:
 class HybridQuery:
     """One query's (or micro-batch's) view of both sides: the store's partitions and the brokers'."""
 
-    def __init__(self, planner: Planner, filters: PushedFilters) -> None:
+    def __init__(self, planner: Planner, filters: PushedFilters, after: After = None) -> None:
         self.planner, self.opts, self.filters = planner, planner.opts, filters
         self.view = BrokerView(self.opts)
         self.splits: dict[Key, Split] = {}
         try:
-            self._split(planner, filters)
+            self._split(planner, filters, after)
         except BaseException:
             self.view.close()
             raise
 
-    def _split(self, planner: Planner, filters: PushedFilters) -> None:
+    def _split(self, planner: Planner, filters: PushedFilters, after: After) -> None:
         broker = self.view.topics()
         topics = sorted(set(broker) | set(self._store_topic_names()))
-        store = {sp.key: sp for sp in _store_selection(planner, filters, topics)}
+        store = {sp.key: sp for sp in _store_selection(planner, filters, topics, after)}
         for key, sp in store.items():
             bt = broker.get(key[0])
             if bt is None:
@@ -152,7 +157,7 @@ class HybridQuery:
 
 def store_holds_time(sp: SelectedPartition | None, timestamp: int) -> bool:
     """Whether the store has a record at or after `timestamp` (then the store answers the lookup)."""
-    return sp is not None and any(s.segment.max_timestamp_ms >= timestamp for s in sp.history.slices)
+    return sp is not None and sp.history.first_at_timestamp(timestamp) is not None
 
 
 def split_range(
@@ -316,12 +321,15 @@ def _stream_initial(
     return out
 
 
-def stream_latest(planner: Planner, begin: dict[Key, int]) -> tuple[dict[Key, int], dict[Key, int]]:
-    """(latest, begin completed) for a trigger: the brokers' latest; a partition new to the query starts
-    at its earliest (the store's first offset, else the brokers' log start)."""
-    query = HybridQuery(planner, PushedFilters())
+def stream_latest(
+    planner: Planner, begin: dict[Key, int], after: After = None
+) -> tuple[dict[Key, int], dict[Key, int], dict[Key, SelectedPartition]]:
+    """(latest, begin completed, the store's partitions) for a trigger: the brokers' latest; a partition
+    new to the query starts at its earliest (the store's first offset, else the brokers' log start)."""
+    query = HybridQuery(planner, PushedFilters(), after)
     try:
-        return _stream_latest(query, planner, begin)
+        latest, begin = _stream_latest(query, planner, begin)
+        return latest, begin, {k: s.store for k, s in query.splits.items() if s.store is not None}
     finally:
         query.close()
 
@@ -348,15 +356,16 @@ def _stream_latest(
 
 
 def stream_partitions(
-    planner: Planner, begin: dict[Key, int], finish: dict[Key, int]
-) -> list[InputPartition]:
-    """A micro-batch [begin, finish): what the store holds from the store, the rest from the brokers.
+    planner: Planner, begin: dict[Key, int], finish: dict[Key, int], after: After = None
+) -> tuple[list[InputPartition], dict[Key, SelectedPartition]]:
+    """A micro-batch [begin, finish): what the store holds from the store, the rest from the brokers;
+    and the store's partitions (where the next trigger's listings may start).
 
     No broker request: `finish` came from the brokers' latest at latestOffset, and a partition's offsets
     past the store's end can only be on the brokers."""
     settings = tail_settings(planner.opts)
     topics = sorted({t for t, _ in finish})
-    current = {sp.key: sp for sp in _store_selection(planner, PushedFilters(), topics)}
+    current = {sp.key: sp for sp in _store_selection(planner, PushedFilters(), topics, after)}
     ranges, tails = [], []
     for key, stop in sorted(finish.items()):
         sp = current.get(key)
@@ -370,4 +379,4 @@ def stream_partitions(
         if pr is not None:
             ranges.append(pr)
         tails += tail
-    return tails + list(planner.plan(ranges, PushedFilters()))
+    return tails + list(planner.plan(ranges, PushedFilters())), current

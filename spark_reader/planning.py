@@ -10,15 +10,22 @@ Everything here runs on the driver from manifests and stored indexes only (no `.
   segment through the time index;
 - each slice of a segment becomes one input partition, or several for big segments (128 MiB of log
   bytes each, `maxRecordsPerPartition`, `minPartitions`), cut at batch boundaries near chunk boundaries;
-- under read_committed, aborted transactions are gathered from the transaction indexes of every segment
-  from the start of the range on: an abort's records can sit in segments before its marker.
+- under read_committed, aborted transactions are gathered from the transaction indexes of the segments
+  from the start of the range on (an abort's records can sit in segments before its marker), up to the
+  first abort written when no transaction begun before the range's end was still open (its last stable
+  offset: Kafka's own bound) or the first segment at or past the end whose producer snapshot shows no
+  such transaction open: every marker of a transaction touching the range lies at or before it.
+
+Histories are `rsm.catalog.ranged.RangedHistory` (issue 27): a listing per partition, then the manifests
+a range needs: earliest and latest from the first and last copies, a timestamp by bisection, the range's
+own copies; so a narrow query's requests grow with its range, not with the partition's history.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from rsm.api.errors import ConfigException, RemoteStorageException
@@ -27,6 +34,7 @@ from rsm.catalog.segments import StoredSegment
 from rsm.catalog.splits import SegmentIndexes, split_slice
 from rsm.config.keyring import Keyring, keyring_for
 from rsm.config.settings import Backend
+from rsm.copy.transform import TransformError
 from rsm.store.objects import ObjectStore
 from segment_format.errors import CorruptRecordError
 from spark_reader.errors import DataLossError, ReaderError
@@ -113,8 +121,23 @@ class Planner:
             self._indexes[id(segment)] = found
         return found
 
-    def select(self, filters: PushedFilters) -> list[SelectedPartition]:
-        return select_partitions(self.catalog, self.opts, filters.partition)
+    def select(
+        self, filters: PushedFilters, after: Mapping[tuple[str, int], int] | None = None
+    ) -> list[SelectedPartition]:
+        """The partitions read, their histories not read yet; ``after``: (topic, partition) -> a base
+        offset at or before every range to be asked (a stream's previous end), listed from there."""
+        return select_partitions(
+            self.catalog, self.opts, filters.partition, after=after, epoch_cache=self._epoch_cache
+        )
+
+    def _epoch_cache(self, segment: StoredSegment) -> tuple[tuple[int, int], ...]:
+        """The newest copy's leader-epoch checkpoint (`RangedHistory` lineage); none if unreadable: its
+        chain alone then, with one line saying so."""
+        try:
+            return self.indexes(segment).leader_epochs()
+        except (CorruptRecordError, RemoteStorageException, TransformError) as exc:
+            log.warning("cannot read the leader-epoch checkpoint of %s: %s", segment.manifest_key, exc)
+            return ()
 
     # -- ranges --------------------------------------------------------------------------------------
     def data_loss(self, message: str) -> None:
@@ -144,7 +167,7 @@ class Planner:
                 lo = earliest
         else:
             assert start.value is not None
-            start_slice = next((s for s in h.slices if s.segment.max_timestamp_ms >= start.value), None)
+            start_slice = h.first_at_timestamp(start.value)
             if start_slice is None:
                 if self.opts.starting_by_timestamp_strategy == "error":
                     raise ReaderError(
@@ -161,41 +184,67 @@ class Planner:
             hi = min(end.value, latest)
         else:
             assert end.value is not None
-            end_slice = next((s for s in h.slices if s.segment.max_timestamp_ms >= end.value), None)
+            end_slice = h.first_at_timestamp(end.value)
             hi = latest if end_slice is None else end_slice.last_offset + 1
             end_ts = None if end_slice is None else end.value
-        if self.opts.isolation_level is IsolationLevel.READ_COMMITTED:
-            last = h.slices[-1].segment
-            try:
-                lso = self.indexes(last).open_transaction_first_offset()
-            except (CorruptRecordError, RemoteStorageException) as exc:
-                raise ReaderError(
-                    f"{name}: cannot read the producer snapshot of {last.manifest_key}: {exc}"
-                ) from None
-            if lso is not None and lso < hi:
-                hi = lso
+        hi = self._stable_end(sp, hi)
         if lo >= hi:
             return None
-        for a, b in h.gaps:
-            if a < hi and b >= lo:
-                self.data_loss(f"{name}: offsets {a}..{b} are missing from the store")
+        # gaps are data loss where the plan reads (`plan`, after pushed offset filters narrowed the range):
+        # finding them here would read the manifests of the whole range before the filters narrow it
         return PartitionRange(sp, lo, hi, start_ts, start_slice, end_ts, end_slice)
+
+    def _stable_end(self, sp: SelectedPartition, hi: int) -> int:
+        """`hi`, stopped under read_committed at the oldest transaction still open at the end of the
+        tiered data (the last segment's producer snapshot): a consumer stops at the last stable offset."""
+        last_slice = sp.history.last_slice
+        if self.opts.isolation_level is not IsolationLevel.READ_COMMITTED or last_slice is None:
+            return hi
+        last = last_slice.segment
+        try:
+            lso = self.indexes(last).open_transaction_first_offset()
+        except (CorruptRecordError, RemoteStorageException) as exc:
+            raise ReaderError(
+                f"{sp.topic}-{sp.partition}: cannot read the producer snapshot of {last.manifest_key}: {exc}"
+            ) from None
+        return lso if lso is not None and lso < hi else hi
+
+    def bounds(self, sp: SelectedPartition) -> tuple[int, int] | None:
+        """(earliest, latest) of a partition now, latest stopped at the LSO under read_committed; None
+        without data. Only the first and last copies are read (a stream asks this on every trigger)."""
+        earliest, latest = sp.history.first_offset, sp.history.next_offset
+        if earliest is None or latest is None:
+            return None
+        return earliest, max(earliest, self._stable_end(sp, latest))
 
     # -- splits --------------------------------------------------------------------------------------
     def aborted(self, pr: PartitionRange) -> list[tuple[int, int, int]]:
-        """Aborted transactions touching [start, end): from every segment holding offsets >= start."""
+        """Aborted transactions touching [start, end): from the segments holding offsets >= start, up to
+        where no transaction begun before `end` can still be open (see the module docstring)."""
         out = []
-        for s in pr.selected.history.slices:
-            if s.last_offset < pr.start:
-                continue
+        for s in pr.selected.history.walk(pr.start):
+            idx = self.indexes(s.segment)
+            complete = False
             try:
-                for txn in self.indexes(s.segment).aborted_transactions():
+                for txn in idx.aborted_transactions():
                     if txn.last_offset >= pr.start and txn.first_offset < pr.end:
                         out.append((txn.producer_id, txn.first_offset, txn.last_offset))
+                    complete = complete or txn.last_stable_offset >= pr.end
             except (CorruptRecordError, RemoteStorageException) as exc:
                 raise ReaderError(
                     f"cannot read the transaction index of {s.segment.manifest_key}: {exc}"
                 ) from None
+            if complete:
+                break
+            if s.segment.end_offset >= pr.end - 1:
+                try:
+                    still_open = idx.open_transaction_first_offset()
+                except (CorruptRecordError, RemoteStorageException) as exc:
+                    raise ReaderError(
+                        f"cannot read the producer snapshot of {s.segment.manifest_key}: {exc}"
+                    ) from None
+                if still_open is None or still_open >= pr.end:
+                    break
         return sorted(set(out))
 
     def plan(self, ranges: Iterable[PartitionRange], filters: PushedFilters) -> list[TieredPartition]:
@@ -209,6 +258,10 @@ class Planner:
             hi = pr.end - 1 if offset_hi is None else min(pr.end - 1, offset_hi)
             if lo > hi:
                 continue
+            for a, b in pr.selected.history.gaps_between(lo, hi):
+                self.data_loss(
+                    f"{pr.selected.topic}-{pr.selected.partition}: offsets {a}..{b} are missing from the store"
+                )
             read_committed = self.opts.isolation_level is IsolationLevel.READ_COMMITTED
             aborted = tuple(self.aborted(pr)) if read_committed else ()
             for s in pr.selected.history.between(lo, hi):

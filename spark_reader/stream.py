@@ -10,6 +10,12 @@ With `kafka.bootstrap.servers` (`spark_reader.hybrid`) the latest offset is the 
 micro-batch reads what the store holds of its range from the store, the rest from the brokers: a query
 catches up at store speed, then follows the topic live, and segments tiered meanwhile are read from the
 store by later micro-batches.
+
+A trigger plans from the previous batch's end (issue 27): the reader remembers, per partition, a base
+offset at or before the offset it planned up to, and the next trigger lists that partition's keys from
+there on (plus its first copies, for 'earliest') and reads only the manifests of what follows; so its
+requests do not grow with the history behind it. A reader that remembers nothing (the first trigger, a
+restarted query) lists the partitions whole once.
 """
 
 from __future__ import annotations
@@ -38,16 +44,41 @@ Offsets = dict[tuple[str, int], int]
 class TieredStreamReader(DataSourceStreamReader):
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
+        # (topic, partition) -> (a listed base offset, the offset it is at or before): where the next
+        # trigger's listing of the partition may start (see the module docstring)
+        self._listed_from: dict[tuple[str, int], tuple[int, int]] = {}
+        self.last_planner: Planner | None = None  # the planner of the last call (its store's counters)
 
-    def _partitions(self) -> tuple[Planner, dict[tuple[str, int], SelectedPartition]]:
-        planner = Planner(self.opts)  # a fresh catalog per trigger: new segments, new partitions
-        return planner, {sp.key: sp for sp in planner.select(PushedFilters())}
+    def _partitions(
+        self, begin: Offsets | None = None
+    ) -> tuple[Planner, dict[tuple[str, int], SelectedPartition]]:
+        planner = self.last_planner = Planner(self.opts)  # a fresh catalog per trigger: new segments
+        return planner, {sp.key: sp for sp in planner.select(PushedFilters(), after=self._after(begin))}
+
+    def _after(self, begin: Offsets | None) -> dict[tuple[str, int], int] | None:
+        """Per partition, a base offset this trigger's listing may start from (see the module docstring)."""
+        after = {
+            key: base
+            for key, (base, offset) in self._listed_from.items()
+            if begin is not None and key in begin and offset <= begin[key]
+        }
+        return after or None
+
+    def _remember(self, current: dict[tuple[str, int], SelectedPartition], offsets: Offsets) -> None:
+        """Where the next trigger may list each partition from: ranges from `offsets` on need no key
+        before the base this returns (`RangedHistory.base_before`)."""
+        for key, offset in offsets.items():
+            sp = current.get(key)
+            base_before = getattr(sp.history, "base_before", None) if sp is not None else None
+            base = base_before(offset) if base_before is not None else None
+            if base is not None:
+                self._listed_from[key] = (base, offset)
 
     def _bounds(self, planner: Planner, sp: SelectedPartition) -> tuple[int, int]:
         """(earliest, latest) of a partition now (latest stops at an open transaction for read_committed)."""
-        pr = planner.partition_range(sp, Position(Kind.EARLIEST), Position(Kind.LATEST))
+        found = planner.bounds(sp)  # not partition_range: no range to check for gaps, none to read
         earliest = sp.history.first_offset or 0
-        return (earliest, earliest) if pr is None else (pr.start, pr.end)
+        return (earliest, earliest) if found is None else found
 
     def _first_offset_at(self, planner: Planner, sp: SelectedPartition, timestamp: int) -> int | None:
         """The first offset whose record has a timestamp >= `timestamp` (reads the one segment it is in)."""
@@ -85,6 +116,7 @@ class TieredStreamReader(DataSourceStreamReader):
                 assert pos.value is not None
                 found = self._first_offset_at(planner, sp, pos.value)
                 offsets[key] = latest if found is None else found
+        self._remember(current, offsets)
         return to_stream_offset(offsets)
 
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
@@ -99,9 +131,10 @@ class TieredStreamReader(DataSourceStreamReader):
         if self.opts.bootstrap_servers:
             from spark_reader.hybrid import stream_latest
 
-            latest, begin = stream_latest(Planner(self.opts), begin)
+            planner = self.last_planner = Planner(self.opts)
+            latest, begin, current = stream_latest(planner, begin, self._after(begin))
         else:
-            planner, current = self._partitions()
+            planner, current = self._partitions(begin)
             for key, sp in current.items():
                 earliest, last = self._bounds(planner, sp)
                 latest[key] = max(last, begin.get(key, earliest))
@@ -111,6 +144,7 @@ class TieredStreamReader(DataSourceStreamReader):
         # partitions that left the store keep their last offset (nothing more to read there)
         for key, offset in begin.items():
             latest.setdefault(key, offset)
+        self._remember(current, begin)
         return to_stream_offset(latest)
 
     @one_line_errors
@@ -119,8 +153,11 @@ class TieredStreamReader(DataSourceStreamReader):
         if self.opts.bootstrap_servers:  # the store's part from the store, the rest from the brokers
             from spark_reader.hybrid import stream_partitions
 
-            return stream_partitions(Planner(self.opts), begin, finish)
-        planner, current = self._partitions()
+            planner = self.last_planner = Planner(self.opts)
+            parts, current = stream_partitions(planner, begin, finish, self._after(begin))
+            self._remember(current, finish)
+            return parts
+        planner, current = self._partitions(begin)
         ranges = []
         for key, stop in finish.items():
             sp = current.get(key)
@@ -134,7 +171,9 @@ class TieredStreamReader(DataSourceStreamReader):
             pr = planner.partition_range(sp, Position(Kind.OFFSET, first), Position(Kind.OFFSET, stop))
             if pr is not None:
                 ranges.append(pr)
-        return planner.plan(ranges, PushedFilters())
+        parts = planner.plan(ranges, PushedFilters())
+        self._remember(current, finish)  # the next batch starts where this one ends
+        return parts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(partition)

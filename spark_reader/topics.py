@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from rsm.api.metadata import to_uuid, uuid_to_base64
 from rsm.catalog import PartitionHistory, TopicCatalog, TopicNotFound
+from rsm.catalog.ranged import EpochCache, RangedHistory
 from rsm.catalog.segments import CatalogError
 from spark_reader.errors import ReaderError
 from spark_reader.filters import Bound
@@ -21,11 +24,12 @@ from spark_reader.options import OptionError, SourceOptions
 
 @dataclass(frozen=True)
 class SelectedPartition:
-    """A topic partition the query reads, with its history in the store."""
+    """A topic partition the query reads, with its history in the store: a `RangedHistory` from
+    `select_partitions` (manifests read as ranges ask for them), or a whole `PartitionHistory`."""
 
     topic: str
     topic_id: uuid.UUID
-    history: PartitionHistory
+    history: PartitionHistory | RangedHistory
 
     @property
     def partition(self) -> int:
@@ -57,9 +61,18 @@ def _topic_id(catalog: TopicCatalog, topic: str, wanted: str | None) -> uuid.UUI
 
 
 def select_partitions(
-    catalog: TopicCatalog, opts: SourceOptions, partitions: Bound
+    catalog: TopicCatalog,
+    opts: SourceOptions,
+    partitions: Bound,
+    *,
+    after: Mapping[tuple[str, int], int] | None = None,
+    epoch_cache: EpochCache | None = None,
 ) -> list[SelectedPartition]:
-    """The partitions with tiered data that the options (and a pushed `partition` filter) select."""
+    """The partitions with tiered data that the options (and a pushed `partition` filter) select.
+
+    Their histories are listings until a range is asked of them (`rsm.catalog.ranged`); ``after`` maps a
+    partition to a base offset its ranges start at or after (a stream's previous end): only keys from
+    there on are listed for it."""
     assigned: dict[str, tuple[int, ...]] | None = opts.assign
     if opts.subscribe is not None:
         topics = list(opts.subscribe)
@@ -78,10 +91,17 @@ def select_partitions(
         for topic in topics:
             tid = _topic_id(catalog, topic, opts.topic_id)
             wanted = None if assigned is None else assigned[topic]
-            histories = catalog.histories(topic, tid, wanted)
-            for partition, history in sorted(histories.items()):
-                if partitions.contains(partition) and history.slices:
-                    selected.append(SelectedPartition(topic, tid, history))
+            hints = {p: base for (t, p), base in (after or {}).items() if t == topic}
+            histories = catalog.ranged_histories(topic, tid, wanted, after=hints, epoch_cache=epoch_cache)
+            chosen = [h for p, h in sorted(histories.items()) if partitions.contains(p)]
+            # each partition's first and last copies (what every plan asks first), the partitions at once
+            with ThreadPoolExecutor(max(1, min(8, len(chosen))), thread_name_prefix="kafka-tiered") as pool:
+                ends = list(pool.map(lambda h: (h.first_offset, h.next_offset), chosen))
+            selected += [
+                SelectedPartition(topic, tid, h)
+                for h, (_, end) in zip(chosen, ends, strict=True)
+                if end is not None
+            ]
     except CatalogError as exc:
         raise ReaderError(str(exc)) from None
     return selected

@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from test_rsm_helpers import write_keyring
-from test_spark_reader import _error, _expected, _read, _rows, tiered_spark  # noqa: F401 - module fixture
+from test_spark_reader import _error, _expected, _read, _rows
 from tiering import PartitionLog
 
 from rsm import RemoteStorageManager, TopicIdPartition

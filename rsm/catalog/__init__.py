@@ -9,17 +9,22 @@ truncated leader-epoch branches resolved). This package answers them once, below
   plus the fallback scan for stores written before the record existed;
 - `segments`: committed segments (manifests) of a topic id across its locations;
 - `history`: one history per partition from the segments' leader-epoch chains;
+- `keys`: a partition's copies as listings name them (base offsets from the keys, no manifest read);
+- `ranged`: a partition's history answered for a range from that range's manifests only (issue 27:
+  planning that does not grow with history), the whole history still there for whoever asks;
 - `catalog`: `TopicCatalog`, the entry point tying them to a configured store.
 """
 
 from rsm.catalog.catalog import TopicCatalog, TopicNotFound
 from rsm.catalog.history import PartitionHistory, SegmentSlice, resolve_history
+from rsm.catalog.ranged import RangedHistory
 from rsm.catalog.segments import StoredSegment
 from rsm.store.locations import LocationRegistry
 
 __all__ = [
     "LocationRegistry",
     "PartitionHistory",
+    "RangedHistory",
     "SegmentSlice",
     "StoredSegment",
     "TopicCatalog",

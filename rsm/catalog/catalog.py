@@ -14,16 +14,18 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from rsm.api.metadata import uuid_to_base64
 from rsm.catalog.history import PartitionHistory, resolve_history
+from rsm.catalog.keys import SegmentKey, list_partition, parse_listing, partitions_at, topic_dir
+from rsm.catalog.ranged import HEAD_OBJECTS, INF, EpochCache, Probe, RangedHistory
 from rsm.catalog.segments import CatalogError, StoredSegment, list_segments, read_manifest
 from rsm.config.overlay import TopicOverlay, TopicOverlayStore
-from rsm.config.settings import TOPIC_PREFIX, RsmConfig
-from rsm.store.layout import Location
+from rsm.config.settings import TOPIC_PREFIX, Backend, RsmConfig
+from rsm.store.layout import OBJECT_NAME, Location
 from rsm.store.locations import FoundTopicDir, LocationRegistry, scan_bucket
 from rsm.store.objects import ObjectNotFound, ObjectStore
 
@@ -33,6 +35,9 @@ __all__ = ["CatalogError", "TopicCatalog", "TopicNotFound"]
 
 
 T = TypeVar("T")
+
+# topic ids whose incomplete location record was reported (once per process: a stream plans every trigger)
+_SCAN_NOTED: set[tuple[str, uuid.UUID]] = set()
 
 
 def _missing_ok(call: Callable[[], T], default: T) -> T:
@@ -145,10 +150,16 @@ class TopicCatalog:
         for overlay in self._all_overlays():
             if overlay.topic == topic:
                 ids[overlay.topic_id] = max(ids.get(overlay.topic_id, 0), overlay.updated_ms)
-        if self._scan_enabled:
+        # a scan finds ids no record names (stores older than the record); once `rsm store locate --record`
+        # marked every recorded id of the topic complete, the record names them all (a later id is
+        # recorded by the copy that writes it), and the buckets are not listed whole on every plan
+        if self._scan_enabled and not (ids and not self.also and all(self._lookup(topic, t)[1] for t in ids)):
             for tid, _ in self._scanned_for(topic):
                 ids.setdefault(tid, 0)
         return ids
+
+    def _lookup(self, topic: str, topic_id: uuid.UUID) -> tuple[list[Location], bool]:
+        return self.registry.lookup(topic, topic_id)
 
     def _recorded_topics(self) -> dict[str, dict[uuid.UUID, int]]:
         """`LocationRegistry.topics` of the current record and of the earlier defaults' (`also`)."""
@@ -183,10 +194,10 @@ class TopicCatalog:
         if self._overlay_list is None:  # the overlays and the location record are listed at once
             with ThreadPoolExecutor(1, thread_name_prefix="rsm-catalog") as pool:
                 overlays = pool.submit(self._all_overlays)
-                recorded, complete = self.registry.lookup(topic, topic_id)
+                recorded, complete = self._lookup(topic, topic_id)
                 overlays.result()
         else:
-            recorded, complete = self.registry.lookup(topic, topic_id)
+            recorded, complete = self._lookup(topic, topic_id)
         for overlay in self._all_overlays():
             if overlay.topic == topic and overlay.topic_id == topic_id:
                 found.append(self._overlay_location(overlay, self.default))
@@ -196,6 +207,16 @@ class TopicCatalog:
         if self.also:
             complete = False  # an earlier default's bucket is scanned whatever the current record says
         if self._scan_enabled and not complete:
+            if not self.also and (topic, topic_id) not in _SCAN_NOTED:
+                _SCAN_NOTED.add((topic, topic_id))
+                log.warning(
+                    "%s (topic id %s): its location record is not marked complete, so every plan lists "
+                    "the bucket(s) whole to find its segments; `rsm store locate --topic %s --record` marks "
+                    "it (plans then list only the topic's own directories)",
+                    topic,
+                    uuid_to_base64(topic_id),
+                    topic,
+                )
             found += [loc for tid, loc in self._scanned_for(topic, topic_id) if tid == topic_id]
         return list(dict.fromkeys(found))
 
@@ -236,3 +257,152 @@ class TopicCatalog:
                 )
             out[partition] = history
         return out
+
+    # -- ranged histories (issue 27) -----------------------------------------------------------------
+    def ranged_histories(
+        self,
+        topic: str,
+        topic_id: uuid.UUID,
+        partitions: Iterable[int] | None = None,
+        *,
+        after: Mapping[int, int] | None = None,
+        epoch_cache: EpochCache | None = None,
+        probe: bool | None = None,
+    ) -> dict[int, RangedHistory]:
+        """One `RangedHistory` per partition with committed copies: listings only, no manifest read yet.
+
+        ``after``: partition -> a base offset at or before where the caller's range starts (a stream's
+        previous end): those partitions are listed from there on (and their first copies, for 'earliest'),
+        so the listing does not grow with the history behind it; other partitions are listed whole.
+        ``probe`` (default: on S3, where a listing pages 1,000 keys a request and planners would page
+        through the whole history): without ``after``, nothing is listed up front but the partitions; each
+        one lists where its ranges, its first and its last copies are (`RangedHistory`'s probes). The file
+        store lists each partition whole, once (a local directory listing).
+        """
+        wanted = None if partitions is None else set(partitions)
+        where = self.locations(topic, topic_id)
+
+        def pool_map(fn: Callable[[Location], T]) -> list[T]:
+            if len(where) == 1:
+                return [fn(where[0])]
+            with ThreadPoolExecutor(min(16, len(where)), thread_name_prefix="rsm-catalog") as pool:
+                return list(pool.map(fn, where))
+
+        def whole(partition: int) -> Callable[[], list[SegmentKey]]:
+            def relist() -> list[SegmentKey]:
+                listed = pool_map(lambda loc: list_partition(self.store, loc, topic, topic_id, partition))
+                return [k for keys in listed for k in keys]
+
+            return relist
+
+        keys: dict[int, list[SegmentKey]] = {}
+        heads: dict[int, list[SegmentKey]] = {}
+        if probe is None:
+            probe = self.store.backend is Backend.S3
+        if not after and probe:
+            # S3: nothing listed up front; each partition lists where its ranges are (`RangedHistory`)
+            found_parts = pool_map(
+                lambda loc: _missing_ok(lambda: partitions_at(self.store, loc, topic, topic_id), [])
+            )
+            every = sorted({p for parts in found_parts for p in parts})
+            return {
+                p: RangedHistory(
+                    self.store,
+                    topic,
+                    topic_id,
+                    p,
+                    [],
+                    epoch_cache=epoch_cache,
+                    relist=whole(p),
+                    probe=self._prober(topic, topic_id, p, where),
+                )
+                for p in every
+                if wanted is None or p in wanted
+            }
+        if not after:
+            # each partition's directory listed on its own, at once: S3 pages a listing one after another
+            found_parts = pool_map(
+                lambda loc: _missing_ok(lambda: partitions_at(self.store, loc, topic, topic_id), [])
+            )
+            jobs = [
+                (loc, p) for loc, parts in zip(where, found_parts, strict=True) for p in parts
+                if wanted is None or p in wanted
+            ]  # fmt: skip
+            with ThreadPoolExecutor(max(1, min(16, len(jobs))), thread_name_prefix="rsm-catalog") as pool:
+                listed = list(
+                    pool.map(lambda j: list_partition(self.store, j[0], topic, topic_id, j[1]), jobs)
+                )
+            for (_, partition), found in zip(jobs, listed, strict=True):
+                keys.setdefault(partition, []).extend(found)
+        else:
+            found_parts = pool_map(
+                lambda loc: _missing_ok(lambda: partitions_at(self.store, loc, topic, topic_id), [])
+            )
+            every = sorted({p for parts in found_parts for p in parts})
+            for partition in every:
+                if wanted is not None and partition not in wanted:
+                    continue
+                if partition not in after:
+                    keys[partition] = whole(partition)()
+                    continue
+                hint = after[partition]
+                keys[partition] = [
+                    k
+                    for ks in pool_map(
+                        lambda loc, p=partition, h=hint: list_partition(
+                            self.store, loc, topic, topic_id, p, from_base=h
+                        )
+                    )
+                    for k in ks
+                ]
+                heads[partition] = [
+                    k
+                    for ks in pool_map(
+                        lambda loc, p=partition: list_partition(
+                            self.store, loc, topic, topic_id, p, limit=HEAD_OBJECTS
+                        )
+                    )
+                    for k in ks
+                ]
+        out = {}
+        for partition, found in sorted(keys.items()):
+            if (wanted is not None and partition not in wanted) or not (found or heads.get(partition)):
+                continue
+            suffix = partition in heads
+            out[partition] = RangedHistory(
+                self.store,
+                topic,
+                topic_id,
+                partition,
+                found,
+                epoch_cache=epoch_cache,
+                head=heads.get(partition) if suffix else None,
+                relist=whole(partition) if suffix else None,
+            )
+        return out
+
+    def _prober(self, topic: str, topic_id: uuid.UUID, partition: int, where: list[Location]) -> Probe:
+        """`RangedHistory`'s probe: a partition's copies from a base offset on at every location, and the
+        base up to which all of them are listed (the least of the locations')."""
+
+        def probe(from_base: int | None, limit: int) -> tuple[list[SegmentKey], int]:
+            keys: list[SegmentKey] = []
+            upto = INF
+            for loc in where:
+                base = topic_dir(loc, topic, topic_id)
+                pdir = f"{base}{partition}/"
+                after = "" if from_base is None else f"{pdir}{from_base:020d}"
+                objs = _missing_ok(
+                    lambda loc=loc, pdir=pdir, after=after: self.store.list_from(
+                        loc.bucket, pdir, start_after=after, limit=limit
+                    ),
+                    [],
+                )
+                keys += parse_listing(loc, base, objs).get(partition, [])
+                if len(objs) >= limit:
+                    m = OBJECT_NAME.match(objs[-1].key.rsplit("/", 1)[-1])
+                    last = int(m.group(1)) if m else (from_base or 0)
+                    upto = min(upto, last - 1)  # the last base's copies may go on past the limit
+            return [k for k in keys if k.base <= upto], upto
+
+        return probe

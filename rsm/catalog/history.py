@@ -23,7 +23,7 @@ next one's base) stay a gap: records Kafka had and the store does not.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from rsm.catalog.segments import StoredSegment
@@ -73,16 +73,43 @@ class PartitionHistory:
                 out.append(SegmentSlice(s.segment, lo, hi))
         return out
 
+    # The questions a planner asks, answered the same way by `rsm.catalog.ranged.RangedHistory` from the
+    # manifests of the range only: planners ask these rather than walk `slices`, whichever they were given.
+    @property
+    def last_slice(self) -> SegmentSlice | None:
+        """The slice holding the last offset in the store (its producer snapshot gives the LSO)."""
+        return self.slices[-1] if self.slices else None
 
-def _lineage(segments: list[StoredSegment]) -> dict[int, int]:
-    """Epoch -> first offset of the final log, from the newest leader's chain down to the oldest."""
+    def gaps_between(self, first: int, last: int) -> list[tuple[int, int]]:
+        """The gaps (whole) that touch offsets [first, last]."""
+        return [(a, b) for a, b in self.gaps if a <= last and b >= first]
+
+    def first_at_timestamp(self, timestamp: int) -> SegmentSlice | None:
+        """The first slice whose segment's max timestamp reaches `timestamp` (Kafka's offsetsForTimes)."""
+        return next((s for s in self.slices if s.segment.max_timestamp_ms >= timestamp), None)
+
+    def walk(self, first: int) -> Iterator[SegmentSlice]:
+        """The slices holding offsets >= `first`, in order (a caller stops when it has what it needs)."""
+        return (s for s in self.slices if s.last_offset >= first)
+
+
+def _lineage(segments: list[StoredSegment], epoch_cache: tuple[tuple[int, int], ...] = ()) -> dict[int, int]:
+    """Epoch -> first offset of the final log, from the newest leader's chain down to the oldest.
+
+    ``epoch_cache``: the newest leader's leader-epoch checkpoint (the whole cache up to its segment's
+    end), read right after its chain: it names the epochs below, so older branches cannot add theirs."""
     ordered = sorted(segments, key=lambda s: (s.max_epoch, s.end_offset, s.manifest.created_ms), reverse=True)
     if not ordered:
         return {}
     lineage = dict(ordered[0].epochs)  # the newest leader's chain, whole
-    for seg in ordered[1:]:
+    chains = [tuple(sorted(epoch_cache, reverse=True))] if epoch_cache else []
+    chains += [tuple(sorted(seg.epochs, reverse=True)) for seg in ordered[1:]]
+    for chain in chains:
         # highest epoch first: an older segment's epochs each extend the lineage below the one above
-        for epoch, start in sorted(seg.epochs, reverse=True):
+        for epoch, start in chain:
+            if not lineage:
+                lineage[epoch] = start
+                continue
             if epoch in lineage:
                 lineage[epoch] = min(lineage[epoch], start)  # an epoch's start may be clamped to a segment's
             elif epoch < min(lineage) and start < lineage[min(lineage)]:
@@ -130,10 +157,23 @@ def _unclaimed(gap: tuple[int, int], claimed: list[tuple[int, int]]) -> list[tup
     return out
 
 
-def resolve_history(partition: int, segments: Iterable[StoredSegment]) -> PartitionHistory:
-    """The partition's history from all its committed copies (see the module docstring)."""
+def resolve_history(
+    partition: int,
+    segments: Iterable[StoredSegment],
+    *,
+    lineage_from: Iterable[StoredSegment] = (),
+    epoch_cache: tuple[tuple[int, int], ...] = (),
+) -> PartitionHistory:
+    """The partition's history from all its committed copies (see the module docstring).
+
+    ``lineage_from``: more copies whose leader-epoch chains count for the lineage only (none of their
+    offsets is served): a history resolved over a range of offsets (`rsm.catalog.ranged`) passes the
+    newest leader's copy there, and its leader-epoch checkpoint as ``epoch_cache``, so its lineage is the
+    one the whole partition's would be.
+    """
     segs = [s for s in segments if s.partition == partition and s.end_offset >= s.start_offset]
-    lineage = _lineage(segs)
+    extra = [s for s in lineage_from if s.partition == partition and all(s is not t for t in segs)]
+    lineage = _lineage(segs + extra, epoch_cache)
     candidates: list[tuple[int, int, StoredSegment]] = []
     superseded: list[tuple[StoredSegment, str]] = []
     empty: list[StoredSegment] = []

@@ -100,6 +100,26 @@ def read_manifest(store: ObjectStore, bucket: str, key: str) -> Manifest:
         raise CatalogError(f"cannot read manifest {where}: {exc}") from None
 
 
+def load_segment(
+    store: ObjectStore, topic: str, tid: str, location: Location, key: str
+) -> StoredSegment | None:
+    """One listed copy's manifest, checked against its key; None when it was deleted since the listing
+    (retention), a one-line CatalogError when it names another topic id or partition than its key."""
+    try:
+        manifest = read_manifest(store, location.bucket, key)
+    except ObjectNotFound:
+        log.info("segment %s deleted while listing", store.describe(location.bucket, key))
+        return None
+    seg = manifest.segment
+    expected = partition_dir(location.prefix, topic, tid, seg.partition)
+    if seg.topic_id != tid or seg.topic != topic or not key.startswith(expected):
+        raise CatalogError(
+            f"manifest {store.describe(location.bucket, key)} describes {seg.topic}-{seg.partition} "
+            f"(topic id {seg.topic_id}), not what its key says"
+        )
+    return StoredSegment(location, key, manifest)
+
+
 def list_segments(
     store: ObjectStore,
     topic: str,
@@ -143,20 +163,7 @@ def list_segments(
             keys.append((location, key))
 
     def load(item: tuple[Location, str]) -> StoredSegment | None:
-        location, key = item
-        try:
-            manifest = read_manifest(store, location.bucket, key)
-        except ObjectNotFound:
-            log.info("segment %s deleted while listing", store.describe(location.bucket, key))
-            return None
-        seg = manifest.segment
-        expected = partition_dir(location.prefix, topic, tid, seg.partition)
-        if seg.topic_id != tid or seg.topic != topic or not key.startswith(expected):
-            raise CatalogError(
-                f"manifest {store.describe(location.bucket, key)} describes {seg.topic}-{seg.partition} "
-                f"(topic id {seg.topic_id}), not what its key says"
-            )
-        return StoredSegment(location, key, manifest)
+        return load_segment(store, topic, tid, *item)
 
     if not keys:
         return []

@@ -27,6 +27,7 @@ from rsm.config.keyring import Keyring
 from rsm.copy.manifest import Manifest
 from rsm.fetch.reader import SegmentReader, cipher_for
 from rsm.store.objects import ObjectStore
+from segment_format.leader_epoch import LeaderEpochCheckpoint
 from segment_format.offset_index import OffsetIndex
 from segment_format.producer_snapshot import ProducerSnapshot
 from segment_format.time_index import TimeIndex
@@ -96,6 +97,15 @@ class SegmentIndexes:
         if not raw:
             return []
         return list(TransactionIndex.from_bytes(raw, file=self._name(IndexType.TRANSACTION)))
+
+    def leader_epochs(self) -> tuple[tuple[int, int], ...]:
+        """The segment's leader-epoch checkpoint as (epoch, first offset): Kafka writes the whole epoch
+        cache up to the segment's end there, so the newest copy's names the final log's lineage."""
+        raw = self._raw(IndexType.LEADER_EPOCH)
+        if not raw:
+            return ()
+        cp = LeaderEpochCheckpoint.from_bytes(raw, file=self._name(IndexType.LEADER_EPOCH))
+        return tuple((e.epoch, e.start_offset) for e in cp.entries)
 
     def open_transaction_first_offset(self) -> int | None:
         """The first offset of the oldest transaction still open at the segment's end (its producer

@@ -6,7 +6,8 @@
 
 `du` answers per topic, partition and location: segments, stored bytes, offsets, the first and last
 timestamps, key ids and orphans (objects without a committed manifest, temporary files of unfinished
-writes). `ls` lists one topic's segments with the
+writes); counts, bytes and orphans from listings, offsets, timestamps and key ids from the first and last
+segments' manifests (`--every-manifest`: every segment's, for each key id in use). `ls` lists one topic's segments with the
 history the readers use (which copy serves which offsets, and why a copy is not read). `locate` shows
 every location a topic's segments are in; `--record` writes what a scan found into the location record
 (`rsm.store.locations`) so readers need not scan again: the only action here that writes.
@@ -54,6 +55,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     actions = parser.add_subparsers(dest="action", metavar="ACTION")
     p = actions.add_parser("du", help="segments, bytes, offsets per topic, partition and location")
     p.add_argument("--topic", help="one topic (default: every topic in the store)")
+    p.add_argument(
+        "--every-manifest",
+        action="store_true",
+        help="read every segment's manifest (each key id; the largest offset and timestamp whatever copy "
+        "holds them), not only the first and last segments' (counts and bytes come from listings)",
+    )
     config_and_json(p, argparse.SUPPRESS)
     p = actions.add_parser("ls", help="the segments of a topic (or one partition) and their history")
     p.add_argument("--topic", required=True)
@@ -139,7 +146,11 @@ def _when(ms: int | None) -> str:
 
 
 def _du(catalog: TopicCatalog, args: argparse.Namespace, out: Console) -> int:
-    rows = [row for topic in _topics(catalog, args.topic) for row in topic_usage(catalog, topic)]
+    rows = [
+        row
+        for topic in _topics(catalog, args.topic)
+        for row in topic_usage(catalog, topic, every_manifest=args.every_manifest)
+    ]
     if args.json:
         out.print_json(json.dumps([r.to_json() for r in rows]))
         return 0

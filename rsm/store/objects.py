@@ -360,7 +360,9 @@ class ObjectStore:
         try:
             found = self._remote(bucket, prefix, self.fs.find, self._directory(bucket, directory))
         except FileNotFoundError:
+            self.stats.listed()
             return []
+        self.stats.listed(self._pages(len(found)))
         keys = []
         for path in found:
             path = str(path)
@@ -380,7 +382,9 @@ class ObjectStore:
                 bucket, prefix, self.fs.find, self._directory(bucket, directory), detail=True
             )
         except FileNotFoundError:
+            self.stats.listed()
             return []
+        self.stats.listed(self._pages(len(found)))
         out = []
         for path, info in dict(found).items():
             path = str(path)
@@ -390,6 +394,84 @@ class ObjectStore:
             if include_temporary or ".tmp-" not in key.rsplit("/", 1)[-1]:
                 out.append(ObjectInfo(key, int(info.get("size") or 0), _modified(info)))
         return sorted(out, key=lambda o: o.key)
+
+    def _pages(self, listed: int) -> int:
+        """The requests a listing of `listed` entries took: S3 pages 1,000 keys (s3fs's `find` pages
+        inside, unseen); a local directory walk counts as one."""
+        return max(1, -(-listed // 1000)) if self.backend is Backend.S3 else 1
+
+    def list_from(
+        self,
+        bucket: str,
+        prefix: str,
+        *,
+        start_after: str = "",
+        limit: int | None = None,
+        include_temporary: bool = False,
+    ) -> list[ObjectInfo]:
+        """Objects under `prefix` whose keys sort after `start_after`, in key order, at most `limit`.
+
+        Why beside `list_objects`: a planner that knows where its range starts asks S3 for the keys from
+        there on (ListObjectsV2's StartAfter, 1,000 keys a page, stopping at `limit`), so its requests do
+        not grow with the history before it; each page is one request within the deadline (a listing of
+        a whole prefix through `list_objects` is one deadline for all its pages). Temporary files of
+        unfinished writes are left out unless ``include_temporary``. On the file store the directory is
+        listed and filtered (no request is saved there, and none is paid).
+        """
+        self._directory(bucket, prefix.rpartition("/")[0])  # checks the names
+        if self.backend is not Backend.S3:
+            found = [
+                o
+                for o in self.list_objects(bucket, prefix, include_temporary=include_temporary)
+                if o.key > start_after
+            ]
+            return found if limit is None else found[:limit]
+        out: list[ObjectInfo] = []
+        args: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
+        if start_after:
+            args["StartAfter"] = start_after
+        while True:
+            if limit is not None:
+                args["MaxKeys"] = max(1, min(1000, limit - len(out)))
+            self.stats.listed()
+            try:
+                page = self._remote(bucket, prefix, self.fs.call_s3, "list_objects_v2", **args)
+            except FileNotFoundError:
+                return out
+            for item in page.get("Contents", []):
+                key = str(item["Key"])
+                if include_temporary or TEMP_MARK not in key.rsplit("/", 1)[-1]:
+                    out.append(ObjectInfo(key, int(item.get("Size") or 0), _modified(item)))
+            if not page.get("IsTruncated") or (limit is not None and len(out) >= limit):
+                return out if limit is None else out[:limit]
+            args.pop("StartAfter", None)
+            args["ContinuationToken"] = page["NextContinuationToken"]
+
+    def list_dirs(self, bucket: str, prefix: str) -> list[str]:
+        """The names of the "directories" right under `prefix` (a prefix ending in '/'), sorted: one
+        delimited listing on S3 (a page per 1,000 names), however many objects lie below them."""
+        self._directory(bucket, prefix.rstrip("/"))  # checks the names
+        if self.backend is not Backend.S3:
+            self.stats.listed()
+            try:
+                entries = self.fs.ls(self._directory(bucket, prefix.rstrip("/")), detail=True)
+            except (FileNotFoundError, NotADirectoryError):
+                return []
+            return sorted(
+                str(e["name"]).rstrip("/").rpartition("/")[2] for e in entries if e.get("type") == "directory"
+            )
+        names: list[str] = []
+        args: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "Delimiter": "/"}
+        while True:
+            self.stats.listed()
+            try:
+                page = self._remote(bucket, prefix, self.fs.call_s3, "list_objects_v2", **args)
+            except FileNotFoundError:
+                return names
+            names += [str(p["Prefix"])[len(prefix) :].rstrip("/") for p in page.get("CommonPrefixes", [])]
+            if not page.get("IsTruncated"):
+                return sorted(names)
+            args["ContinuationToken"] = page["NextContinuationToken"]
 
     def size(self, bucket: str, key: str) -> int:
         """An object's size in bytes (ObjectNotFound when it is missing)."""

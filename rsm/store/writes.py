@@ -69,11 +69,16 @@ class IOStats:
         self.bytes_written = 0
         self.reads = 0
         self.writes = 0
+        self.lists = 0  # listing requests (pages where the store pages itself: `ObjectStore.list_from`)
 
     def read(self, n: int) -> None:
         with self._lock:
             self.bytes_read += n
             self.reads += 1
+
+    def listed(self, pages: int = 1) -> None:
+        with self._lock:
+            self.lists += pages
 
     def wrote(self, n: int, objects: int = 0) -> None:
         with self._lock:
@@ -82,7 +87,12 @@ class IOStats:
 
     def snapshot(self) -> dict[str, int]:
         with self._lock:
-            return {"bytes_read": self.bytes_read, "bytes_written": self.bytes_written, "reads": self.reads}
+            return {
+                "bytes_read": self.bytes_read,
+                "bytes_written": self.bytes_written,
+                "reads": self.reads,
+                "lists": self.lists,
+            }
 
 
 class BackgroundWriter:

@@ -1,0 +1,511 @@
+"""A partition's history answered for a range of offsets from that range's manifests only.
+
+Why: `resolve_history` over every copy costs one manifest GET per segment, on every query, however narrow
+(issue 27: a year of segments planned for minutes). Keys carry base offsets (`rsm.catalog.keys`), so a
+listing tells which copies can hold a range; `RangedHistory` reads those manifests only and resolves them
+with the same rules (`rsm.catalog.history`), answering what planners ask:
+
+- `first_offset` / `next_offset`: from the copies of the first (last) base offsets, going on to the next
+  (previous) ones only while they hold nothing of the final log;
+- `between(lo, hi)` / `gaps_between`: the copies with a base in [the greatest base <= lo, hi], one more base
+  further back, and, while some offset of [lo, hi] is held by no copy, one base further back again (an
+  earlier-based copy can reach into the range: a retried copy of a longer segment, another leader's
+  segment boundaries), up to `MAX_BACK` bases; what is left uncovered then is a gap as in the full history;
+- `first_at_timestamp`: bisection over base offsets (segments' max timestamps ordered, as Kafka's
+  `offsetsForTimes` assumes): O(log n) manifests;
+- `walk(lo)`: slices from `lo` on, a window of bases at a time (aborted transactions stop when bounded).
+
+The lineage (epoch -> first offset) is the newest leader's, as in the full history: the newest copy is the
+one of highest (epoch, end offset, creation) among the copies at the last bases and the copies committed
+last (listing times: an unclean election's new leader commits after the old one stopped), and its
+leader-epoch checkpoint (Kafka writes the whole epoch cache up to the segment's end into it) names the
+epochs below it, so a truncated branch inside a range is cut off without reading the history before it.
+
+`slices`, `gaps`, `lineage` and `superseded` are the whole partition's (every manifest, read once on first
+use), so callers that need the whole history (migrate, `rsm store ls`, tests) get exactly what
+`resolve_history` gives.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+from rsm.api.metadata import uuid_to_base64
+from rsm.catalog.history import PartitionHistory, SegmentSlice, resolve_history
+from rsm.catalog.keys import UNPLACED, SegmentKey
+from rsm.catalog.segments import MANIFEST_READ_THREADS, StoredSegment, load_segment
+from rsm.store.objects import ObjectStore
+
+log = logging.getLogger(__name__)
+
+MAX_BACK = 8  # distinct base offsets a range looks back for a copy reaching into it
+NEWEST_BY_TIME = 4  # copies committed last, read to find the newest leader's copy
+TOP_BASES = 2  # the last base offsets' copies, read for the same
+WALK_BASES = 16  # the most base offsets `walk` resolves at a time
+
+EpochCache = Callable[[StoredSegment], tuple[tuple[int, int], ...]]
+# lists a partition's copies from a base offset on (None: from the first), about `limit` objects; returns
+# them and the base offset up to which every copy is among them (`INF`: the partition's end was reached)
+Probe = Callable[[int | None, int], tuple[list[SegmentKey], int]]
+
+INF = 1 << 63
+LIST_PAGE = 1000  # objects a listing asks for at a time (an S3 page)
+HEAD_OBJECTS = 30  # objects listed from a partition's start for its earliest offset (ten copies)
+TAIL_OBJECTS = 60  # objects a probe for the partition's end asks for
+RECORDS_GUESS = 1000  # offsets between base offsets assumed before any is listed
+
+
+class RangedHistory:
+    """`PartitionHistory`'s questions answered from the manifests a range needs (module docstring)."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        topic: str,
+        topic_id: uuid.UUID,
+        partition: int,
+        keys: Iterable[SegmentKey],
+        *,
+        epoch_cache: EpochCache | None = None,
+        head: Iterable[SegmentKey] | None = None,
+        relist: Callable[[], list[SegmentKey]] | None = None,
+        probe: Probe | None = None,
+    ) -> None:
+        """`keys`: the partition's committed copies as listed. When the listing started past the
+        partition's first copy (a stream's trigger, from its previous end), `head` holds the first copies
+        and `relist` lists the whole partition, used only if a range reaches before `keys`.
+        `epoch_cache` reads a copy's leader-epoch checkpoint (the planner's, which holds the keyring).
+        `probe` (with `relist`, `keys` empty): nothing is listed up front; `probe(base, limit)` lists the
+        copies from a base offset on (at most `limit` objects) and the planner lists only where its ranges,
+        the first and the last copies are (see `_list_span`, `_ensure_tail`)."""
+        self.store = store
+        self.topic = topic
+        self.topic_id = topic_id
+        self.partition = partition
+        self._tid = uuid_to_base64(topic_id)
+        self._epoch_cache = epoch_cache
+        self._relist = relist
+        self._head = sorted(head, key=lambda k: k.order) if head is not None else None
+        self._segs: dict[tuple[str, str], StoredSegment | None] = {}
+        self._full: PartitionHistory | None = None
+        self._windows: dict[tuple[int, int], PartitionHistory] = {}
+        self._newest: tuple[list[StoredSegment], tuple[tuple[int, int], ...]] | None = None
+        self._first: tuple[int | None] | None = None
+        self._last: tuple[SegmentSlice | None] | None = None
+        self._probe = probe
+        self._known: list[tuple[int, int]] = []  # base offset intervals listed whole (`probe` only)
+        self._tail_known = False
+        self._set_keys(keys)
+        if self._head is not None and self.keys and self._head[-1].base >= self.keys[0].base:
+            # the first copies reach the listed ones: together they are the whole partition
+            self._set_keys({*self._head, *self.keys})
+            self._head, self._relist = None, None
+        if any(k.base == UNPLACED for k in self.keys):
+            self._unplaced()
+
+    def _set_keys(self, keys: Iterable[SegmentKey]) -> None:
+        self.keys = sorted(keys, key=lambda k: k.order)
+        self._by_base: dict[int, list[SegmentKey]] = {}
+        for k in self.keys:
+            self._by_base.setdefault(k.base, []).append(k)
+        self._bases = sorted(self._by_base)
+
+    # -- listing where ranges are (`probe`) ---------------------------------------------------------
+    def _add(self, keys: Iterable[SegmentKey]) -> None:
+        self._set_keys({*self.keys, *keys})
+        if self._probe is not None and self._bases and self._bases[0] == UNPLACED:
+            self._list_all("some manifests' names carry no base offset")
+            self._unplaced()
+
+    def _unplaced(self) -> None:
+        log.warning(
+            "%s-%d: some manifests' names carry no base offset; this partition is planned from every manifest",
+            self.topic,
+            self.partition,
+        )
+        self.full()
+
+    def _cover(self, a: int, b: int) -> None:
+        if a > b:
+            return
+        merged: list[tuple[int, int]] = []
+        for x, y in sorted([*self._known, (a, b)]):
+            if merged and x <= merged[-1][1] + 1:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], y))
+            else:
+                merged.append((x, y))
+        self._known = merged
+
+    def _covered(self, a: int, b: int) -> bool:
+        return self._probe is None or any(x <= a and b <= y for x, y in self._known)
+
+    def _spacing(self) -> int:
+        """Offsets between base offsets, as far as listed (for a first guess of where to list)."""
+        if len(self._bases) < 2:
+            return RECORDS_GUESS
+        return max(1, (self._bases[-1] - self._bases[0]) // (len(self._bases) - 1))
+
+    def _list_span(self, a: int, b: int) -> None:
+        """List the copies with a base in [a, b] and those of the next base after b (paged from a)."""
+        start, limit = a, LIST_PAGE
+        while self._probe is not None:
+            got, upto = self._probe(start, limit)
+            self._add(got)
+            self._cover(start, upto)
+            if upto >= INF or any(b < x <= upto for x in self._bases):
+                return
+            if upto < start:
+                limit *= 4  # one base's objects filled the page
+                continue
+            start = upto + 1
+
+    def _ensure_head(self) -> None:
+        """The first copies listed (for the earliest offset), and an idea of the offsets between bases."""
+        if self._probe is None or self._head is not None:
+            return
+        got, upto = self._probe(None, HEAD_OBJECTS)
+        self._head = sorted(got, key=lambda k: k.order)
+        self._add(got)
+        self._cover(0, upto)
+        if upto >= INF and self._probe is not None:  # the whole partition fitted
+            self._head, self._relist, self._probe = None, None, None
+
+    def _ensure_back(self, x: int, n: int) -> None:
+        """At least `n` base offsets <= x listed with everything between them and x (or all from 0)."""
+        if self._probe is None:
+            return
+        d = self._spacing() * (n + 1)
+        while self._probe is not None:
+            a = max(0, x - d)
+            if not self._covered(a, x):
+                self._list_span(a, x)
+            if a == 0 or sum(1 for b in self._bases if a <= b <= x) >= n:
+                return
+            d *= 4
+
+    def _ensure_tail(self) -> None:
+        """The last copies listed (to the end): galloping, then bisecting, probes of a few keys each."""
+        self._ensure_head()
+        if self._probe is None or self._tail_known:
+            return
+        self._tail_known = True
+        lo = self._bases[-1] if self._bases else 0  # copies exist at or after it
+        step, none_at = self._spacing() * 64, None
+        while self._probe is not None:
+            at = lo + step if none_at is None else (lo + none_at) // 2
+            if none_at is not None and at <= lo:
+                self._list_span(lo, INF)
+                return
+            got, upto = self._probe(at, TAIL_OBJECTS)
+            self._add(got)
+            self._cover(at, upto)
+            if got and upto >= INF:
+                return
+            if not got:
+                none_at = at
+                continue
+            lo = max(lo, max(k.base for k in got))
+            if none_at is None:
+                step *= 4
+
+    def _tail_bases(self, n: int) -> list[int]:
+        """The last `n` base offsets (fewer in a shorter partition), listed whole."""
+        if self._probe is not None:
+            self._ensure_tail()
+            if self._bases:
+                self._ensure_back(self._bases[-1], n)
+        return self._bases[-n:]
+
+    def base_before(self, offset: int, back: int = 1) -> int | None:
+        """A base offset of a listed copy at or before `offset`, `back` more bases before the greatest
+        one (a range from `offset` reads from there: see `window`); None when none is listed there."""
+        self._ensure_back(offset, back + 1)
+        i = bisect.bisect_right(self._bases, offset) - 1 - back
+        return self._bases[i] if i >= 0 else None
+
+    @property
+    def listed_from_start(self) -> bool:
+        return self._relist is None
+
+    def _list_all(self, why: str) -> None:
+        if self._relist is not None:
+            if self._probe is None:
+                log.info("%s-%d: listing the whole partition (%s)", self.topic, self.partition, why)
+            self._set_keys(self._relist())
+            self._relist = None
+            self._probe = None
+            self._head = None
+            self._windows.clear()
+            self._newest = None
+
+    # -- manifests -----------------------------------------------------------------------------------
+    def _load(self, keys: Iterable[SegmentKey]) -> list[StoredSegment]:
+        """The copies' manifests (each read once), those deleted since the listing left out."""
+        keys = list(dict.fromkeys(keys))
+        todo = [k for k in keys if (k.location.bucket, k.manifest_key) not in self._segs]
+
+        def load(k: SegmentKey) -> StoredSegment | None:
+            return load_segment(self.store, self.topic, self._tid, k.location, k.manifest_key)
+
+        if len(todo) > 1:
+            with ThreadPoolExecutor(
+                min(MANIFEST_READ_THREADS, len(todo)), thread_name_prefix="rsm-catalog"
+            ) as pool:
+                found = list(pool.map(load, todo))
+        else:
+            found = [load(k) for k in todo]
+        for k, seg in zip(todo, found, strict=True):
+            self._segs[(k.location.bucket, k.manifest_key)] = seg
+        out = [self._segs[(k.location.bucket, k.manifest_key)] for k in keys]
+        return [s for s in out if s is not None]
+
+    def _keys_of(self, bases: Iterable[int]) -> list[SegmentKey]:
+        return [k for b in bases for k in self._by_base.get(b, [])]
+
+    def newest(self) -> tuple[list[StoredSegment], tuple[tuple[int, int], ...]]:
+        """The newest leader's copy (as a list of none or one) and its leader-epoch checkpoint."""
+        if self._newest is None:
+            candidates = self._keys_of(self._tail_bases(TOP_BASES))
+            candidates += sorted(self.keys, key=lambda k: (k.modified, k.order))[-NEWEST_BY_TIME:]
+            segs = self._load(candidates)
+            best = max(segs, key=lambda s: (s.max_epoch, s.end_offset, s.manifest.created_ms), default=None)
+            cache: tuple[tuple[int, int], ...] = ()
+            if best is not None and self._epoch_cache is not None:
+                cache = self._epoch_cache(best)
+            self._newest = ([best] if best is not None else [], cache)
+        return self._newest
+
+    def _resolve(self, bases: Iterable[int]) -> PartitionHistory:
+        """The history of the copies at these base offsets, with the newest leader's lineage."""
+        top, cache = self.newest()
+        return resolve_history(
+            self.partition, self._load(self._keys_of(bases)), lineage_from=top, epoch_cache=cache
+        )
+
+    # -- the whole history ---------------------------------------------------------------------------
+    def full(self) -> PartitionHistory:
+        """The whole partition's history: every manifest (what `TopicCatalog.histories` gives)."""
+        if self._full is None:
+            self._list_all("the whole history was asked for")
+            self._full = resolve_history(self.partition, self._load(self.keys))
+        return self._full
+
+    @property
+    def slices(self) -> tuple[SegmentSlice, ...]:
+        return self.full().slices
+
+    @property
+    def gaps(self) -> tuple[tuple[int, int], ...]:
+        return self.full().gaps
+
+    @property
+    def lineage(self) -> tuple[tuple[int, int], ...]:
+        return self.full().lineage
+
+    @property
+    def superseded(self) -> tuple[tuple[StoredSegment, str], ...]:
+        return self.full().superseded
+
+    # -- ends ----------------------------------------------------------------------------------------
+    @property
+    def first_offset(self) -> int | None:
+        """The first offset in the store (Kafka's 'earliest' for what is tiered)."""
+        if self._full is not None:
+            return self._full.first_offset
+        if self._first is None:
+            self._first = (self._find_first(),)
+        return self._first[0]
+
+    def _find_first(self) -> int | None:
+        self._ensure_head()
+        keys = self._head if self._head is not None else self.keys
+        by_base: dict[int, list[SegmentKey]] = {}
+        for k in keys:
+            by_base.setdefault(k.base, []).append(k)
+        bases = sorted(by_base)
+        top, cache = self.newest()
+        for i in range(len(bases)):
+            segs = self._load(k for b in bases[: i + 1] for k in by_base[b])
+            first = resolve_history(self.partition, segs, lineage_from=top, epoch_cache=cache).first_offset
+            if first is None or (i + 1 < len(bases) and first > bases[i + 1]):
+                continue  # cut short (a truncated branch, all compacted): a later base may hold earlier
+            if i + 1 == len(bases) and self._head is not None:
+                break  # the head listing ends here: what lies after it is not known
+            return first
+        if self._head is not None:
+            self._list_all("the first listed copies hold nothing of the final log")
+            return self._find_first()
+        return None
+
+    @property
+    def last_slice(self) -> SegmentSlice | None:
+        """The slice holding the last offset in the store."""
+        if self._full is not None:
+            return self._full.last_slice
+        if self._last is None:
+            self._last = (self._find_last(),)
+        return self._last[0]
+
+    def _find_last(self) -> SegmentSlice | None:
+        n = 1
+        while True:
+            bases = self._tail_bases(n)
+            h = self._resolve(bases)
+            if h.slices:
+                return h.slices[-1]
+            if len(bases) < n:
+                break
+            n += 1
+        if self._relist is not None:
+            self._list_all("the listed copies hold nothing of the final log")
+            return self._find_last()
+        return None
+
+    @property
+    def next_offset(self) -> int | None:
+        """One past the last offset in the store (Kafka's 'latest' for what is tiered)."""
+        last = self.last_slice
+        return None if last is None else last.last_offset + 1
+
+    # -- ranges --------------------------------------------------------------------------------------
+    def window(self, first: int, last: int) -> PartitionHistory:
+        """The history of offsets [first, last]: its slices narrowed to them, the gaps touching them."""
+        if self._full is not None:
+            h = self._full
+            return PartitionHistory(
+                h.partition, tuple(h.between(first, last)), h.lineage, (), tuple(h.gaps_between(first, last))
+            )
+        found = self._windows.get((first, last))
+        if found is None:
+            found = self._windows[(first, last)] = self._window(first, last)
+        return found
+
+    def _window(self, first: int, last: int) -> PartitionHistory:
+        if self._bases and first < self._bases[0] and self._relist is not None and self._probe is None:
+            self._list_all(f"offset {first} lies before the copies listed")
+        # the bases up to `last` and the next one (where a hole at the range's end ends, as in the full
+        # history), from the base holding `first` and one more before it
+        need, back = 2, 0
+        while True:
+            if self._probe is not None:
+                self._ensure_back(first, need)
+                nxt = next((b for b in self._bases if b > last), INF)
+                if not self._covered(first, nxt):
+                    self._list_span(first, last)
+            hi = bisect.bisect_right(self._bases, last) + 1
+            lo = max(0, bisect.bisect_right(self._bases, first) - need)
+            h = self._resolve(self._bases[lo:hi])
+            missing = _uncovered(h, first, last)
+            if not missing:
+                break
+            if lo == 0:
+                if self._relist is not None and self._probe is None:
+                    self._list_all(
+                        f"offsets {missing[0][0]}..{missing[0][1]} may lie before the copies listed"
+                    )
+                    return self._window(first, last)
+                break
+            if back >= MAX_BACK:
+                break
+            need += 1
+            back += 1
+        return PartitionHistory(
+            self.partition,
+            tuple(h.between(first, last)),
+            h.lineage,
+            h.superseded,
+            tuple(h.gaps_between(first, last)),
+        )
+
+    def between(self, first: int, last: int) -> list[SegmentSlice]:
+        """The slices narrowed to offsets [first, last] (only the manifests that can hold them read)."""
+        return list(self.window(first, last).slices)
+
+    def gaps_between(self, first: int, last: int) -> list[tuple[int, int]]:
+        """The gaps touching offsets [first, last]."""
+        return list(self.window(first, last).gaps)
+
+    def walk(self, first: int, step: int = 2) -> Iterator[SegmentSlice]:
+        """The slices holding offsets >= `first`, in order (the first one narrowed to start there):
+        `step` base offsets resolved first, twice as many each time after (up to `WALK_BASES`), so a
+        caller that stops early read little."""
+        if self._full is not None:
+            yield from self._full.walk(first)
+            return
+        end = self.next_offset
+        cur = first
+        pending: SegmentSlice | None = None  # a slice cut by a window's end goes on in the next window
+        while end is not None and cur < end:
+            if self._probe is not None:  # bases past `cur` are not all listed: a guess in offsets
+                upto = min(end - 1, cur + self._spacing() * step)
+            else:
+                i = bisect.bisect_right(self._bases, cur)
+                upto = end - 1 if i + step >= len(self._bases) else self._bases[i + step] - 1
+            upto = max(upto, cur)
+            for s in self.between(cur, upto):
+                if (
+                    pending is not None
+                    and s.segment is pending.segment
+                    and s.first_offset == pending.last_offset + 1
+                ):
+                    pending = SegmentSlice(s.segment, pending.first_offset, s.last_offset)
+                    continue
+                if pending is not None:
+                    yield pending
+                pending = s
+            cur = upto + 1
+            step = min(2 * step, WALK_BASES)
+        if pending is not None:
+            yield pending
+
+    def first_at_timestamp(self, timestamp: int) -> SegmentSlice | None:
+        """The first slice whose segment's max timestamp reaches `timestamp`, by bisection over bases."""
+        if self._full is not None:
+            return self._full.first_at_timestamp(timestamp)
+        if self._relist is not None:
+            self._list_all("a timestamp is looked up")  # then bisected: O(log n) manifests
+        lo, hi = 0, len(self._bases)
+        while lo < hi:  # the first base whose copies' max timestamp reaches it
+            mid = (lo + hi) // 2
+            segs = self._load(self._by_base[self._bases[mid]])
+            if segs and max(s.max_timestamp_ms for s in segs) >= timestamp:
+                hi = mid
+            else:
+                lo = mid + 1
+        start = self._bases[max(lo - 1, 0)] if self._bases else 0
+        for s in self.walk(start):  # the slice it is (a copy cut off or superseded: the next one)
+            if s.segment.max_timestamp_ms >= timestamp:
+                return s
+        return None
+
+
+def _uncovered(h: PartitionHistory, first: int, last: int) -> list[tuple[int, int]]:
+    """Offsets of [first, last] that no slice holds and no used copy claims (a compacted tail)."""
+    claimed = sorted(
+        [(s.first_offset, s.last_offset) for s in h.slices]
+        + [
+            (s.last_offset + 1, s.segment.end_offset)
+            for s in h.slices
+            if s.last_offset == s.segment.last_record_offset
+        ]
+        + [(g.start_offset, g.end_offset) for g, _ in h.superseded if g.last_record_offset < g.start_offset]
+    )
+    out: list[tuple[int, int]] = []
+    cur = first
+    for a, b in claimed:
+        if b < cur:
+            continue
+        if a > last:
+            break
+        if a > cur:
+            out.append((cur, a - 1))
+        cur = max(cur, b + 1)
+        if cur > last:
+            return out
+    if cur <= last:
+        out.append((cur, last))
+    return out
