@@ -154,3 +154,24 @@ def test_a_killed_move_across_backends_resumes(
         again = json.loads(run_cli(["migrate", "--config", str(props), *command, "--json"]).stdout)
         assert again["summary"]["items"] == 0, (n, labels[n - 1], again)
     assert objects(tiered.configs, tiered.configs["bucket"]) == before
+
+
+def test_the_spark_reader_reads_the_destination_as_the_source(
+    spark: Any, request: pytest.FixtureRequest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The move run as a Spark job (`--engine spark`: executors open both stores themselves), then the
+    Spark reader configured for the destination returns the rows it returned from the source."""
+    from test_spark_reader import _expected, _read, _rows
+
+    import spark_reader
+
+    spark_reader.register(spark)
+    tiered = _source("file", request, tmp_path, partitions=2, segments=2, records=80)
+    want = _rows(_read(spark, tiered.configs, subscribe=tiered.topic, includeHeaders="true"))
+    assert want == _expected(tiered.logs)
+    configs, props = _destination("s3", request, tmp_path, tiered)
+    code, report = _cli(props, "migrate", "move", "--topic", "orders", "--from-config", str(tiered.props),
+                        "--engine", "spark", capsys=capsys)  # fmt: skip
+    assert code == 0 and report["summary"]["done"] == 4, report
+    assert _rows(_read(spark, configs, subscribe=tiered.topic, includeHeaders="true")) == want
+    tiered.check_fetch(_rsm(configs))

@@ -24,7 +24,7 @@ from rsm.store.layout import Location
 from rsm.store.objects import ObjectStore
 
 SOURCE_KEPT = (
-    "the source store {source} is left as it was (nothing in it is changed or deleted): retire it once the "
+    "the source, {source}, is left as it was (nothing in it is changed or deleted): retire it once the "
     "brokers read from the destination"
 )
 
