@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -372,7 +373,7 @@ def _move(
     if getattr(args, "from_config", None) is not None:
         from rsm.cli.migrate_cross import cross_move
 
-        return cross_move(args, configs, catalog, out, err)
+        return cross_move(args, configs, catalog, out, err, sys.modules[__name__])
     tid = _topic_id(catalog, args)
     settings = plans.topic_settings(catalog, args.topic, tid)
     destination = Location(args.to_bucket or settings.bucket,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+from types import ModuleType
 from typing import Any
 
 from rich.console import Console
@@ -30,20 +31,12 @@ SOURCE_KEPT = (
 
 
 def cross_move(
-    args: argparse.Namespace, configs: dict[str, str], catalog: TopicCatalog, out: Console, err: Console
+    args: argparse.Namespace, configs: dict[str, str], catalog: TopicCatalog, out: Console, err: Console,
+    cli: ModuleType,
 ) -> int:
-    from rsm.cli.migrate import (
-        EXIT_PROBLEMS,
-        _check_location,
-        _Error,
-        _execute,
-        _print_plan,
-        _print_report,
-        _spec,
-        _topic_id,
-        load_configs,
-    )
-
+    """`move --from-config`; ``cli`` is `rsm.cli.migrate`, which calls this, passed in rather than imported
+    (its plan printing, run and report, its one-line error): imports go one way only (tests/test_layout.py)."""
+    _Error, load_configs = cli._Error, cli.load_configs  # noqa: N806, SLF001
     path = args.from_config
     if not path.is_file():
         raise _Error(f"--from-config {path}: no such file (the properties of the store the topic is in now)")
@@ -59,11 +52,11 @@ def cross_move(
     source_store = ObjectStore.from_config(source_config, create=False)
     source_store.require_bucket(str(source_config.get("bucket")), f"bucket in {path}")
     source = TopicCatalog(source_config, source_store)
-    tid = _topic_id(source, args)
+    tid = cli._topic_id(source, args)  # noqa: SLF001
     settings = plans.topic_settings(catalog, args.topic, tid)  # the topic's overlay in the destination, if any
     destination = Location(args.to_bucket or settings.bucket,
                            settings.prefix if args.to_prefix is None else args.to_prefix)  # fmt: skip
-    _check_location(destination)
+    cli._check_location(destination)  # noqa: SLF001
     catalog.store.require_bucket(destination.bucket, "--to-bucket" if args.to_bucket else None)
     params: dict[str, Any] = {
         "source": list(cross.store_identity(source_config)),
@@ -85,22 +78,22 @@ def cross_move(
                 f"bucket {bucket!r}, which Kafka's metadata names for segments of {args.topic!r}, does not exist "
                 f"in the destination store: create it there (it will hold only forwards to {destination})"
             )
-    spec = _spec(args, configs, plan, {})
+    spec = cli._spec(args, configs, plan, {})  # noqa: SLF001
     spec = dataclasses.replace(
         spec, options=(*spec.options, (cross.SOURCE_OPTION, tuple(sorted(source_configs.items()))))
     )
     kept = SOURCE_KEPT.format(source=cross.describe_store(source_config))
     if args.dry_run:
-        _print_plan(plan, args, out, spec.job)
+        cli._print_plan(plan, args, out, spec.job)  # noqa: SLF001
         if not args.json:
             out.print(f"from {escape(cross.describe_store(source_config))} to "
                       f"{escape(cross.describe_store(catalog.config))}; {escape(kept)}")  # fmt: skip
         return 0
-    report, elapsed = _execute(args, spec, plan, err, "move across stores", store=catalog.store)
-    _print_report(report, args, out, elapsed)
+    report, elapsed = cli._execute(args, spec, plan, err, "move across stores", store=catalog.store)  # noqa: SLF001
+    cli._print_report(report, args, out, elapsed)  # noqa: SLF001
     if not args.json:
         out.print(escape(kept))
     else:
         err.print(escape(kept))
-    return EXIT_PROBLEMS if report.failed else 0
+    return int(cli.EXIT_PROBLEMS) if report.failed else 0
 
