@@ -120,6 +120,16 @@ def test_bad_input_is_one_line(
         code = main(["migrate", "--config", str(tiered.props), "move", "--topic", "orders", *args])
         err = capsys.readouterr().err.strip()
         assert code == 1 and "\n" not in err and expected in err and "Traceback" not in err, err
+    # the bucket Kafka's metadata names (where forwards go) missing in the destination store
+    s3 = request.getfixturevalue("s3_server")
+    props = write_properties(tmp_path / "s3.properties", {
+        **s3.rsm_configs(bucket=s3.make_bucket()),
+        **{k: v for k, v in tiered.configs.items() if k.startswith("encryption.")},
+    })  # fmt: skip
+    code = main(["migrate", "--config", str(props), "move", "--topic", "orders", "--from-config",
+                 str(tiered.props), "--dry-run"])  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert code == 1 and "\n" not in err and "does not exist in the destination store" in err, err
 
 
 def test_a_killed_move_across_backends_resumes(
@@ -175,3 +185,26 @@ def test_the_spark_reader_reads_the_destination_as_the_source(
     assert code == 0 and report["summary"]["done"] == 4, report
     assert _rows(_read(spark, configs, subscribe=tiered.topic, includeHeaders="true")) == want
     tiered.check_fetch(_rsm(configs))
+
+
+def test_segments_moved_within_the_source_are_found_through_their_forwards(
+    request: pytest.FixtureRequest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A topic moved within the source store earlier (a forward at the location Kafka's metadata names, the
+    copy elsewhere): the destination gets a forward at both, and fetches through the original metadata."""
+    tiered = _source("file", request, tmp_path, partitions=1, segments=2, records=60)
+    code, report = _cli(tiered.props, "migrate", "move", "--topic", "orders", "--to-prefix", "old-move/",
+                        capsys=capsys)  # fmt: skip
+    assert code == 0 and report["summary"]["done"] == 2, report
+    before = objects(tiered.configs, tiered.configs["bucket"])
+    configs, props = _destination("s3", request, tmp_path, tiered, prefix="")
+    configs_bucket = configs["bucket"]
+    code, report = _cli(props, "migrate", "move", "--topic", "orders", "--from-config", str(tiered.props),
+                        capsys=capsys)  # fmt: skip
+    assert code == 0 and report["summary"]["done"] == 2, report
+    _check_destination(tiered, configs, props, capsys)
+    store = ObjectStore.from_config(RsmConfig(configs))
+    forwards = sorted(k for k in store.list(tiered.configs["bucket"], "") if k.endswith(".forward"))
+    assert len(forwards) == 4 and len([k for k in forwards if k.startswith("old-move/")]) == 2, forwards
+    assert [k for k in store.list(configs_bucket, "") if k.endswith(".manifest")], configs_bucket
+    assert objects(tiered.configs, tiered.configs["bucket"]) == before
