@@ -180,9 +180,10 @@ def run(ctx: Context, item: PlanItem, state: ItemState | None) -> ItemResult:
         where = src_store.describe(src.location.bucket, src.manifest)
         new_raw = rekey_manifest(raw, where, ctx.keyring, location=item.destination)
         manifest, _ = ctx.manifest(new_raw, dst.location, dst.manifest)
-        if not _sizes_match(ctx, manifest, dst):
-            ctx.record_location(item.topic, item.topic_id, item.destination)
-            crash_point(f"cross location recorded {item.ident}")
+        # before any object lands at D (one PUT per location and process, an idempotent one)
+        ctx.record_location(item.topic, item.topic_id, item.destination)
+        crash_point(f"cross location recorded {item.ident}")
+        if not _sizes_match(ctx, manifest, dst):  # else copied by a run killed before its commit
             sizes = {src.log: manifest.log.stored_size, src.indexes: indexes_size(manifest)}
             for key_src, key_dst in ((src.log, dst.log), (src.indexes, dst.indexes)):
                 moved += stream_object(ctx, src_store, src.location.bucket, key_src, dst.location.bucket,
