@@ -1,6 +1,7 @@
 """`rsm migrate`: move, re-key, verify, gc, import and export tiered data, on the store directly (no broker).
 
     rsm migrate --config server.properties move   --topic T [--partition P] [--to-bucket B] [--to-prefix P]
+    rsm migrate --config DEST.properties   move   --topic T --from-config SOURCE.properties  (across backends)
     rsm migrate --config server.properties rekey  --topic T [--key-id K] [--reencrypt] [--encryption on|off]
     rsm migrate --config server.properties verify [--topic T] [--deep] [--retire K]
     rsm migrate --config server.properties gc     [--topic T] [--grace 1h] [--apply]
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -106,6 +108,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     p.add_argument("--to-bucket", help="destination bucket (default: the topic's configured bucket)")
     p.add_argument("--to-prefix", help="destination prefix (default: the topic's configured prefix)")
+    p.add_argument("--from-config", type=Path, metavar="SOURCE.properties",
+                   help="move from another store (backend) to the one --config names: the properties of the "
+                   "store the topic is in now; nothing in it is changed")  # fmt: skip
     p = add("rekey", "re-wrap data keys under a new key id; --reencrypt rewrites the data", topic="required")
     p.add_argument("--key-id", help="the key id to wrap under (default: the topic's configured key id)")
     p.add_argument("--reencrypt", action="store_true", help="rewrite the data under fresh data keys")
@@ -365,6 +370,10 @@ def _print_report(report: RunReport, args: argparse.Namespace, out: Console, ela
 def _move(
     args: argparse.Namespace, configs: dict[str, str], catalog: TopicCatalog, out: Console, err: Console
 ) -> int:
+    if getattr(args, "from_config", None) is not None:
+        from rsm.cli.migrate_cross import cross_move
+
+        return cross_move(args, configs, catalog, out, err, sys.modules[__name__])
     tid = _topic_id(catalog, args)
     settings = plans.topic_settings(catalog, args.topic, tid)
     destination = Location(args.to_bucket or settings.bucket,

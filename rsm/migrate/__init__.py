@@ -11,6 +11,7 @@ One module per job, each documenting its steps and guarantees:
 - `journal`: the job's journal in the store (the format other tools read), lock, resumption, crash points;
 - `move`: relocation, with forwards (`rsm.store.forward`) so brokers holding old custom metadata still fetch and
   delete; `transfer`: server-side / kernel copies;
+- `cross`: a topic from another store (backend) into this one, the source only read, forwards written here;
 - `rekey`: key re-wrap (manifests only) and re-encryption (data rewritten through a staging copy);
 - `verify`: every segment against its manifest (`--deep`: every batch and index), orphans, key ids;
 - `gc`: orphans older than a grace period, stale multipart uploads;

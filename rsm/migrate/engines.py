@@ -38,10 +38,11 @@ Runner = Callable[[Context, PlanItem, ItemState | None], ItemResult]
 
 
 def _runners() -> dict[str, Runner]:
-    from rsm.migrate import import_
+    from rsm.migrate import cross, import_
 
     return {
         "move": move.run,
+        cross.KIND: cross.run,
         "rekey": rekey.run_rekey,
         "reencrypt": rekey.run_reencrypt,
         "verify": verify.run,

@@ -1,0 +1,213 @@
+"""`rsm migrate move --from-config SOURCE.properties`: a topic moved from one backend to another.
+
+Real stores only: a file store, moto's S3 server, Azurite and fake-gcs-server, all encrypted. After the
+move, a RemoteStorageManager configured for the destination fetches every segment through the metadata
+Kafka kept (whose custom metadata names the source location: the forward in the destination store leads
+on), `rsm migrate verify --deep` passes on the destination, the source store holds the same objects with
+the same bytes as before, and a second run has nothing to do. A run killed (SIGKILL) at its crash points
+(`rsm.migrate.journal.crash_point`) resumes when run again.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from migrate_helpers import Tiered, objects, run_cli, tier_topic, write_properties
+
+from rsm.catalog import TopicCatalog
+from rsm.cli.main import main
+from rsm.config.settings import RsmConfig
+from rsm.migrate import gc as gc_
+from rsm.store.objects import ObjectStore
+
+FIXTURES = {"s3": "s3_server", "gcs": "gcs_server", "azure": "azurite_server"}
+
+
+def _cli(props: Path, *args: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, Any]:
+    code = main([*args[:1], "--config", str(props), *args[1:], "--json"])
+    out = capsys.readouterr().out
+    return code, json.loads(out) if out.strip() else None
+
+
+def _source(kind: str, request: pytest.FixtureRequest, tmp_path: Path, **shape: int) -> Tiered:
+    bucket = f"src-{uuid.uuid4().hex[:12]}"
+    if kind == "file":
+        configs = {"storage.backend": "file", "storage.file.root": str(tmp_path / "store"), "bucket": bucket}
+    else:
+        server = request.getfixturevalue(FIXTURES[kind])
+        configs = server.rsm_configs(bucket=server.make_bucket(bucket))
+    return tier_topic(tmp_path / "t", configs, **shape)
+
+
+def _destination(kind: str, request: pytest.FixtureRequest, tmp_path: Path, tiered: Tiered,
+                 prefix: str = "moved/", name: str = "dest") -> tuple[dict[str, str], Path]:  # fmt: skip
+    """The destination backend, with its bucket, and the source's bucket made there too (forwards go there:
+    Kafka's metadata names it)."""
+    server = request.getfixturevalue(FIXTURES[kind])
+    source_bucket = tiered.configs["bucket"]
+    configs = {
+        **server.rsm_configs(bucket=server.make_bucket(), prefix=prefix),
+        **{k: v for k, v in tiered.configs.items() if k.startswith("encryption.")},
+        "chunk.size": tiered.configs["chunk.size"],
+    }
+    if ObjectStore.from_config(RsmConfig(configs)).bucket_exists(source_bucket) is False:
+        server.make_bucket(source_bucket)
+    return configs, write_properties(tmp_path / f"{name}.properties", configs)
+
+
+def _check_destination(tiered: Tiered, configs: dict[str, str], props: Path,
+                       capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    """Fetched through Kafka's original metadata, verified, and read by the catalog as the source."""
+    tiered.check_fetch(_rsm(configs))
+    code, verified = _cli(props, "migrate", "verify", "--topic", tiered.topic, "--deep", capsys=capsys)
+    assert code == 0 and verified["ok"] and verified["segments"] == len(tiered.originals), verified
+    catalog = TopicCatalog(RsmConfig(configs))
+    got = {p: [(s.first_offset, s.last_offset) for s in h.slices]
+           for p, h in catalog.histories(tiered.topic, tiered.topic_id).items()}  # fmt: skip
+    assert got == tiered.history_offsets()
+
+
+def _rsm(configs: dict[str, str]) -> Any:
+    from rsm import RemoteStorageManager
+
+    rsm = RemoteStorageManager()
+    rsm.configure(configs)
+    return rsm
+
+
+@pytest.mark.parametrize(("src", "dst"), [("file", "s3"), ("s3", "azure"), ("s3", "gcs")])
+def test_a_topic_moves_to_another_backend_and_the_source_is_untouched(
+    src: str, dst: str, request: pytest.FixtureRequest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tiered = _source(src, request, tmp_path, partitions=2, segments=2, records=120)
+    before = objects(tiered.configs, tiered.configs["bucket"])
+    configs, props = _destination(dst, request, tmp_path, tiered)
+    move = ("migrate", "move", "--topic", "orders", "--from-config", str(tiered.props))
+
+    code, plan = _cli(props, *move, "--dry-run", capsys=capsys)
+    assert code == 0 and plan["dry_run"] and plan["segments"] == 4, plan
+    assert objects(configs, configs["bucket"]) == {}  # a dry run writes nothing
+
+    code, report = _cli(props, *move, capsys=capsys)
+    assert code == 0 and report["summary"]["done"] == 4, report
+    _check_destination(tiered, configs, props, capsys)
+    assert objects(tiered.configs, tiered.configs["bucket"]) == before  # the source: same objects, same bytes
+    # in the destination: each segment committed once at the destination, a forward where Kafka's metadata
+    # points (the source's location)
+    store = ObjectStore.from_config(RsmConfig(configs))
+    manifests = [k for k in store.list(configs["bucket"], "moved/") if k.endswith(".manifest")]
+    forwards = [k for k in store.list(tiered.configs["bucket"], "") if k.endswith(".forward")]
+    assert len(manifests) == 4 and len(forwards) == 4, (manifests, forwards)
+
+    code, again = _cli(props, *move, capsys=capsys)
+    assert code == 0 and again["summary"]["items"] == 0, again
+    assert objects(tiered.configs, tiered.configs["bucket"]) == before
+
+
+def test_bad_input_is_one_line(
+    request: pytest.FixtureRequest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tiered = _source("file", request, tmp_path, partitions=1, segments=1, records=50)
+    for args, expected in (
+        (["--from-config", str(tmp_path / "nope.properties")], "no such file"),
+        (["--from-config", str(tiered.props)], "names the same store as --config"),
+    ):
+        code = main(["migrate", "--config", str(tiered.props), "move", "--topic", "orders", *args])
+        err = capsys.readouterr().err.strip()
+        assert code == 1 and "\n" not in err and expected in err and "Traceback" not in err, err
+    # the bucket Kafka's metadata names (where forwards go) missing in the destination store
+    s3 = request.getfixturevalue("s3_server")
+    props = write_properties(tmp_path / "s3.properties", {
+        **s3.rsm_configs(bucket=s3.make_bucket()),
+        **{k: v for k, v in tiered.configs.items() if k.startswith("encryption.")},
+    })  # fmt: skip
+    code = main(["migrate", "--config", str(props), "move", "--topic", "orders", "--from-config",
+                 str(tiered.props), "--dry-run"])  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert code == 1 and "\n" not in err and "does not exist in the destination store" in err, err
+
+
+def test_a_killed_move_across_backends_resumes(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    tiered = _source("file", request, tmp_path, partitions=2, segments=2, records=80)
+    before = objects(tiered.configs, tiered.configs["bucket"])
+    command = ["move", "--topic", "orders", "--from-config", str(tiered.props), "--parallel", "1"]
+    configs, props = _destination("s3", request, tmp_path, tiered, prefix="traced/", name="traced")
+    trace = tmp_path / "trace.txt"
+    r = run_cli(["migrate", "--config", str(props), *command],
+                env={"RSM_MIGRATE_KILL_AT": "1000000000", "RSM_MIGRATE_KILL_TRACE": str(trace)})  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    labels = trace.read_text().splitlines()
+    assert len(labels) > 8, labels
+    # every crash point of the first segment (each step of one item: --parallel 1), and one mid-run
+    first = next(n for n, label in enumerate(labels, 1) if "done recorded" in label)
+    points = sorted({*range(1, first + 1), len(labels) // 2})
+    print("crash points:", "; ".join(f"{n} {labels[n - 1]}" for n in points))
+    for n in points:
+        configs, props = _destination("s3", request, tmp_path, tiered, prefix=f"kill{n}/", name=f"kill{n}")
+        r = run_cli(["migrate", "--config", str(props), *command], env={"RSM_MIGRATE_KILL_AT": str(n)})
+        assert r.returncode == -signal.SIGKILL, (n, labels[n - 1], r.returncode, r.stderr[-2000:])
+        r = run_cli(["migrate", "--config", str(props), *command, "--json"])
+        assert r.returncode == 0, (n, r.stderr[-2000:])
+        doc = json.loads(r.stdout)
+        assert doc["resumed"] and not [x for x in doc["results"] if x["status"] == "failed"], (n, doc)
+        tiered.check_fetch(_rsm(configs))
+        r = run_cli(["migrate", "--config", str(props), "verify", "--topic", "orders", "--deep", "--json"])
+        assert r.returncode == 0 and json.loads(r.stdout)["ok"], (n, r.stdout[-2000:])
+        store = ObjectStore.from_config(RsmConfig(configs))
+        assert gc_.scan(store, [(configs["bucket"], ""), (tiered.configs["bucket"], "")]) == [], n
+        manifests = [k for k in store.list(configs["bucket"], f"kill{n}/") if k.endswith(".manifest")]
+        assert len(manifests) == 4, (n, manifests)
+        again = json.loads(run_cli(["migrate", "--config", str(props), *command, "--json"]).stdout)
+        assert again["summary"]["items"] == 0, (n, labels[n - 1], again)
+    assert objects(tiered.configs, tiered.configs["bucket"]) == before
+
+
+def test_the_spark_reader_reads_the_destination_as_the_source(
+    spark: Any, request: pytest.FixtureRequest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The move run as a Spark job (`--engine spark`: executors open both stores themselves), then the
+    Spark reader configured for the destination returns the rows it returned from the source."""
+    from test_spark_reader import _expected, _read, _rows
+
+    import spark_reader
+
+    spark_reader.register(spark)
+    tiered = _source("file", request, tmp_path, partitions=2, segments=2, records=80)
+    want = _rows(_read(spark, tiered.configs, subscribe=tiered.topic, includeHeaders="true"))
+    assert want == _expected(tiered.logs)
+    configs, props = _destination("s3", request, tmp_path, tiered)
+    code, report = _cli(props, "migrate", "move", "--topic", "orders", "--from-config", str(tiered.props),
+                        "--engine", "spark", capsys=capsys)  # fmt: skip
+    assert code == 0 and report["summary"]["done"] == 4, report
+    assert _rows(_read(spark, configs, subscribe=tiered.topic, includeHeaders="true")) == want
+    tiered.check_fetch(_rsm(configs))
+
+
+def test_segments_moved_within_the_source_are_found_through_their_forwards(
+    request: pytest.FixtureRequest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A topic moved within the source store earlier (a forward at the location Kafka's metadata names, the
+    copy elsewhere): the destination gets a forward at both, and fetches through the original metadata."""
+    tiered = _source("file", request, tmp_path, partitions=1, segments=2, records=60)
+    code, report = _cli(tiered.props, "migrate", "move", "--topic", "orders", "--to-prefix", "old-move/",
+                        capsys=capsys)  # fmt: skip
+    assert code == 0 and report["summary"]["done"] == 2, report
+    before = objects(tiered.configs, tiered.configs["bucket"])
+    configs, props = _destination("s3", request, tmp_path, tiered, prefix="")
+    configs_bucket = configs["bucket"]
+    code, report = _cli(props, "migrate", "move", "--topic", "orders", "--from-config", str(tiered.props),
+                        capsys=capsys)  # fmt: skip
+    assert code == 0 and report["summary"]["done"] == 2, report
+    _check_destination(tiered, configs, props, capsys)
+    store = ObjectStore.from_config(RsmConfig(configs))
+    forwards = sorted(k for k in store.list(tiered.configs["bucket"], "") if k.endswith(".forward"))
+    assert len(forwards) == 4 and len([k for k in forwards if k.startswith("old-move/")]) == 2, forwards
+    assert [k for k in store.list(configs_bucket, "") if k.endswith(".manifest")], configs_bucket
+    assert objects(tiered.configs, tiered.configs["bucket"]) == before
