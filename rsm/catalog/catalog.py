@@ -209,7 +209,7 @@ class TopicCatalog:
         if self._scan_enabled and not complete:
             if not self.also and (topic, topic_id) not in _SCAN_NOTED:
                 _SCAN_NOTED.add((topic, topic_id))
-                log.warning(
+                log.info(
                     "%s (topic id %s): its location record is not marked complete, so every plan lists "
                     "the bucket(s) whole to find its segments; `rsm store locate --topic %s --record` marks "
                     "it (plans then list only the topic's own directories)",
