@@ -183,6 +183,21 @@ def split_userinfo(url: str) -> tuple[str, str | None]:
     return urlunsplit(parts._replace(netloc=host)), userinfo
 
 
+def endpoint_without_credentials(url: str, setting: str, signed_by: str, logger: logging.Logger) -> str:
+    """`url` without its user information. Every store signs its requests its own way (`signed_by` says
+    how), so credentials written into an endpoint URL are never used: they are registered as secrets (never
+    shown again) and `logger` warns once, naming the setting, not them."""
+    url, userinfo = split_userinfo(url)
+    if userinfo is not None:
+        register_secrets(userinfo, *userinfo.split(":", 1))
+        logger.warning(
+            "config %s carries credentials (user information, not shown): they are not used; %s",
+            setting,
+            signed_by,
+        )
+    return url
+
+
 _HEADERS = (
     # "Authorization': b'AWS4-HMAC-SHA256 Credential=..." and "'X-Amz-Security-Token': b'...'" (dict reprs)
     re.compile(

@@ -27,7 +27,12 @@ from collections.abc import Callable
 from typing import Any
 
 from rsm.api.errors import ConfigException
-from rsm.config.redact import install_log_redaction, redact_url, register_secrets, split_userinfo
+from rsm.config.redact import (
+    endpoint_without_credentials,
+    install_log_redaction,
+    redact_url,
+    register_secrets,
+)
 from rsm.config.settings import RsmConfig
 from rsm.store.deadlines import Deadlines
 from rsm.store.writes import IOStats
@@ -79,13 +84,12 @@ def open_filesystem(config: RsmConfig) -> tuple[Any, float, int]:
     account = config.get("storage.azure.account.name")
     key = config.get("storage.azure.account.key")
     register_secrets(str(key) if key else None)
-    url, userinfo = split_userinfo(account_url(config))
-    if userinfo is not None:
-        register_secrets(userinfo, *userinfo.split(":", 1))
-        log.warning(
-            "config storage.azure.endpoint.url carries credentials (user information, not shown): they are "
-            "not used; Azure requests are signed with storage.azure.account.key or the SDK's chain"
-        )
+    url = endpoint_without_credentials(
+        account_url(config),
+        "storage.azure.endpoint.url",
+        "Azure requests are signed with storage.azure.account.key or the SDK's chain",
+        log,
+    )
     if not account and not config.get("storage.azure.endpoint.url"):
         raise ConfigException(
             "config storage.azure.account.name (or storage.azure.endpoint.url) is required when "

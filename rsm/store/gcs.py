@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
-from rsm.config.redact import install_log_redaction, redact_url, register_secrets, split_userinfo
+from rsm.config.redact import endpoint_without_credentials, install_log_redaction, redact_url
 from rsm.config.settings import RsmConfig
 from rsm.store.deadlines import Deadlines
 from rsm.store.writes import IOStats
@@ -77,14 +77,12 @@ def open_filesystem(config: RsmConfig) -> tuple[Any, float, int]:
     kwargs: dict[str, Any] = {}
     endpoint = config.get("storage.gcs.endpoint.url")
     if endpoint:
-        endpoint, userinfo = split_userinfo(str(endpoint))
-        if userinfo is not None:
-            register_secrets(userinfo, *userinfo.split(":", 1))
-            log.warning(
-                "config storage.gcs.endpoint.url carries credentials (user information, not shown): they are "
-                "not used; GCS credentials come from storage.gcs.token or Google's default chain"
-            )
-        kwargs["endpoint_url"] = endpoint
+        kwargs["endpoint_url"] = endpoint_without_credentials(
+            str(endpoint),
+            "storage.gcs.endpoint.url",
+            "GCS credentials come from storage.gcs.token or Google's default chain",
+            log,
+        )
     if config.get("storage.gcs.project"):
         kwargs["project"] = str(config.get("storage.gcs.project"))
     token = config.get("storage.gcs.token")

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from rsm.config.redact import install_log_redaction, register_secrets, split_userinfo
+from rsm.config.redact import endpoint_without_credentials, install_log_redaction, register_secrets
 from rsm.config.settings import RsmConfig
 from rsm.store.writes import IOStats
 
@@ -70,16 +70,14 @@ def open_filesystem(config: RsmConfig, part_size: int) -> tuple[Any, float, int]
     endpoint = config.get("storage.s3.endpoint.url")
     region = config.get("storage.s3.region")
     if endpoint:
-        endpoint, userinfo = split_userinfo(str(endpoint))
-        if userinfo is not None:
-            # S3 requests are signed, and aiohttp refuses a URL's credentials beside the signature's
-            # Authorization header (every request would fail): they are dropped, and never shown
-            register_secrets(userinfo, *userinfo.split(":", 1))
-            log.warning(
-                "config storage.s3.endpoint.url carries credentials (user information, not shown): they are "
-                "not used; S3 requests are signed with storage.s3.access.key.id and secret.access.key"
-            )
-        client_kwargs["endpoint_url"] = endpoint
+        # S3 requests are signed, and aiohttp refuses a URL's credentials beside the signature's
+        # Authorization header (every request would fail): they are dropped, and never shown
+        client_kwargs["endpoint_url"] = endpoint_without_credentials(
+            str(endpoint),
+            "storage.s3.endpoint.url",
+            "S3 requests are signed with storage.s3.access.key.id and secret.access.key",
+            log,
+        )
     if region:
         client_kwargs["region_name"] = region
     kwargs: dict[str, Any] = {}
