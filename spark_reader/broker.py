@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import re
 import threading
-import uuid
 from dataclasses import dataclass
 
 from spark_reader.errors import ReaderError
@@ -193,11 +192,12 @@ def warn_once(key: str, message: str) -> None:
 class BrokerView:
     """The driver's questions to the brokers for one query or micro-batch (see the module docstring).
 
-    A librdkafka consumer that is never assigned anything: its `list_topics` is one Metadata request and
-    its `offsets_for_times` one ListOffsets request per leader for every partition at once, latest (-1),
-    earliest (-2) and timestamps mixed, at the consumer's isolation level (so latest is the last stable
-    offset under read_committed). librdkafka adds Metadata requests of its own (the leaders before a
-    ListOffsets, a refresh as each connection comes up) and a coordinator lookup; never a Fetch
+    A librdkafka AdminClient, not a consumer: a consumer needs a group id, and librdkafka then looks up
+    the group's coordinator and refreshes metadata when that connection closes, requests the driver has no
+    use for. `list_topics` is one Metadata request; `list_offsets` one ListOffsets request per leader for
+    every partition at once, latest, earliest and timestamps mixed, at the query's isolation level (so
+    latest is the last stable offset under read_committed). librdkafka adds Metadata requests of its own
+    (the leaders before a ListOffsets, a refresh as the first connection comes up); never a Fetch
     (tests/test_kafka_hybrid.py counts them). Close it when done."""
 
     def __init__(self, opts: SourceOptions) -> None:
@@ -205,17 +205,10 @@ class BrokerView:
         self.servers = opts.bootstrap_servers or ""
         self.timeout_ms = api_timeout_ms(opts)
         self.errors: list = []
-        conf = {
-            **client_config(opts),
-            "group.id": f"spark-kafka-tiered-driver-{uuid.uuid4()}",  # never joined: no subscribe
-            "enable.auto.commit": "false",
-            "isolation.level": opts.isolation_level.value,
-        }
-        self.client = make_client("consumer", conf, self.errors)
+        self.client = make_client("admin", client_config(opts), self.errors)
 
     def close(self) -> None:
-        self.client.poll(0)  # hand librdkafka's queued log lines (kafka.debug) to logging before closing
-        self.client.close()
+        self.client.poll(0)  # hand librdkafka's queued log lines (kafka.debug) to logging
 
     def _fail(self, exc: BaseException) -> BrokerError:
         self.client.poll(
@@ -230,9 +223,9 @@ class BrokerView:
         opts, timeout = self.opts, self.timeout_ms / 1000
         named = None if opts.subscribe_pattern is not None else list(opts.subscribe or opts.assign or ())
         try:
-            meta = self.client.list_topics(
-                topic=named[0] if named and len(named) == 1 else None, timeout=timeout
-            )
+            # every topic's metadata: an admin client asking for one topic by name has the brokers
+            # create it when auto.create.topics.enable is on (a consumer would not; nor does this)
+            meta = self.client.list_topics(timeout=timeout)
         except KafkaException as exc:
             raise self._fail(exc) from None
         if named is None:
@@ -258,16 +251,30 @@ class BrokerView:
         record reaches gives None."""
         if not specs:
             return {}
-        from confluent_kafka import KafkaException, TopicPartition
+        from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+        from confluent_kafka.admin import OffsetSpec
 
-        request = [TopicPartition(t, p, v) for (t, p), v in specs.items()]
+        def spec(value: int) -> OffsetSpec:
+            if value == -1:
+                return OffsetSpec.latest()
+            if value == -2:
+                return OffsetSpec.earliest()
+            return OffsetSpec.for_timestamp(value)
+
+        level = (
+            IsolationLevel.READ_COMMITTED
+            if self.opts.isolation_level.value == "read_committed"
+            else IsolationLevel.READ_UNCOMMITTED
+        )
+        request = {TopicPartition(t, p): spec(v) for (t, p), v in specs.items()}
+        out: dict[tuple[str, int], int | None] = {}
         try:
-            answer = self.client.offsets_for_times(request, timeout=self.timeout_ms / 1000)
+            futures = self.client.list_offsets(
+                request, isolation_level=level, request_timeout=self.timeout_ms / 1000
+            )
+            for tp, future in futures.items():
+                offset = future.result().offset
+                out[(tp.topic, tp.partition)] = None if offset < 0 else int(offset)
         except KafkaException as exc:
             raise self._fail(exc) from None
-        out: dict[tuple[str, int], int | None] = {}
-        for tp in answer:
-            if tp.error is not None:
-                raise self._fail(KafkaException(tp.error))
-            out[(tp.topic, tp.partition)] = None if tp.offset < 0 else int(tp.offset)
         return out

@@ -221,9 +221,9 @@ def test_a_hybrid_read_returns_what_sparks_kafka_source_returns_without_remote_r
     store_opts = {"rsm.properties": str(b.config_file), "subscribe": TOPIC, "includeHeaders": "true"}
     store_only = _rows(spark.read.format("kafka-tiered").options(**store_opts).load())
     # planning asks the broker for offsets once and never fetches: the client's own account (kafka.debug
-    # logs each request sent, and why a metadata request is made). Metadata is asked for the topics, and
-    # again by librdkafka's offsetsForTimes for the leaders; it adds refreshes of its own as its connections
-    # come up, and a coordinator lookup
+    # logs each request sent, and why a metadata request is made). Topic metadata is asked for once by
+    # the topics' lookup and once by librdkafka's ListOffsets for the leaders; it adds a brokers-only
+    # refresh of its own as each connection comes up (nothing else: no group, so no coordinator lookup)
     parsed = parse_options(
         {**store_opts, "kafka.bootstrap.servers": bootstrap, "kafka.debug": "protocol,metadata"}
     )
@@ -233,9 +233,11 @@ def test_a_hybrid_read_returns_what_sparks_kafka_source_returns_without_remote_r
         )
     lines = [r.getMessage() for r in caplog.records]
     sent = Counter(m.group(1) for line in lines if (m := re.search(r"Sent (\w+)Request ", line)))
-    asked = [line for line in lines if "Request metadata" in line and "application requested" in line]
-    assert sent["ListOffsets"] == 1 and sent["Fetch"] == 0 and len(asked) <= 2, (sent, asked)
-    assert sent["Metadata"] <= 3, sent
+    why = [m.group(1) for line in lines if (m := re.search(r"Request metadata for (.*)", line))]
+    topics_asked = [w for w in why if not w.startswith("brokers only")]
+    assert sent["ListOffsets"] == 1 and sent["Fetch"] == 0 and sent["FindCoordinator"] == 0, sent
+    assert len(topics_asked) <= 2 and all(w.endswith("application requested") for w in topics_asked), why
+    assert all(w == "brokers only: connected" for w in why if w not in topics_asked), why
     tails = sorted((t.partition, t.start) for t in parts if isinstance(t, BrokerTailPartition))
     assert tails == [(p, nxt) for p, (_, nxt) in sorted(layout.items())]  # split at the store's end
     # read_committed: the transactions open at the store's end are read from their start by the consumer
