@@ -8,9 +8,10 @@ start in a tiered segment and end (one aborted, one committed) in the active one
 - batch: `format("kafka-tiered")` with `kafka.bootstrap.servers` gives exactly the rows and columns of
   Spark's own `format("kafka")` under read_uncommitted and read_committed, while the plugin's fetch
   counters and Kafka's RemoteFetchRequestsPerSec do not move (the broker serves no remote read);
-- stream: from `earliest` on a topic being produced to, the query catches up from the store, follows the
-  topic while segments keep tiering, and after a stop mid-stream and a restart from its checkpoint the
-  file sink holds every produced record exactly once.
+- stream: a `spark-submit` application streams from `earliest` on a topic being produced to; the query
+  catches up from the store, follows the topic while segments keep tiering, is SIGKILLed mid-stream, and
+  after a restart from its checkpoint (on the columnar scan) the file sink holds every produced record
+  exactly once.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ import logging
 import os
 import re
 import shutil
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -48,6 +52,8 @@ TOPIC_CONFIGS = {
     "retention.ms": "-1",
 }
 JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required username="%s" password="%s"'
+ROOT = Path(__file__).resolve().parents[1]
+FOLLOW = ROOT / "tests" / "spark_apps" / "follow_topic.py"
 COLUMNS = "key, value, topic, partition, offset, timestamp, timestampType, headers"
 
 
@@ -335,7 +341,41 @@ def test_a_hybrid_read_returns_what_sparks_kafka_source_returns_without_remote_r
     )
 
 
-def test_a_hybrid_stream_catches_up_follows_and_restarts_exactly_once(broker, spark, tmp_path: Path) -> None:  # noqa: ANN001
+def _checkpointed(checkpoint: Path, kind: str) -> dict[int, Path]:
+    """The checkpoint's batch files of one kind ("offsets": planned, "commits": done), by batch id."""
+    folder = checkpoint / kind
+    return {int(f.name): f for f in folder.iterdir() if f.name.isdigit()} if folder.is_dir() else {}
+
+
+def _batch_end(offsets_file: Path) -> int:
+    """A planned batch's end offset on LIVE's partition 0: the last line is the source's offsets JSON."""
+    text = offsets_file.read_text().strip().splitlines()
+    return int(json.loads(text[-1]).get(LIVE, {}).get("0", -1)) if len(text) >= 3 else -1
+
+
+def _follow(args: list[str], tmp_path: Path, log_name: str) -> subprocess.Popen:
+    """`spark-submit tests/spark_apps/follow_topic.py ...` in its own process group (so a kill takes the
+    driver JVM, its Python driver and every Python worker with it)."""
+    from harness.spark_cluster import spark_home
+
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME")}
+    env |= {"PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}  # fmt: skip
+    cmd = [str(spark_home() / "bin" / "spark-submit"), "--master", "local[2]", *args]
+    log = (tmp_path / log_name).open("w")
+    return subprocess.Popen(
+        cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+
+
+def test_a_hybrid_stream_catches_up_follows_and_survives_a_kill_exactly_once(
+    broker, spark, tmp_path: Path
+) -> None:  # noqa: ANN001
+    """A user's streaming application (spark-submit, the Python source) follows a topic being produced to;
+    it is SIGKILLed mid-stream (a batch in flight when the test catches one), and restarted from its
+    checkpoint with `--jars` (the columnar scan resumes the Python source's offsets JSON). The file sink
+    then holds every produced record exactly once."""
     import spark_reader
 
     b, store, _ = broker
@@ -348,57 +388,57 @@ def test_a_hybrid_stream_catches_up_follows_and_restarts_exactly_once(broker, sp
     producer = threading.Thread(
         target=lambda: [_produce(bootstrap, LIVE, 0, n, 500) for n in range(3000, total, 500)]
     )
-    spark_reader.register(spark)
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
-
-    def start():  # noqa: ANN202
-        df = (
-            spark.readStream.format("kafka-tiered")
-            .option("rsm.properties", str(b.config_file))
-            .option("kafka.bootstrap.servers", bootstrap)
-            .option("subscribe", LIVE)
-            .option("startingOffsets", "earliest")
-            .option("maxOffsetsPerTrigger", "1500")
-            .load()
-        )
-        return (
-            df.select("offset", "value")
-            .writeStream.format("parquet")
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(processingTime="300 milliseconds")
-            .start(str(out))
-        )
-
-    query = start()
+    options = json.dumps({
+        "rsm.properties": str(b.config_file), "kafka.bootstrap.servers": bootstrap, "subscribe": LIVE,
+        "startingOffsets": "earliest", "maxOffsetsPerTrigger": "1500",
+    })  # fmt: skip
+    app = [str(FOLLOW), options, str(out), str(checkpoint)]
+    first = _follow(app, tmp_path, "first.log")
+    in_flight = False
     try:
         producer.start()
-        wait_until("a micro-batch past the store", lambda: _latest_end(query) > tiered_at_start, 120, 0.5)
-        assert all(p["numInputRows"] <= 1500 for p in query.recentProgress)
+
+        def past_the_store() -> bool:
+            if first.poll() is not None:
+                raise AssertionError(f"the application ended: {(tmp_path / 'first.log').read_text()[-4000:]}")
+            done = _checkpointed(checkpoint, "commits")
+            return any(_batch_end(f) > tiered_at_start for n, f in _checkpointed(checkpoint, "offsets").items()
+                       if n in done)  # fmt: skip
+
+        wait_until("a committed micro-batch past the store", past_the_store, 180, 0.3)
+        # kill while a batch is planned but not committed, if one comes by within 20 s
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not in_flight:
+            planned, done = _checkpointed(checkpoint, "offsets"), _checkpointed(checkpoint, "commits")
+            in_flight = bool(planned) and max(planned) not in done
+            if not in_flight:
+                time.sleep(0.02)
     finally:
-        query.stop()  # mid-stream, while records keep coming
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+        first.wait(30)
     producer.join(120)
+    assert first.returncode == -signal.SIGKILL
     wait_until(
         "more segments tiered during the query", lambda: _store_next(store, LIVE, 0) > tiered_at_start, 120, 1
     )
-    query = start()
+    second = _follow(
+        ["--jars", str(spark_reader.jar_path()), *app, "--until", str(total)], tmp_path, "second.log"
+    )
     try:
-        wait_until("the restarted query reaches the end", lambda: _latest_end(query) >= total, 180, 0.5)
-        query.processAllAvailable()
+        rc = second.wait(300)
     finally:
-        query.stop()
+        if second.poll() is None:
+            os.killpg(second.pid, signal.SIGKILL)
+    second_log = (tmp_path / "second.log").read_text()
+    assert rc == 0, second_log[-6000:]
+    assert "scan: columnar" in second_log.splitlines()
     rows = spark.read.parquet(str(out)).collect()
     offsets = sorted(r["offset"] for r in rows)
     assert offsets == list(range(total)), f"{len(offsets)} rows, {len(set(offsets))} distinct of {total}"
     assert all((r["value"] is None) == (r["offset"] % 17 == 0) for r in rows)
-
-
-def _latest_end(query: Any) -> int:  # noqa: ANN401
-    progress = query.lastProgress
-    if not progress or not progress["sources"]:
-        return -1
-    end = progress["sources"][0]["endOffset"]
-    end = json.loads(end) if isinstance(end, str) else end
-    return int(end.get(LIVE, {}).get("0", -1)) if end else -1
+    print(f"killed with a batch in flight: {in_flight}")
 
 
 def test_a_topic_the_broker_does_not_have_is_read_from_the_store_with_one_warning(
