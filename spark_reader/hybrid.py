@@ -37,7 +37,7 @@ from spark_reader.offsets import Kind, OffsetSpec, Position
 from spark_reader.options import IsolationLevel, SourceOptions, Violations
 from spark_reader.planning import PartitionRange, Planner
 from spark_reader.tail import DEFAULT_POLL_TIMEOUT_MS, BrokerTailPartition, TailSettings
-from spark_reader.topics import SelectedPartition, select_partitions
+from spark_reader.topics import SelectedPartition
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +74,7 @@ def _store_selection(
             narrowed = replace(opts, assign={topic: opts.assign[topic]})
         else:
             narrowed = replace(opts, subscribe=(topic,))
-        out += select_partitions(
-            planner.catalog, narrowed, filters.partition, after=after, epoch_cache=planner._epoch_cache
-        )
+        out += planner.select(filters, after=after, opts=narrowed)
     return out
 
 

@@ -122,12 +122,17 @@ class Planner:
         return found
 
     def select(
-        self, filters: PushedFilters, after: Mapping[tuple[str, int], int] | None = None
+        self,
+        filters: PushedFilters,
+        after: Mapping[tuple[str, int], int] | None = None,
+        opts: SourceOptions | None = None,
     ) -> list[SelectedPartition]:
         """The partitions read, their histories not read yet; ``after``: (topic, partition) -> a base
-        offset at or before every range to be asked (a stream's previous end), listed from there."""
+        offset at or before every range to be asked (a stream's previous end), listed from there;
+        ``opts``: the query's options narrowed to some of its topics (the hybrid read skips those the
+        store lacks), with this planner's catalog and caches."""
         return select_partitions(
-            self.catalog, self.opts, filters.partition, after=after, epoch_cache=self._epoch_cache
+            self.catalog, opts or self.opts, filters.partition, after=after, epoch_cache=self._epoch_cache
         )
 
     def _epoch_cache(self, segment: StoredSegment) -> tuple[tuple[int, int], ...]:
