@@ -49,10 +49,15 @@ class TieredStreamReader(DataSourceStreamReader):
         self._listed_from: dict[tuple[str, int], tuple[int, int]] = {}
         self.last_planner: Planner | None = None  # the planner of the last call (its store's counters)
 
+    def _planner(self) -> Planner:
+        """A fresh planner per call (a fresh catalog: segments tiered since), kept for its counters."""
+        self.last_planner = Planner(self.opts)
+        return self.last_planner
+
     def _partitions(
         self, begin: Offsets | None = None
     ) -> tuple[Planner, dict[tuple[str, int], SelectedPartition]]:
-        planner = self.last_planner = Planner(self.opts)  # a fresh catalog per trigger: new segments
+        planner = self._planner()
         return planner, {sp.key: sp for sp in planner.select(PushedFilters(), after=self._after(begin))}
 
     def _after(self, begin: Offsets | None) -> dict[tuple[str, int], int] | None:
@@ -131,7 +136,7 @@ class TieredStreamReader(DataSourceStreamReader):
         if self.opts.bootstrap_servers:
             from spark_reader.hybrid import stream_latest
 
-            planner = self.last_planner = Planner(self.opts)
+            planner = self._planner()
             latest, begin, current = stream_latest(planner, begin, self._after(begin))
         else:
             planner, current = self._partitions(begin)
@@ -153,7 +158,7 @@ class TieredStreamReader(DataSourceStreamReader):
         if self.opts.bootstrap_servers:  # the store's part from the store, the rest from the brokers
             from spark_reader.hybrid import stream_partitions
 
-            planner = self.last_planner = Planner(self.opts)
+            planner = self._planner()
             parts, current = stream_partitions(planner, begin, finish, self._after(begin))
             self._remember(current, finish)
             return parts

@@ -9,7 +9,6 @@ segment whose copy raised has a manifest. A weather and a storm per cloud (S3 ha
 
 from __future__ import annotations
 
-import dataclasses
 import random
 import uuid
 from collections.abc import Iterator
@@ -19,9 +18,16 @@ from typing import Any
 import pytest
 from harness.fault_proxy import FaultProxy, FaultSchedule
 from test_rsm_helpers import read_all, write_keyring
-from test_s3_faults import OPERATION_BOUND, RANGES, STALL_SECONDS, Outcomes, _clean, _segments, _timed
+from test_s3_faults import (
+    OPERATION_BOUND,
+    STALL_SECONDS,
+    Outcomes,
+    _segments,
+    copy_through_faults,
+    fetch_ranges_through_faults,
+)
 
-from rsm import RemoteResourceNotFoundException, RemoteStorageManager
+from rsm import RemoteStorageManager
 from rsm.config.settings import RsmConfig
 from rsm.store.layout import Location, SegmentKeys
 from rsm.store.objects import ObjectStore
@@ -77,38 +83,9 @@ def test_copies_and_fetches_through_faults_succeed_or_fail_cleanly(
     rsm.configure(configs)
     try:
         segments = _segments(tmp_path, seed, rsm)
-        for seg in segments:
-            custom, exc, elapsed = _timed(
-                lambda seg=seg: rsm.copy_log_segment_data(seg.metadata, seg.data, seg.log_config),
-                OPERATION_BOUND,
-            )
-            outcomes.slowest = max(outcomes.slowest, elapsed)
-            if exc is None:
-                outcomes.copies["ok"] += 1
-                seg.copied = dataclasses.replace(seg.metadata, custom_metadata=custom)
-            else:
-                outcomes.copies["failed"] += 1
-                _clean(exc, outcomes, f"copy of {seg.metadata.remote_log_segment_id}")
+        copy_through_faults(rsm, segments, outcomes)
         for seg in (s for s in segments if s.copied is not None):
-            size = len(seg.original)
-            for _ in range(RANGES):
-                start = rng.randrange(size)
-                end = rng.choice([None, min(size - 1, start + rng.randint(0, 3 * 16384))])
-                md, lc = seg.copied, seg.log_config
-                got, exc, elapsed = _timed(
-                    lambda md=md, lc=lc, start=start, end=end: read_all(
-                        rsm.fetch_log_segment(md, start, end, lc)
-                    ),
-                    OPERATION_BOUND,
-                )
-                outcomes.slowest = max(outcomes.slowest, elapsed)
-                if exc is None:
-                    assert got == seg.original[start : size if end is None else end + 1]
-                    outcomes.fetches["ok"] += 1
-                else:
-                    assert not isinstance(exc, RemoteResourceNotFoundException), exc  # it is there
-                    outcomes.fetches["failed"] += 1
-                    _clean(exc, outcomes, f"fetch {start}..{end}")
+            fetch_ranges_through_faults(rsm, seg, rng, outcomes)
     finally:
         rsm.close()
 

@@ -183,6 +183,46 @@ def _rsm(s3_server: Any, endpoint: str, bucket: str, keyring: Path) -> RemoteSto
     return rsm
 
 
+def copy_through_faults(rsm: RemoteStorageManager, segments: list, outcomes: Outcomes) -> None:
+    """Copy each segment once; a copy either succeeds (its metadata is kept for fetching) or fails cleanly."""
+    for seg in segments:
+        custom, exc, elapsed = _timed(
+            lambda seg=seg: rsm.copy_log_segment_data(seg.metadata, seg.data, seg.log_config),
+            OPERATION_BOUND,
+        )
+        outcomes.slowest = max(outcomes.slowest, elapsed)
+        if exc is None:
+            outcomes.copies["ok"] += 1
+            seg.copied = dataclasses.replace(seg.metadata, custom_metadata=custom)
+        else:
+            outcomes.copies["failed"] += 1
+            _clean(exc, outcomes, f"copy of {seg.metadata.remote_log_segment_id}")
+
+
+def fetch_ranges_through_faults(
+    rsm: RemoteStorageManager, seg: Any, rng: random.Random, outcomes: Outcomes
+) -> None:  # noqa: ANN401
+    """RANGES random byte ranges of a copied segment: each is the original's bytes or fails cleanly."""
+    size = len(seg.original)
+    for _ in range(RANGES):
+        start = rng.randrange(size)
+        end = rng.choice([None, min(size - 1, start + rng.randint(0, 3 * 16384))])
+        md, lc = seg.copied, seg.log_config
+        got, exc, elapsed = _timed(
+            lambda md=md, lc=lc, start=start, end=end: read_all(rsm.fetch_log_segment(md, start, end, lc)),
+            OPERATION_BOUND,
+        )
+        outcomes.slowest = max(outcomes.slowest, elapsed)
+        if exc is None:
+            expected = seg.original[start : size if end is None else end + 1]
+            assert got == expected, f"wrong bytes for {start}..{end} of a {size}-byte segment"
+            outcomes.fetches["ok"] += 1
+        else:
+            assert not isinstance(exc, RemoteResourceNotFoundException), exc  # it is there
+            outcomes.fetches["failed"] += 1
+            _clean(exc, outcomes, f"fetch {start}..{end}")
+
+
 @pytest.mark.parametrize(("seed", "rate"), SCHEDULES, ids=[f"seed{s}-{r:.0%}" for s, r in SCHEDULES])
 def test_copies_and_fetches_through_faults_succeed_or_fail_cleanly(
     s3_server: Any, proxy_for: Callable[[FaultSchedule | None], FaultProxy], keyring: Path,
@@ -198,39 +238,9 @@ def test_copies_and_fetches_through_faults_succeed_or_fail_cleanly(
     rsm = _rsm(s3_server, proxy.endpoint_url, bucket, keyring)
     try:
         segments = _segments(tmp_path, seed, rsm)
-        for seg in segments:
-            custom, exc, elapsed = _timed(
-                lambda seg=seg: rsm.copy_log_segment_data(seg.metadata, seg.data, seg.log_config),
-                OPERATION_BOUND,
-            )
-            outcomes.slowest = max(outcomes.slowest, elapsed)
-            if exc is None:
-                outcomes.copies["ok"] += 1
-                seg.copied = dataclasses.replace(seg.metadata, custom_metadata=custom)
-            else:
-                outcomes.copies["failed"] += 1
-                _clean(exc, outcomes, f"copy of {seg.metadata.remote_log_segment_id}")
+        copy_through_faults(rsm, segments, outcomes)
         for seg in (s for s in segments if s.copied is not None):
-            size = len(seg.original)
-            for _ in range(RANGES):
-                start = rng.randrange(size)
-                end = rng.choice([None, min(size - 1, start + rng.randint(0, 3 * 16384))])
-                md, lc = seg.copied, seg.log_config
-                got, exc, elapsed = _timed(
-                    lambda md=md, lc=lc, start=start, end=end: read_all(
-                        rsm.fetch_log_segment(md, start, end, lc)
-                    ),
-                    OPERATION_BOUND,
-                )
-                outcomes.slowest = max(outcomes.slowest, elapsed)
-                if exc is None:
-                    expected = seg.original[start : size if end is None else end + 1]
-                    assert got == expected, f"wrong bytes for {start}..{end} of a {size}-byte segment"
-                    outcomes.fetches["ok"] += 1
-                else:
-                    assert not isinstance(exc, RemoteResourceNotFoundException), exc  # it is there
-                    outcomes.fetches["failed"] += 1
-                    _clean(exc, outcomes, f"fetch {start}..{end}")
+            fetch_ranges_through_faults(rsm, seg, rng, outcomes)
             index_type = rng.choice(sorted(seg.indexes, key=lambda t: t.value))
             got, exc, elapsed = _timed(
                 lambda seg=seg, t=index_type: read_all(rsm.fetch_index(seg.copied, t, seg.log_config)),

@@ -301,34 +301,7 @@ def test_data_is_found_after_the_topic_bucket_changed(tiered_spark, tmp_path: Pa
     rsm.close()
 
 
-# -- S3 -----------------------------------------------------------------------------------------------
-def test_an_encrypted_topic_on_s3(tiered_spark, s3_server, tmp_path: Path) -> None:  # noqa: ANN001
-    bucket = s3_server.make_bucket()
-    keyring = write_keyring(tmp_path / "keyring.json")
-    opts = {
-        **s3_server.rsm_configs(bucket=bucket),
-        "encryption.enabled": "true",
-        "encryption.keyring.path": str(keyring),
-        "encryption.key.id": "k2",
-        "chunk.size": "8192",
-    }
-    rsm = RemoteStorageManager()
-    rsm.configure(opts)
-    logs = []
-    tid = uuid.uuid4()
-    for p in range(2):
-        log = PartitionLog(rsm, TopicIdPartition(tid, "secure", p), tmp_path / f"w{p}")
-        log.append(70, codec=3)
-        log.roll()
-        log.append(40)
-        log.roll()
-        logs.append(log)
-    read_opts = {
-        k: v for k, v in opts.items() if not k.startswith("encryption.") or k.endswith("keyring.path")
-    }
-    df = _read(tiered_spark, read_opts, subscribe="secure", includeHeaders="true")
-    assert _rows(df) == _expected(logs)
-    rsm.close()
+# (an encrypted topic on S3, and on GCS and Azure: tests/test_spark_reader_clouds.py)
 
 
 # -- errors -------------------------------------------------------------------------------------------
