@@ -114,9 +114,31 @@ def _widen_pipe(fd: int) -> None:
         fcntl.fcntl(fd, set_size, PIPE_BYTES)
 
 
+# glibc's malloc: the heap is not trimmed and no block is mmapped below this size. A worker decrypts and
+# decompresses chunk after chunk (4 MiB buffers, several per chunk); with glibc's defaults each of them is
+# a fresh mapping or heap growth returned to the kernel on free, so every chunk paid ~1000 page faults
+# per buffer again (measured: 1.1 M faults and 0.2 CPU s per 3 M rows, a quarter of the worker's time).
+# Freed memory stays in the heap for the next chunk instead: peak RSS is unchanged (what the worker
+# holds at once is still about two chunks), only the steady state stops faulting.
+MALLOC_KEEP_BYTES = 64 << 20
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+
+
+def _keep_freed_memory() -> None:
+    """mallopt(3) on glibc (a no-op elsewhere, or where the C library has no mallopt)."""
+    import ctypes
+    import ctypes.util
+
+    with contextlib.suppress(OSError, AttributeError, TypeError):
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallopt(_M_TRIM_THRESHOLD, MALLOC_KEEP_BYTES)
+        libc.mallopt(_M_MMAP_THRESHOLD, 32 << 20)
+
+
 def main() -> None:
     """Entry point (`python -m spark_reader.jvm_worker`): the protocol owns the original stdout; anything
     else printing (a library, C code) goes to stderr, which the JVM passes through to its own log."""
+    _keep_freed_memory()
     protocol_fd = os.dup(1)
     os.dup2(2, 1)
     _widen_pipe(protocol_fd)
