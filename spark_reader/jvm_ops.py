@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from segment_format.columnar import decompressed_sections
 from spark_reader.counting import count_partition
+from spark_reader.packing import pack
 from spark_reader.partition_reader import TieredPartition, read_partition
 from spark_reader.schema import arrow_schema
 from spark_reader.tail import BrokerTailPartition
@@ -94,10 +95,20 @@ def _estimates(parts: Sequence[object]) -> dict[str, int]:
 
 
 def _plan(header: dict, _: bytes) -> tuple[dict, list[bytes]]:
+    """The input partitions; with `packing` (Spark's file-packing settings, sent by the scan) each one a
+    run of consecutive splits read by one task (`spark_reader.packing`), unless the options chose the
+    tasks (minPartitions or maxRecordsPerPartition, as in Spark's Kafka source)."""
     reader, _accepted = _batch_reader(header)
     parts = reader.partitions()
-    body = {"descriptions": [repr(p) for p in parts], "estimates": _estimates(parts)}
-    return body, [pickle.dumps(p, protocol=5) for p in parts]
+    body = {"estimates": _estimates(parts)}
+    spec = header.get("packing")
+    if not spec or reader.opts.min_partitions or reader.opts.max_records_per_partition:
+        # the user asked for these splits as tasks (minPartitions, maxRecordsPerPartition): as given
+        body["descriptions"] = [repr(p) for p in parts]
+        return body, [pickle.dumps(p, protocol=5) for p in parts]
+    tasks = pack(parts, int(spec["maxBytes"]), int(spec["openCost"]), int(spec["minPartitions"]))
+    body["descriptions"] = [" + ".join(map(repr, t)) for t in tasks]
+    return body, [pickle.dumps(t[0] if len(t) == 1 else t, protocol=5) for t in tasks]
 
 
 def _stream_reader(header: dict):  # noqa: ANN202 - TieredStreamReader
@@ -186,22 +197,24 @@ def read(header: dict, blob: bytes, out: BinaryIO) -> tuple[int, dict]:
     """Stream one split's rows to `out` as Arrow IPC (or count them), then say how it ended."""
     columns, count = header.get("columns"), bool(header.get("count"))
     try:
-        part = pickle.loads(blob)  # noqa: S301 - bytes this scan's own planner pickled
-        schema = _output_schema(part, columns, count)
+        loaded = pickle.loads(blob)  # noqa: S301 - bytes this scan's own planner pickled
+        parts = loaded if isinstance(loaded, list) else [loaded]  # a packed task: its splits in order
+        schema = _output_schema(parts[0], columns, count)
     except Exception as exc:  # noqa: BLE001
-        part, schema, failure = None, pa.schema([]), exc
+        parts, schema, failure = [], pa.schema([]), exc
     else:
         failure = None
     before, rows = decompressed_sections(), 0
     writer = pa.ipc.new_stream(out, schema)
     try:
         if failure is None and count:
-            rows = count_partition(part)
+            rows = sum(count_partition(part) for part in parts)
         elif failure is None:
-            for batch in read_partition(part, columns):
-                writer.write_batch(batch)
-                out.flush()
-                rows += batch.num_rows
+            for part in parts:
+                for batch in read_partition(part, columns):
+                    writer.write_batch(batch)
+                    out.flush()
+                    rows += batch.num_rows
     except Exception as exc:  # noqa: BLE001 - reported in the trailer, after the stream ended cleanly
         failure = exc
     finally:

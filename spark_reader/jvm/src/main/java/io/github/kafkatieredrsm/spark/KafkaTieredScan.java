@@ -10,6 +10,7 @@ import java.util.Arrays;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Set;
+import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.connector.read.Batch;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
@@ -28,6 +29,7 @@ import org.apache.spark.sql.sources.GreaterThanOrEqual;
 import org.apache.spark.sql.sources.In;
 import org.apache.spark.sql.sources.LessThan;
 import org.apache.spark.sql.sources.LessThanOrEqual;
+import org.apache.spark.sql.internal.SQLConf;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
@@ -37,7 +39,8 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * batches from the Python workers ({@link ArrowPartitionReader}). Spark pushes filters (the Python side
  * says which it applies exactly: {@code spark_reader.filters}) and the columns it needs: a query without
  * {@code value} never copies a value, and one needing no column ({@code count()}) gets counts from batch
- * headers, decompressing nothing ({@code spark_reader.counting}).
+ * headers, decompressing nothing ({@code spark_reader.counting}). The planner packs its splits into
+ * tasks as Spark packs files ({@link #packing()}, {@code spark_reader.packing}).
  */
 final class KafkaTieredScan implements Scan, Batch, SupportsReportStatistics {
   private final StructType readSchema;
@@ -197,12 +200,31 @@ final class KafkaTieredScan implements Scan, Batch, SupportsReportStatistics {
     if (planned == null) {
       ObjectNode h = KafkaTieredTable.request(options);
       h.set("filters", filters);
+      h.set("packing", packing());
       PythonWorker.Reply reply = PythonWorker.call(true, "plan", h);
       planned = partitions(reply);
       estimatedRows = reply.body.path("estimates").path("rows").asLong(-1);
       estimatedBytes = reply.body.path("estimates").path("bytes").asLong(-1);
     }
     return planned;
+  }
+
+  /**
+   * Spark's file-packing settings, for the planner to pack splits into tasks as Spark packs files
+   * (spark_reader/packing.py says why): maxPartitionBytes, openCostInBytes, and minPartitionNum or the
+   * default parallelism.
+   */
+  static ObjectNode packing() {
+    SQLConf conf = SQLConf.get();
+    SparkSession session = SparkSession.active();
+    long minPartitions = conf.filesMinPartitionNum().isDefined()
+        ? ((Number) conf.filesMinPartitionNum().get()).longValue()
+        : session.sparkContext().defaultParallelism();
+    ObjectNode p = PythonWorker.JSON.createObjectNode();
+    p.put("maxBytes", conf.filesMaxPartitionBytes());
+    p.put("openCost", conf.filesOpenCostInBytes());
+    p.put("minPartitions", minPartitions);
+    return p;
   }
 
   /** The plan's offsets and segment bytes (upper bounds: compaction, filters and control records only

@@ -3,7 +3,6 @@ package io.github.kafkatieredrsm.spark;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
-import java.io.BufferedInputStream;
 import java.io.BufferedOutputStream;
 import java.io.DataInputStream;
 import java.io.DataOutputStream;
@@ -48,6 +47,7 @@ final class PythonWorker implements AutoCloseable {
   private final String python;
   private final Process process;
   final DataOutputStream out;
+  private final PipeInput input;
   final DataInputStream in;
   private boolean broken;
 
@@ -57,7 +57,8 @@ final class PythonWorker implements AutoCloseable {
     pb.redirectError(ProcessBuilder.Redirect.INHERIT);
     this.process = pb.start();
     this.out = new DataOutputStream(new BufferedOutputStream(process.getOutputStream(), 1 << 16));
-    this.in = new DataInputStream(new BufferedInputStream(process.getInputStream(), 1 << 20));
+    this.input = new PipeInput(process.getInputStream());
+    this.in = new DataInputStream(input.stream());
   }
 
   /** The interpreter PySpark would run here ({@code driver}: the planning side). */
@@ -204,25 +205,16 @@ final class PythonWorker implements AutoCloseable {
   }
 
   /**
-   * The worker's stdout as a channel for Arrow's stream reader: closing it does not close the pipe, and it
-   * moves 1 MiB per read ({@code Channels.newChannel} would move a batch's buffers 8 KiB at a time).
+   * The worker's stdout as a channel for Arrow's stream reader ({@link PipeInput}: a batch's body is read
+   * straight into Arrow's buffer); closing it does not close the pipe.
    */
   ReadableByteChannel arrowInput() {
     return new ReadableByteChannel() {
-      private final byte[] transfer = new byte[1 << 20];
       private boolean open = true;
 
       @Override
       public int read(ByteBuffer dst) throws IOException {
-        int want = Math.min(dst.remaining(), transfer.length);
-        if (want == 0) {
-          return 0;
-        }
-        int n = in.read(transfer, 0, want);
-        if (n > 0) {
-          dst.put(transfer, 0, n);
-        }
-        return n;
+        return input.read(dst);
       }
 
       @Override
