@@ -132,9 +132,7 @@ def test_bad_input_is_one_line(
     assert code == 1 and "\n" not in err and "does not exist in the destination store" in err, err
 
 
-def test_a_killed_move_across_backends_resumes(
-    request: pytest.FixtureRequest, tmp_path: Path
-) -> None:
+def test_a_killed_move_across_backends_resumes(request: pytest.FixtureRequest, tmp_path: Path) -> None:
     tiered = _source("file", request, tmp_path, partitions=2, segments=2, records=80)
     before = objects(tiered.configs, tiered.configs["bucket"])
     command = ["move", "--topic", "orders", "--from-config", str(tiered.props), "--parallel", "1"]

@@ -31,7 +31,11 @@ SOURCE_KEPT = (
 
 
 def cross_move(
-    args: argparse.Namespace, configs: dict[str, str], catalog: TopicCatalog, out: Console, err: Console,
+    args: argparse.Namespace,
+    configs: dict[str, str],
+    catalog: TopicCatalog,
+    out: Console,
+    err: Console,
     cli: ModuleType,
 ) -> int:
     """`move --from-config`; ``cli`` is `rsm.cli.migrate`, which calls this, passed in rather than imported
@@ -53,7 +57,9 @@ def cross_move(
     source_store.require_bucket(str(source_config.get("bucket")), f"bucket in {path}")
     source = TopicCatalog(source_config, source_store)
     tid = cli._topic_id(source, args)  # noqa: SLF001
-    settings = plans.topic_settings(catalog, args.topic, tid)  # the topic's overlay in the destination, if any
+    settings = plans.topic_settings(
+        catalog, args.topic, tid
+    )  # the topic's overlay in the destination, if any
     destination = Location(args.to_bucket or settings.bucket,
                            settings.prefix if args.to_prefix is None else args.to_prefix)  # fmt: skip
     cli._check_location(destination)  # noqa: SLF001
@@ -65,7 +71,11 @@ def cross_move(
     plan = cross.plan_cross_move(source, catalog.store, args.topic, tid, args.partition, destination, params)
     keyring = keyring_for(catalog.config)
     missing_keys = sorted(
-        {i.key_id for i in plan.items if i.key_id is not None and (keyring is None or i.key_id not in keyring)}
+        {
+            i.key_id
+            for i in plan.items
+            if i.key_id is not None and (keyring is None or i.key_id not in keyring)
+        }
     )
     if missing_keys:
         raise _Error(
@@ -96,4 +106,3 @@ def cross_move(
     else:
         err.print(escape(kept))
     return int(cli.EXIT_PROBLEMS) if report.failed else 0
-
