@@ -141,8 +141,8 @@ def _valid_ranges(seg: StoredSegment, lineage: dict[int, int]) -> list[tuple[int
     return out
 
 
-def _unclaimed(gap: tuple[int, int], claimed: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The pieces of `gap` outside every claimed range (`claimed` sorted by start)."""
+def unclaimed(gap: tuple[int, int], claimed: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The pieces of `gap` outside every claimed range (`claimed` sorted by start; `gap` not empty)."""
     a, b = gap
     out = []
     for lo, hi in claimed:
@@ -205,7 +205,7 @@ def resolve_history(
     # offsets a used copy claims but holds no batch for (a compacted tail; every offset of a copy the
     # cleaner emptied) are no loss: only what is left of a gap once their [start_offset, end_offset] is out
     claimed = sorted({(s.start_offset, s.end_offset) for s in [*(x.segment for x in slices), *empty]})
-    gaps = [piece for gap in gaps for piece in _unclaimed(gap, claimed)]
+    gaps = [piece for gap in gaps for piece in unclaimed(gap, claimed)]
     for seg in segs:
         if id(seg) not in used and not any(s is seg for s, _ in superseded):
             superseded.append((seg, "its offsets are all held by another copy"))

@@ -32,12 +32,11 @@ import bisect
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 
 from rsm.api.metadata import uuid_to_base64
-from rsm.catalog.history import PartitionHistory, SegmentSlice, resolve_history
+from rsm.catalog.history import PartitionHistory, SegmentSlice, resolve_history, unclaimed
 from rsm.catalog.keys import UNPLACED, SegmentKey
-from rsm.catalog.segments import MANIFEST_READ_THREADS, StoredSegment, load_segment
+from rsm.catalog.segments import StoredSegment, load_segment, map_concurrently
 from rsm.store.objects import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -251,14 +250,7 @@ class RangedHistory:
         def load(k: SegmentKey) -> StoredSegment | None:
             return load_segment(self.store, self.topic, self._tid, k.location, k.manifest_key)
 
-        if len(todo) > 1:
-            with ThreadPoolExecutor(
-                min(MANIFEST_READ_THREADS, len(todo)), thread_name_prefix="rsm-catalog"
-            ) as pool:
-                found = list(pool.map(load, todo))
-        else:
-            found = [load(k) for k in todo]
-        for k, seg in zip(todo, found, strict=True):
+        for k, seg in zip(todo, map_concurrently(load, todo), strict=True):
             self._segs[(k.location.bucket, k.manifest_key)] = seg
         out = [self._segs[(k.location.bucket, k.manifest_key)] for k in keys]
         return [s for s in out if s is not None]
@@ -494,18 +486,4 @@ def _uncovered(h: PartitionHistory, first: int, last: int) -> list[tuple[int, in
         ]
         + [(g.start_offset, g.end_offset) for g, _ in h.superseded if g.last_record_offset < g.start_offset]
     )
-    out: list[tuple[int, int]] = []
-    cur = first
-    for a, b in claimed:
-        if b < cur:
-            continue
-        if a > last:
-            break
-        if a > cur:
-            out.append((cur, a - 1))
-        cur = max(cur, b + 1)
-        if cur > last:
-            return out
-    if cur <= last:
-        out.append((cur, last))
-    return out
+    return unclaimed((first, last), claimed) if first <= last else []

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from rsm.api.metadata import uuid_to_base64
 from rsm.copy.manifest import Manifest, ManifestError
@@ -21,6 +22,18 @@ from rsm.store.objects import ObjectNotFound, ObjectStore
 log = logging.getLogger(__name__)
 
 MANIFEST_READ_THREADS = 16
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def map_concurrently(fn: Callable[[T], R], items: Sequence[T], thread_prefix: str = "rsm-catalog") -> list[R]:
+    """`fn` over `items`, in order, up to MANIFEST_READ_THREADS at a time: listings and manifest reads
+    wait on the store, not the CPU. A single item runs on the caller's thread."""
+    if len(items) <= 1:
+        return [fn(x) for x in items]
+    with ThreadPoolExecutor(min(MANIFEST_READ_THREADS, len(items)), thread_name_prefix=thread_prefix) as pool:
+        return list(pool.map(fn, items))
 
 
 class CatalogError(Exception):
@@ -143,14 +156,7 @@ def list_segments(
     def listing(location: Location) -> list[str]:
         return store.list(location.bucket, f"{location.prefix}{topic}-{tid}/")
 
-    if len(where) > 1:
-        with ThreadPoolExecutor(
-            min(MANIFEST_READ_THREADS, len(where)), thread_name_prefix="rsm-catalog"
-        ) as pool:
-            listed = list(pool.map(listing, where))
-    else:
-        listed = [listing(loc) for loc in where]
-    for location, found_keys in zip(where, listed, strict=True):
+    for location, found_keys in zip(where, map_concurrently(listing, where), strict=True):
         base = f"{location.prefix}{topic}-{tid}/"
         for key in found_keys:
             if on_key is not None:
@@ -165,9 +171,6 @@ def list_segments(
     def load(item: tuple[Location, str]) -> StoredSegment | None:
         return load_segment(store, topic, tid, *item)
 
-    if not keys:
-        return []
-    with ThreadPoolExecutor(min(MANIFEST_READ_THREADS, len(keys)), thread_name_prefix="rsm-catalog") as pool:
-        found = [s for s in pool.map(load, keys) if s is not None]
+    found = [s for s in map_concurrently(load, keys) if s is not None]
     found.sort(key=lambda s: (s.partition, s.start_offset, s.end_offset, s.manifest.created_ms))
     return found

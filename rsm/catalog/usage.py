@@ -20,13 +20,12 @@ from __future__ import annotations
 import uuid
 from collections import defaultdict
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from rsm.api.metadata import uuid_to_base64
 from rsm.catalog.catalog import TopicCatalog
 from rsm.catalog.keys import SegmentKey, parse_listing, topic_dir
-from rsm.catalog.segments import MANIFEST_READ_THREADS, StoredSegment, load_segment
+from rsm.catalog.segments import StoredSegment, load_segment, map_concurrently
 from rsm.config.settings import Backend
 from rsm.store.layout import INDEXES_SUFFIX, LOG_SUFFIX, MANIFEST_SUFFIX, Location
 from rsm.store.objects import ObjectInfo
@@ -122,10 +121,7 @@ def _list_topic(catalog: TopicCatalog, location: Location, base: str) -> list[Ob
     def one(part: str) -> list[ObjectInfo]:
         return store.list_from(location.bucket, f"{base}{part}/", include_temporary=True)
 
-    with ThreadPoolExecutor(
-        max(1, min(MANIFEST_READ_THREADS, len(parts))), thread_name_prefix="rsm-du"
-    ) as pool:
-        return [o for found in pool.map(one, parts) for o in found]
+    return [o for found in map_concurrently(one, parts, "rsm-du") for o in found]
 
 
 def _edges(keys: list[SegmentKey]) -> list[SegmentKey]:
@@ -148,14 +144,11 @@ def topic_usage(catalog: TopicCatalog, topic: str, *, every_manifest: bool = Fal
                     (topic_id, partition, location), PartitionUsage(topic, topic_id, partition, location)
                 )
                 wanted = keys if every_manifest else _edges(keys)
-                with ThreadPoolExecutor(
-                    max(1, min(MANIFEST_READ_THREADS, len(wanted))), thread_name_prefix="rsm-du"
-                ) as pool:
-                    segs = list(
-                        pool.map(
-                            lambda k, t=tid: load_segment(store, topic, t, k.location, k.manifest_key), wanted
-                        )
-                    )
+                segs = map_concurrently(
+                    lambda k, t=tid: load_segment(store, topic, t, k.location, k.manifest_key),
+                    wanted,
+                    "rsm-du",
+                )
                 if every_manifest:
                     for seg in segs:
                         if seg is not None:
