@@ -23,7 +23,8 @@ import threading
 from dataclasses import dataclass
 
 from spark_reader.errors import ReaderError
-from spark_reader.options import OptionError, SourceOptions
+from spark_reader.offsets import EARLIEST, LATEST
+from spark_reader.options import IsolationLevel, OptionError, SourceOptions
 
 log = logging.getLogger(__name__)
 
@@ -245,26 +246,27 @@ class BrokerView:
         return out
 
     def offsets(self, specs: dict[tuple[str, int], int]) -> dict[tuple[str, int], int | None]:
-        """One ListOffsets round: per partition -1 latest, -2 earliest, or a timestamp (offsetsForTimes).
+        """One ListOffsets round: per partition LATEST, EARLIEST, or a timestamp (offsetsForTimes).
 
         Latest is the high watermark, or the last stable offset under read_committed. A timestamp no
         record reaches gives None."""
         if not specs:
             return {}
-        from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+        from confluent_kafka import IsolationLevel as KafkaIsolation
+        from confluent_kafka import KafkaException, TopicPartition
         from confluent_kafka.admin import OffsetSpec
 
         def spec(value: int) -> OffsetSpec:
-            if value == -1:
+            if value == LATEST:
                 return OffsetSpec.latest()
-            if value == -2:
+            if value == EARLIEST:
                 return OffsetSpec.earliest()
             return OffsetSpec.for_timestamp(value)
 
         level = (
-            IsolationLevel.READ_COMMITTED
-            if self.opts.isolation_level.value == "read_committed"
-            else IsolationLevel.READ_UNCOMMITTED
+            KafkaIsolation.READ_COMMITTED
+            if self.opts.isolation_level is IsolationLevel.READ_COMMITTED
+            else KafkaIsolation.READ_UNCOMMITTED
         )
         request = {TopicPartition(t, p): spec(v) for (t, p), v in specs.items()}
         out: dict[tuple[str, int], int | None] = {}

@@ -33,7 +33,7 @@ from pyspark.sql.datasource import InputPartition
 from spark_reader.broker import BrokerView, client_config, warn_once
 from spark_reader.errors import ReaderError
 from spark_reader.filters import PushedFilters
-from spark_reader.offsets import Kind, OffsetSpec, Position
+from spark_reader.offsets import EARLIEST, LATEST, Kind, OffsetSpec, Position
 from spark_reader.options import IsolationLevel, SourceOptions, Violations
 from spark_reader.planning import PartitionRange, Planner
 from spark_reader.tail import DEFAULT_POLL_TIMEOUT_MS, BrokerTailPartition, TailSettings
@@ -44,7 +44,6 @@ log = logging.getLogger(__name__)
 After = Mapping[tuple[str, int], int] | None  # a stream's listing starts (`Planner.select`)
 
 Key = tuple[str, int]
-LATEST, EARLIEST = -1, -2
 
 
 def tail_settings(opts: SourceOptions) -> TailSettings:

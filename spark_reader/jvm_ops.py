@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from segment_format.columnar import decompressed_sections
 from spark_reader.counting import count_partition
-from spark_reader.packing import pack
+from spark_reader.packing import pack, split_bytes
 from spark_reader.partition_reader import TieredPartition, read_partition
 from spark_reader.schema import arrow_schema
 from spark_reader.tail import BrokerTailPartition
@@ -87,10 +87,10 @@ def _estimates(parts: Sequence[object]) -> dict[str, int]:
     for part in parts:
         if isinstance(part, BrokerTailPartition):  # offsets on the brokers; their bytes are not known
             rows += max(0, part.end - part.start)
-        split = getattr(part, "split", None)
-        if split is not None:
-            rows += max(0, split.last_offset - split.first_offset + 1)
-            size += max(0, split.end_position - split.start_position)
+        stored = split_bytes(part)
+        if stored is not None:
+            rows += max(0, part.split.last_offset - part.split.first_offset + 1)
+            size += stored
     return {"rows": rows, "bytes": size}
 
 
