@@ -90,14 +90,7 @@ def broker(
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS % ("admin", "admin-pw")
         + ' user_admin="admin-pw" user_app="app-pw";',
     }
-    b.jvm_opts += [
-        f"-Dcom.sun.management.jmxremote.port={jmx_port}",
-        f"-Dcom.sun.management.jmxremote.rmi.port={jmx_port}",
-        "-Dcom.sun.management.jmxremote.host=127.0.0.1",
-        "-Djava.rmi.server.hostname=127.0.0.1",
-        "-Dcom.sun.management.jmxremote.authenticate=false",
-        "-Dcom.sun.management.jmxremote.ssl=false",
-    ]
+    b.jvm_opts += Jmx.broker_flags(jmx_port)
     b.start()
     try:
         yield b, store, Jmx(kafka_dump_log, jmx_port)
@@ -356,11 +349,9 @@ def _batch_end(offsets_file: Path) -> int:
 def _follow(args: list[str], tmp_path: Path, log_name: str) -> subprocess.Popen:
     """`spark-submit tests/spark_apps/follow_topic.py ...` in its own process group (so a kill takes the
     driver JVM, its Python driver and every Python worker with it)."""
-    from harness.spark_cluster import spark_home
+    from harness.spark_cluster import spark_home, submit_env
 
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME")}
-    env |= {"PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable,
-            "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}  # fmt: skip
+    env = submit_env(sys.executable, PYTHONPATH=str(ROOT))
     cmd = [str(spark_home() / "bin" / "spark-submit"), "--master", "local[2]", *args]
     log = (tmp_path / log_name).open("w")
     return subprocess.Popen(

@@ -33,6 +33,18 @@ PLUGIN = (
 class Jmx:
     """Kafka's own JmxTool (kafka-tools, resolved by Maven for kafka-dump-log) against the broker's JMX port."""
 
+    @staticmethod
+    def broker_flags(port: int) -> list[str]:
+        """The broker JVM's flags for a JMX port on loopback, without authentication (tests only)."""
+        return [
+            f"-Dcom.sun.management.jmxremote.port={port}",
+            f"-Dcom.sun.management.jmxremote.rmi.port={port}",
+            "-Dcom.sun.management.jmxremote.host=127.0.0.1",
+            "-Djava.rmi.server.hostname=127.0.0.1",
+            "-Dcom.sun.management.jmxremote.authenticate=false",
+            "-Dcom.sun.management.jmxremote.ssl=false",
+        ]
+
     def __init__(self, libs: Path, port: int) -> None:
         self.libs = libs
         self.url = f"service:jmx:rmi:///jndi/rmi://127.0.0.1:{port}/jmxrmi"
@@ -117,14 +129,7 @@ def test_broker_jmx_shows_the_plugins_metrics(
     }
     broker = kafka_broker_factory(extra_props=props, extra_env=s3_server.env(), start=False)
     broker.port, broker.controller_port, jmx_port = free_ports(3)
-    broker.jvm_opts += [
-        f"-Dcom.sun.management.jmxremote.port={jmx_port}",
-        f"-Dcom.sun.management.jmxremote.rmi.port={jmx_port}",
-        "-Dcom.sun.management.jmxremote.host=127.0.0.1",
-        "-Djava.rmi.server.hostname=127.0.0.1",
-        "-Dcom.sun.management.jmxremote.authenticate=false",
-        "-Dcom.sun.management.jmxremote.ssl=false",
-    ]
+    broker.jvm_opts += Jmx.broker_flags(jmx_port)
     broker.start()
     jmx = Jmx(kafka_dump_log, jmx_port)
     config = tmp_path / "server.properties"

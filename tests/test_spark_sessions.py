@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from harness.spark_cluster import submit_env
 from tiering import PartitionLog, tier_mixed_topic
 
 from rsm import RemoteStorageManager, TopicIdPartition
@@ -169,17 +170,6 @@ def _submit(args: list[str], *, env: dict[str, str], cwd: Path, out: Path) -> di
     return json.loads(out.read_text())
 
 
-def _env(python: str, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME")}
-    return {
-        **env,
-        "PYSPARK_PYTHON": python,
-        "PYSPARK_DRIVER_PYTHON": python,
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        **extra,
-    }
-
-
 def test_spark_submit_of_a_plain_application(tiered, tmp_path) -> None:  # noqa: ANN001
     """`spark-submit app.py` with no settings: the application's plain session calls `register`, reads
     with pushdown off (Spark's default), then on."""
@@ -187,7 +177,7 @@ def test_spark_submit_of_a_plain_application(tiered, tmp_path) -> None:  # noqa:
     out = tmp_path / "out.json"
     result = _submit(
         [str(APP), json.dumps(store), TOPIC, str(out), "--register"],
-        env=_env(sys.executable, PYTHONPATH=str(ROOT)),
+        env=submit_env(sys.executable, PYTHONPATH=str(ROOT)),
         cwd=tmp_path,
         out=out,
     )
@@ -205,12 +195,12 @@ def test_spark_submit_with_the_jar_reads_on_the_columnar_scan(tiered, tmp_path) 
     out = tmp_path / "out.json"
     jar = subprocess.run(
         [sys.executable, "-m", "rsm.cli.main", "spark", "jar"],
-        cwd=ROOT, env=_env(sys.executable, PYTHONPATH=str(ROOT)), capture_output=True, text=True, check=True,
+        cwd=ROOT, env=submit_env(sys.executable, PYTHONPATH=str(ROOT)), capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
     assert jar.endswith(".jar") and Path(jar).is_file(), jar
     result = _submit(
         ["--jars", jar, str(APP), json.dumps(store), TOPIC, str(out), "--register"],
-        env=_env(sys.executable, PYTHONPATH=str(ROOT)),
+        env=submit_env(sys.executable, PYTHONPATH=str(ROOT)),
         cwd=tmp_path,
         out=out,
     )
@@ -253,7 +243,7 @@ def test_installed_package_registers_itself_with_pushdown_on_or_off(tiered, tmp_
     site = subprocess.run(
         [python, "-c", "import pyspark_kafka_tiered, spark_reader; print(spark_reader.__file__)"],
         cwd=tmp_path,
-        env=_env(python),
+        env=submit_env(python),
         capture_output=True,
         text=True,
         check=True,
@@ -265,7 +255,7 @@ def test_installed_package_registers_itself_with_pushdown_on_or_off(tiered, tmp_
     out = tmp_path / "out.json"
     result = _submit(
         ["--conf", f"{PUSHDOWN}=true", str(app), json.dumps(store), TOPIC, str(out)],
-        env=_env(python),
+        env=submit_env(python),
         cwd=tmp_path,
         out=out,
     )
@@ -324,7 +314,7 @@ def test_readme_spark_blocks_run_as_written(tiered, tmp_path) -> None:  # noqa: 
     run = subprocess.run(
         [sys.executable, str(script)],
         cwd=tmp_path,
-        env=_env(sys.executable, PYTHONPATH=str(ROOT)),
+        env=submit_env(sys.executable, PYTHONPATH=str(ROOT)),
         capture_output=True,
         text=True,
         timeout=SUBMIT_TIMEOUT_S,
@@ -367,7 +357,9 @@ def test_readmes_spark_submit_line_runs_its_application(tiered, tmp_path) -> Non
     (fake / "python3").write_text("#!/bin/sh\necho 'not the venv interpreter' >&2\nexit 1\n")
     (fake / "python3").chmod(0o755)
     env = {
-        k: v for k, v in _env(sys.executable, PYTHONPATH=str(ROOT)).items() if not k.startswith("PYSPARK_")
+        k: v
+        for k, v in submit_env(sys.executable, PYTHONPATH=str(ROOT)).items()
+        if not k.startswith("PYSPARK_")
     }
     env["PATH"] = f"{fake}{os.pathsep}{env['PATH']}"
     run = subprocess.run(

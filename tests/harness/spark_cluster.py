@@ -54,6 +54,19 @@ def spark_home() -> Path:
     return Path(pyspark.__file__).resolve().parent
 
 
+def submit_env(python: str, **extra: str) -> dict[str, str]:
+    """The environment of a `spark-submit` as a user runs it: this one without PYTHONPATH or SPARK_HOME
+    (the application finds what it was given), driver and workers on `python`, loopback only."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME")}
+    return {
+        **env,
+        "PYSPARK_PYTHON": python,
+        "PYSPARK_DRIVER_PYTHON": python,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        **extra,
+    }
+
+
 _RUNNING: set[SparkCluster] = set()
 _RUNNING_LOCK = threading.Lock()
 
