@@ -22,7 +22,7 @@ from rsm.api.metadata import uuid_to_base64
 from rsm.catalog.history import PartitionHistory, resolve_history
 from rsm.catalog.keys import SegmentKey, list_partition, parse_listing, partitions_at, topic_dir
 from rsm.catalog.ranged import HEAD_OBJECTS, INF, EpochCache, Probe, RangedHistory
-from rsm.catalog.segments import CatalogError, StoredSegment, list_segments, read_manifest
+from rsm.catalog.segments import CatalogError, StoredSegment, list_segments, map_concurrently, read_manifest
 from rsm.config.overlay import TopicOverlay, TopicOverlayStore
 from rsm.config.settings import TOPIC_PREFIX, Backend, RsmConfig
 from rsm.store.layout import OBJECT_NAME, Location
@@ -282,15 +282,11 @@ class TopicCatalog:
         wanted = None if partitions is None else set(partitions)
         where = self.locations(topic, topic_id)
 
-        def pool_map(fn: Callable[[Location], T]) -> list[T]:
-            if len(where) == 1:
-                return [fn(where[0])]
-            with ThreadPoolExecutor(min(16, len(where)), thread_name_prefix="rsm-catalog") as pool:
-                return list(pool.map(fn, where))
-
         def whole(partition: int) -> Callable[[], list[SegmentKey]]:
             def relist() -> list[SegmentKey]:
-                listed = pool_map(lambda loc: list_partition(self.store, loc, topic, topic_id, partition))
+                listed = map_concurrently(
+                    lambda loc: list_partition(self.store, loc, topic, topic_id, partition), where
+                )
                 return [k for keys in listed for k in keys]
 
             return relist
@@ -301,8 +297,8 @@ class TopicCatalog:
             probe = self.store.backend is Backend.S3
         if not after and probe:
             # S3: nothing listed up front; each partition lists where its ranges are (`RangedHistory`)
-            found_parts = pool_map(
-                lambda loc: _missing_ok(lambda: partitions_at(self.store, loc, topic, topic_id), [])
+            found_parts = map_concurrently(
+                lambda loc: _missing_ok(lambda: partitions_at(self.store, loc, topic, topic_id), []), where
             )
             every = sorted({p for parts in found_parts for p in parts})
             return {
@@ -321,22 +317,19 @@ class TopicCatalog:
             }
         if not after:
             # each partition's directory listed on its own, at once: S3 pages a listing one after another
-            found_parts = pool_map(
-                lambda loc: _missing_ok(lambda: partitions_at(self.store, loc, topic, topic_id), [])
+            found_parts = map_concurrently(
+                lambda loc: _missing_ok(lambda: partitions_at(self.store, loc, topic, topic_id), []), where
             )
             jobs = [
                 (loc, p) for loc, parts in zip(where, found_parts, strict=True) for p in parts
                 if wanted is None or p in wanted
             ]  # fmt: skip
-            with ThreadPoolExecutor(max(1, min(16, len(jobs))), thread_name_prefix="rsm-catalog") as pool:
-                listed = list(
-                    pool.map(lambda j: list_partition(self.store, j[0], topic, topic_id, j[1]), jobs)
-                )
+            listed = map_concurrently(lambda j: list_partition(self.store, j[0], topic, topic_id, j[1]), jobs)
             for (_, partition), found in zip(jobs, listed, strict=True):
                 keys.setdefault(partition, []).extend(found)
         else:
-            found_parts = pool_map(
-                lambda loc: _missing_ok(lambda: partitions_at(self.store, loc, topic, topic_id), [])
+            found_parts = map_concurrently(
+                lambda loc: _missing_ok(lambda: partitions_at(self.store, loc, topic, topic_id), []), where
             )
             every = sorted({p for parts in found_parts for p in parts})
             for partition in every:
@@ -348,19 +341,21 @@ class TopicCatalog:
                 hint = after[partition]
                 keys[partition] = [
                     k
-                    for ks in pool_map(
+                    for ks in map_concurrently(
                         lambda loc, p=partition, h=hint: list_partition(
                             self.store, loc, topic, topic_id, p, from_base=h
-                        )
+                        ),
+                        where,
                     )
                     for k in ks
                 ]
                 heads[partition] = [
                     k
-                    for ks in pool_map(
+                    for ks in map_concurrently(
                         lambda loc, p=partition: list_partition(
                             self.store, loc, topic, topic_id, p, limit=HEAD_OBJECTS
-                        )
+                        ),
+                        where,
                     )
                     for k in ks
                 ]
