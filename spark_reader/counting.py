@@ -43,7 +43,7 @@ class _Undecidable(Exception):
     """A header cannot give this split's count exactly: count it by reading."""
 
 
-def reference_count(part: TieredPartition) -> int:
+def reference_count(part: TieredPartition | BrokerTailPartition) -> int:
     """The rows `read_partition` gives for this split (decoding every batch): the definition."""
     return sum(batch.num_rows for batch in read_partition(part, columns=("offset",)))
 
@@ -51,7 +51,7 @@ def reference_count(part: TieredPartition) -> int:
 def count_partition(part: object) -> int:
     """The rows of one input partition, from batch headers where they say it exactly (module docstring)."""
     if isinstance(part, BrokerTailPartition):  # a hybrid query's live tail: the brokers' records, counted
-        return sum(batch.num_rows for batch in read_partition(part, columns=("offset",)))
+        return reference_count(part)
     if not isinstance(part, TieredPartition):
         return 0
     if part.start_timestamp is not None or part.end_timestamp is not None:

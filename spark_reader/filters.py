@@ -99,6 +99,15 @@ class PushedFilters:
     def empty(self) -> bool:
         return self.partition.empty or self.offset.empty or self.timestamp_us.empty
 
+    def row_mask(self, offsets: pa.Array, timestamps_ms: pa.Array) -> pa.Array | None:
+        """Rows of a batch inside the offset and timestamp bounds (its `offset` and millisecond
+        `timestamp` columns); None when every row is."""
+        keep = None
+        for mask in (self.offset.mask(offsets), self.timestamp_us.mask(timestamps_ms, 1000)):
+            if mask is not None:
+                keep = mask if keep is None else pc.and_(keep, mask)
+        return keep
+
 
 NO_FILTERS = PushedFilters()
 

@@ -176,10 +176,9 @@ def _keep_mask(batch: pa.RecordBatch, part: TieredPartition, dropped: frozenset[
                 pc.and_(pc.greater_equal(offsets, first), pc.less_equal(offsets, last)),
             )
             keep = pc.and_(keep, pc.invert(hit))
-    f = part.filters
-    for mask in (f.offset.mask(offsets), f.timestamp_us.mask(batch.column("timestamp"), 1000)):
-        if mask is not None:
-            keep = pc.and_(keep, mask)
+    pushed = part.filters.row_mask(offsets, batch.column("timestamp"))
+    if pushed is not None:
+        keep = pc.and_(keep, pushed)
     if dropped:
         keep = pc.and_(keep, pc.invert(pc.is_in(offsets, value_set=pa.array(sorted(dropped), pa.int64()))))
     return keep

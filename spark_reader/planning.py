@@ -205,14 +205,18 @@ class Planner:
         last_slice = sp.history.last_slice
         if self.opts.isolation_level is not IsolationLevel.READ_COMMITTED or last_slice is None:
             return hi
-        last = last_slice.segment
+        lso = self._open_transaction_first(last_slice.segment, f"{sp.topic}-{sp.partition}: ")
+        return lso if lso is not None and lso < hi else hi
+
+    def _open_transaction_first(self, segment: StoredSegment, where: str = "") -> int | None:
+        """The first offset of the oldest transaction open at the segment's end (its producer snapshot);
+        an unreadable snapshot is one line, after `where`."""
         try:
-            lso = self.indexes(last).open_transaction_first_offset()
+            return self.indexes(segment).open_transaction_first_offset()
         except (CorruptRecordError, RemoteStorageException) as exc:
             raise ReaderError(
-                f"{sp.topic}-{sp.partition}: cannot read the producer snapshot of {last.manifest_key}: {exc}"
+                f"{where}cannot read the producer snapshot of {segment.manifest_key}: {exc}"
             ) from None
-        return lso if lso is not None and lso < hi else hi
 
     def bounds(self, sp: SelectedPartition) -> tuple[int, int] | None:
         """(earliest, latest) of a partition now, latest stopped at the LSO under read_committed; None
@@ -242,12 +246,7 @@ class Planner:
             if complete:
                 break
             if s.segment.end_offset >= pr.end - 1:
-                try:
-                    still_open = idx.open_transaction_first_offset()
-                except (CorruptRecordError, RemoteStorageException) as exc:
-                    raise ReaderError(
-                        f"cannot read the producer snapshot of {s.segment.manifest_key}: {exc}"
-                    ) from None
+                still_open = self._open_transaction_first(s.segment)
                 if still_open is None or still_open >= pr.end:
                     break
         return sorted(set(out))

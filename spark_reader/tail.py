@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
 from spark_reader.errors import DataLossError, ReaderError
@@ -113,11 +112,7 @@ def _to_batch(messages: list, part: BrokerTailPartition) -> pa.RecordBatch | Non
     if part.settings.include_headers:
         columns["headers"] = pa.array([m.headers() or [] for m in messages], pa.list_(_HEADER_ITEMS))
     batch = pa.RecordBatch.from_pydict(columns)
-    f = part.filters
-    keep = None
-    for mask in (f.offset.mask(batch.column("offset")), f.timestamp_us.mask(batch.column("timestamp"), 1000)):
-        if mask is not None:
-            keep = mask if keep is None else pc.and_(keep, mask)
+    keep = part.filters.row_mask(batch.column("offset"), batch.column("timestamp"))
     if keep is not None:
         batch = batch.filter(keep)
     if not batch.num_rows:
