@@ -209,3 +209,26 @@ def test_segments_moved_within_the_source_are_found_through_their_forwards(
     assert len(forwards) == 4 and len([k for k in forwards if k.startswith("old-move/")]) == 2, forwards
     assert [k for k in store.list(configs_bucket, "") if k.endswith(".manifest")], configs_bucket
     assert objects(tiered.configs, tiered.configs["bucket"]) == before
+
+
+def test_the_source_stores_credentials_are_never_shown_nor_journaled() -> None:
+    """The source's configuration rides in the job spec to every worker, but never in its repr; an endpoint
+    URL's user information reaches neither the journal's parameters (`store_identity`) nor the console."""
+    import dataclasses
+
+    from rsm.migrate import cross
+    from rsm.migrate.context import JobSpec
+
+    secret = "s3cr3t-Pa55"
+    source = {
+        "storage.backend": "s3",
+        "storage.s3.endpoint.url": f"http://user:{secret}@127.0.0.1:9000",
+        "storage.s3.secret.access.key": secret,
+    }
+    spec = dataclasses.replace(JobSpec((), "job", 1), source_configs=tuple(sorted(source.items())))
+    assert secret not in repr(spec) and dict(spec.source_configs) == source
+    config = RsmConfig(source)
+    assert cross.store_identity(config) == ("s3", "http://127.0.0.1:9000")
+    assert cross.describe_store(config) == "s3 store http://127.0.0.1:9000"
+    gcs = RsmConfig({"storage.backend": "gcs"})
+    assert cross.describe_store(gcs) == "gcs store"  # nothing set: no "None|None"

@@ -89,9 +89,7 @@ def cross_move(
                 f"in the destination store: create it there (it will hold only forwards to {destination})"
             )
     spec = cli._spec(args, configs, plan, {})  # noqa: SLF001
-    spec = dataclasses.replace(
-        spec, options=(*spec.options, (cross.SOURCE_OPTION, tuple(sorted(source_configs.items()))))
-    )
+    spec = dataclasses.replace(spec, source_configs=tuple(sorted(source_configs.items())))
     kept = SOURCE_KEPT.format(source=cross.describe_store(source_config))
     if args.dry_run:
         cli._print_plan(plan, args, out, spec.job)  # noqa: SLF001

@@ -40,6 +40,8 @@ class JobSpec:
     job: str
     run: int
     options: tuple[tuple[str, Any], ...] = ()
+    # a move across stores: the source store's configuration (may hold credentials: never shown)
+    source_configs: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     def option(self, name: str, default: Any = None) -> Any:
         return dict(self.options).get(name, default)

@@ -42,6 +42,7 @@ from typing import Any
 
 from rsm.api.metadata import uuid_to_base64
 from rsm.catalog import TopicCatalog
+from rsm.config.redact import split_userinfo
 from rsm.config.settings import Backend, RsmConfig
 from rsm.copy.rekey import rekey_manifest
 from rsm.migrate.context import Context, ItemResult, Keys, MigrateError, indexes_size
@@ -56,28 +57,37 @@ log = logging.getLogger(__name__)
 
 KIND = "cross-move"
 STEPS = ("planned", "copied", "committed", "done")
-SOURCE_OPTION = "source_configs"
 
 _sources_lock = threading.Lock()
 
 
+def _endpoint(config: RsmConfig, key: str) -> str:
+    """An endpoint setting without user information (the stores never use it: `redact`), "None" unset."""
+    url = config.get(key)
+    return "None" if url is None else split_userinfo(str(url))[0]
+
+
 def store_identity(config: RsmConfig) -> tuple[str, str]:
-    """What tells two stores apart: the backend and where it is (root directory, endpoint, account)."""
+    """What tells two stores apart: the backend and where it is (root directory, endpoint, account).
+    Recorded in the journal's parameters and shown: never credentials written into an endpoint URL."""
     backend = config.backend
     if backend is Backend.FILE:
         return (backend.value, str(config.file_root.resolve() if config.file_root else ""))
     if backend is Backend.AZURE:
-        where = f"{config.get('storage.azure.endpoint.url')}|{config.get('storage.azure.account.name')}"
+        where = (
+            f"{_endpoint(config, 'storage.azure.endpoint.url')}|{config.get('storage.azure.account.name')}"
+        )
     elif backend is Backend.GCS:
-        where = f"{config.get('storage.gcs.endpoint.url')}|{config.get('storage.gcs.project')}"
+        where = f"{_endpoint(config, 'storage.gcs.endpoint.url')}|{config.get('storage.gcs.project')}"
     else:
-        where = str(config.get("storage.s3.endpoint.url"))
+        where = _endpoint(config, "storage.s3.endpoint.url")
     return (backend.value, where)
 
 
 def describe_store(config: RsmConfig) -> str:
     backend, where = store_identity(config)
-    return f"{backend} store {where.rstrip('|')}" if where and where != "None" else f"{backend} store"
+    shown = "|".join(part for part in where.split("|") if part and part != "None")
+    return f"{backend} store {shown}" if shown else f"{backend} store"
 
 
 def source_store(ctx: Context) -> ObjectStore:
@@ -85,7 +95,7 @@ def source_store(ctx: Context) -> ObjectStore:
     with _sources_lock:  # made once per Context (per process: executors build their own)
         store: ObjectStore | None = getattr(ctx, "_cross_source", None)
         if store is None:
-            configs = dict(ctx.spec.option(SOURCE_OPTION) or ())
+            configs = dict(ctx.spec.source_configs)
             if not configs:
                 raise MigrateError("a move across stores needs the source store's configuration")
             store = ObjectStore.from_config(RsmConfig(configs), create=False)

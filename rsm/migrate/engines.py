@@ -19,6 +19,7 @@ run left unfinished merged into the plan, the engine, then the run's summary rec
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -267,7 +268,7 @@ def execute(
         plan.command, plan.topic, plan.topic_id, plan.params, sticky=sticky, force=force
     )
     try:
-        spec = JobSpec(spec.configs, spec.job, run, (*spec.options, ("resumed", resumed)))
+        spec = dataclasses.replace(spec, run=run, options=(*spec.options, ("resumed", resumed)))
         ctx.spec = spec
         ctx.journal = Journal(ctx.store, ctx.default, spec.job, run)
         # a job's next run after a complete one has nothing recorded yet (a first run may: its job document
