@@ -63,12 +63,13 @@ def _store_selection(
     """The store's partitions of the query; a topic with nothing tiered yet is the brokers' alone.
     ``after``: a stream's previous end per partition, where its listing may start (`Planner.select`)."""
     opts = planner.opts
-    if opts.subscribe_pattern is not None or all(planner.catalog.topic_ids(t) for t in topics):
+    if opts.subscribe_pattern is not None:
+        return planner.select(filters, after=after)
+    present = [t for t in topics if planner.catalog.topic_ids(t)]
+    if len(present) == len(topics):
         return planner.select(filters, after=after)
     out: list[SelectedPartition] = []
-    for topic in topics:  # one topic at a time, skipping those the store lacks
-        if not planner.catalog.topic_ids(topic):
-            continue
+    for topic in present:  # one topic at a time, skipping those the store lacks
         if opts.assign is not None:
             narrowed = replace(opts, assign={topic: opts.assign[topic]})
         else:
@@ -144,7 +145,8 @@ class HybridQuery:
         return out
 
     def earliest_of_broker_only(self) -> dict[Key, int]:
-        """The brokers' log start of the partitions the store holds nothing of (asked only if any)."""
+        """The brokers' log start of the partitions the store holds nothing of (asked only if any:
+        `BrokerView.offsets` sends no request for none)."""
         found = self.view.offsets({k: EARLIEST for k, s in self.splits.items() if s.store is None})
         return {k: v for k, v in found.items() if v is not None}
 
@@ -210,7 +212,7 @@ def _lookups(query: HybridQuery, positions: dict[Key, Position]) -> dict[Key, in
         and query.splits[k].on_brokers
         and not store_holds_time(query.splits[k].store, pos.value or 0)
     }
-    return query.lookup_times(wanted) if wanted else {}
+    return query.lookup_times(wanted)  # no request when nothing is wanted
 
 
 def plan_batch(
@@ -232,7 +234,7 @@ def _plan_batch(
     starts = {k: start.position(*k) for k in query.splits}
     ends = {k: end.position(*k) for k in query.splits}
     start_hits, end_hits = _lookups(query, starts), _lookups(query, ends)
-    first = query.earliest_of_broker_only() if any(s.store is None for s in query.splits.values()) else {}
+    first = query.earliest_of_broker_only()  # no request when the store holds every partition
     ranges, tails = [], []
     for k, split in sorted(query.splits.items()):
         s_pos, e_pos, sp = starts[k], ends[k], split.store
@@ -297,7 +299,7 @@ def _stream_initial(
     latest = query.latest()
     positions = {k: spec.position(*k) for k in query.splits}
     hits = _lookups(query, positions)
-    first = query.earliest_of_broker_only() if any(s.store is None for s in query.splits.values()) else {}
+    first = query.earliest_of_broker_only()  # no request when the store holds every partition
     out: dict[Key, int] = {}
     for k, split in query.splits.items():
         pos, sp = positions[k], split.store
@@ -344,9 +346,9 @@ def _stream_latest(
         earliest = (sp.history.first_offset or 0) if sp is not None else first.get(k, 0)
         if k in latest:
             end = latest[k]
-        else:
-            pr = planner.partition_range(sp, Position(Kind.EARLIEST), Position(Kind.LATEST)) if sp else None
-            end = earliest if pr is None else pr.end
+        else:  # the store's end (reads its last copies only, as the plain stream's `_bounds`)
+            found = planner.bounds(sp) if sp is not None else None
+            end = earliest if found is None else found[1]
         out[k] = max(end, begin.get(k, earliest))
         begin.setdefault(k, earliest)
     return out, begin
