@@ -42,15 +42,16 @@ from typing import Any
 
 from rsm.api.metadata import uuid_to_base64
 from rsm.catalog import TopicCatalog
+from rsm.catalog.keys import topic_dir
 from rsm.config.redact import split_userinfo
 from rsm.config.settings import Backend, RsmConfig
 from rsm.copy.rekey import rekey_manifest
 from rsm.migrate.context import Context, ItemResult, Keys, MigrateError, indexes_size
 from rsm.migrate.journal import TERMINAL, ItemState, crash_point
 from rsm.migrate.move import _committed, _sizes_match
-from rsm.migrate.plan import Plan, PlanItem, _segments_and_forwards, item_for
+from rsm.migrate.plan import Plan, PlanItem, _forwards_of, _segments_and_forwards, item_for
 from rsm.store.forward import read_forward, write_forward
-from rsm.store.layout import MANIFEST_SUFFIX, Location, partition_dir
+from rsm.store.layout import MANIFEST_SUFFIX, Location
 from rsm.store.objects import ObjectNotFound, ObjectStore
 
 log = logging.getLogger(__name__)
@@ -111,13 +112,10 @@ def forwards_needed(item: PlanItem) -> list[Location]:
 
 
 # -- the plan -----------------------------------------------------------------------------------------------
-def _destination_keys(store: ObjectStore, location: Location, topic: str, tid: str) -> set[str]:
-    """Every key under the topic's directory at `location` in the destination store (one listing)."""
-    base = partition_dir(location.prefix, topic, tid, 0).rsplit("/", 2)[0] + "/"
-    try:
-        return set(store.list(location.bucket, base))
-    except ObjectNotFound:
-        return set()
+def _destination_keys(store: ObjectStore, location: Location, topic: str, topic_id: uuid.UUID) -> set[str]:
+    """Every key under the topic's directory at `location` in the destination store (one listing; none
+    when the directory is missing)."""
+    return set(store.list(location.bucket, topic_dir(location, topic, topic_id)))
 
 
 def _forwards_to(store: ObjectStore, location: Location, item: PlanItem) -> bool:
@@ -145,14 +143,13 @@ def plan_cross_move(
 
     def keys_at(location: Location) -> set[str]:
         if location not in there:
-            there[location] = _destination_keys(destination_store, location, topic, tid)
+            there[location] = _destination_keys(destination_store, location, topic, topic_id)
         return there[location]
 
     for group in copies.values():
         seg = group[0]
-        rel = f"{seg.partition}/{seg.start_offset:020d}-{seg.segment_id}"
         origins = [{"bucket": s.location.bucket, "prefix": s.location.prefix} for s in group]
-        origins += forwards.get(rel, [])
+        origins += _forwards_of(forwards, seg)
         origins = [dict(t) for t in dict.fromkeys(tuple(sorted(d.items())) for d in origins)]
         item = item_for(KIND, seg, topic, destination=destination, extra={"origins": origins})
         stem = item.ref.stem(destination)
