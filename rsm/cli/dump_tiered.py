@@ -44,14 +44,14 @@ class _Refused(Exception):
     """One line for the user."""
 
 
-def _keyring(args: argparse.Namespace, configs: dict[str, str] | None) -> Keyring | None:
+def _keyring(args: argparse.Namespace, configs: dict[str, str] | None) -> Keyring:
     """The keyring file's keys (--keyring, or the config's) and KMS keys (the config's encryption.kms.*, else
-    boto3's defaults); None when there is no keyring file, for a segment under a keyring key id."""
+    boto3's defaults); without a keyring file a segment under a keyring key id is refused (`materialize`)."""
     from rsm.config.kms import KmsKeys
 
     path = getattr(args, "keyring", None) or (configs or {}).get("encryption.keyring.path")
     kms = KmsKeys.from_config(RsmConfig(configs)) if configs else KmsKeys()
-    return Keyring(path, kms=kms) if path else Keyring(None, kms=kms)
+    return Keyring(path or None, kms=kms)
 
 
 def materialize(
