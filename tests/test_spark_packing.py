@@ -1,7 +1,9 @@
 """Packing the planner's splits into the columnar scan's tasks (`spark_reader.packing`): Spark's
-maxSplitBytes rule, next-fit in the planner's order (so rows keep their order), nothing packed when
-there are cores enough, and a hybrid query's live tail never packed; a packed task read by the worker
-(`jvm_ops.read`) gives the rows and the count of its splits read one by one.
+maxSplitBytes rule for how big a task may be, a task count that is a multiple of the slots with the
+splits spread evenly (no slot idles behind a short last task), consecutive runs in the planner's order
+(so rows keep their order), nothing packed when there are cores enough, and a hybrid query's live tail
+never packed; a packed task read by the worker (`jvm_ops.read`) gives the rows and the count of its
+splits read one by one.
 """
 
 from __future__ import annotations
@@ -30,6 +32,30 @@ def test_splits_are_packed_like_spark_files_in_the_planners_order() -> None:
     tasks = pack(parts, max_bytes=128 * MIB, open_cost=4 * MIB, min_partitions=2)
     assert [len(t) for t in tasks] == [8, 8]
     assert [p.split.n for t in tasks for p in t] == list(range(16))
+
+
+@pytest.mark.parametrize("slots", [2, 3])
+def test_every_slot_gets_the_same_work(slots: int) -> None:
+    """26 splits of 11 MiB at 128 MiB per task: Spark's next-fit makes 8, 8, 8, 2 (one slot idles through
+    a whole task at the end); here as many tasks as that, rounded up to a multiple of the slots, evened,
+    the bigger first (Spark's slots take tasks in order)."""
+    parts = [_split(11 * MIB, i) for i in range(26)]
+    tasks = pack(parts, max_bytes=128 * MIB, open_cost=4 * MIB, min_partitions=slots)
+    sizes = [len(t) for t in tasks]
+    assert len(tasks) % slots == 0
+    assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True)
+    assert all(sum(p.split.end_position + 4 * MIB for p in t) <= 128 * MIB for t in tasks)
+    assert [p.split.n for t in tasks for p in t] == list(range(26))
+    if slots == 2:
+        assert sizes == [7, 7, 6, 6]
+
+
+def test_uneven_splits_keep_their_order_and_leave_no_task_empty() -> None:
+    sizes = [100, 1, 1, 1, 1, 60, 2, 2, 50, 3]
+    parts = [_split(s * MIB, i) for i, s in enumerate(sizes)]
+    tasks = pack(parts, max_bytes=128 * MIB, open_cost=4 * MIB, min_partitions=4)
+    assert all(tasks) and len(tasks) % 4 == 0
+    assert [p.split.n for t in tasks for p in t] == list(range(len(sizes)))
 
 
 def test_nothing_is_packed_with_cores_enough_and_tasks_stay_under_max_bytes() -> None:
