@@ -38,7 +38,6 @@ is the batch's and the reason locates the record inside the decompressed bytes.
 
 from __future__ import annotations
 
-import functools
 import logging
 import struct
 from collections.abc import Callable, Generator, Iterable, Iterator
@@ -89,12 +88,11 @@ def _decompressor(codec: CompressionType) -> Callable[[memoryview], bytes]:
 
     The kernel turns any exception into a DecodeError at the batch's position quoting its reason.
     """
-    plain = functools.partial(decompress, codec, magic=2)
 
     def counted(section: memoryview) -> bytes:
         global _decompressed
         _decompressed += 1
-        return plain(section)
+        return decompress(codec, section, magic=2)
 
     return counted
 
@@ -282,28 +280,63 @@ def iter_stream_record_batches(
         "rows_per_batch": rows_per_batch,
         "projection": projection,
     }
-    pending = b""
+    # Batches wholly inside a chunk are decoded where they lie; only an entry cut by a chunk's end is
+    # copied, and completed from the start of the next chunk (as ChunkDecoder does): joining the tail to
+    # the whole next chunk instead copied every chunk twice (~10% of a Spark scan worker's time).
+    pending = bytearray()
     position = base_position
     for chunk in chunks:
-        if not chunk:
+        view = _as_view(chunk)
+        if not len(view):
             continue
-        data = pending + bytes(chunk) if pending else chunk
-        view = _as_view(data)
+        i = 0
+        if pending:
+            i = _complete_entry(pending, view)
+            if i < 0:
+                continue
+            head = memoryview(bytes(pending))
+            consumed = yield from _decode_range(
+                head, base_position=position, max_column_bytes=MAX_COLUMN_BYTES, partial_ok=True, **settings
+            )
+            if budget.exhausted:
+                return
+            position += consumed
+            del pending[:consumed]
+            if pending:  # cannot happen for one whole entry; keep it with the rest of the chunk
+                pending += view[i:]
+                continue
         consumed = yield from _decode_range(
-            view, base_position=position, max_column_bytes=MAX_COLUMN_BYTES, partial_ok=True, **settings
+            view[i:], base_position=position, max_column_bytes=MAX_COLUMN_BYTES, partial_ok=True, **settings
         )
         if budget.exhausted:
             return
         position += consumed
-        pending = bytes(view[consumed:])
+        pending += view[i + consumed :]
     if pending:
         yield from _decode_range(
-            _as_view(pending),
+            memoryview(bytes(pending)),
             base_position=position,
             max_column_bytes=MAX_COLUMN_BYTES,
             partial_ok=False,
             **settings,
         )
+
+
+def _complete_entry(pending: bytearray, view: memoryview) -> int:
+    """Complete the entry (batch or legacy message) that `pending` starts, from the start of `view`: its
+    length is in its first 12 bytes. Returns how many bytes of `view` it took, or -1 when `view` ended
+    first (all of it is then in `pending`)."""
+    i = 0
+    if len(pending) < 12:
+        i = min(12 - len(pending), len(view))
+        pending += view[:i]
+        if len(pending) < 12:
+            return -1
+    need = 12 + max(0, int.from_bytes(pending[8:12], "big", signed=True))
+    take = max(0, min(need - len(pending), len(view) - i))
+    pending += view[i : i + take]
+    i += take
+    return i if len(pending) >= need else -1
 
 
 class ChunkDecoder:
@@ -361,17 +394,8 @@ class ChunkDecoder:
         i = 0
         pending = self._pending
         if pending:
-            # complete the batch cut by the last chunk: its length is in its first 12 bytes
-            if len(pending) < 12:
-                i = min(12 - len(pending), len(view))
-                pending += view[:i]
-                if len(pending) < 12:
-                    return out
-            need = 12 + max(0, int.from_bytes(pending[8:12], "big", signed=True))
-            take = min(need - len(pending), len(view) - i)
-            pending += view[i : i + take]
-            i += take
-            if len(pending) < need:
+            i = _complete_entry(pending, view)
+            if i < 0:
                 return out
             consumed = self._decode(memoryview(bytes(pending)), True, out)
             if consumed != len(pending):  # cannot happen for one whole entry; keep what is left
