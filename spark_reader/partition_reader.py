@@ -150,8 +150,15 @@ class _RowRules:
 
 
 def _check_leader_epochs(batch: pa.RecordBatch, epochs: pa.Array, where: str) -> None:
-    """Refuse rows whose batch carries a leader epoch the segment does not have (see the module)."""
+    """Refuse rows whose batch carries a leader epoch the segment does not have (see the module).
+
+    A batch's rows share its epoch and a segment is mostly one epoch's: when the column's minimum and
+    maximum are the same known epoch, that settles it without a lookup per row."""
     column = batch.column("partition_leader_epoch")
+    bounds = pc.min_max(column)
+    low, high = bounds["min"].as_py(), bounds["max"].as_py()
+    if low == high and (low == NO_PARTITION_LEADER_EPOCH or low in epochs.to_pylist()):
+        return
     ok = pc.or_(pc.is_in(column, value_set=epochs), pc.equal(column, NO_PARTITION_LEADER_EPOCH))
     if ok.false_count:
         i = int(np.flatnonzero(np.logical_not(ok.to_numpy(zero_copy_only=False)))[0])

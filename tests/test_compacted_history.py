@@ -175,17 +175,21 @@ def test_a_flipped_leader_epoch_bit_is_refused_by_the_copy(rsm: RemoteStorageMan
     log.roll()
 
 
+@pytest.mark.parametrize("flipped", [(1,), (0, 1)], ids=["one-batch", "every-batch"])
 def test_the_reader_refuses_a_stored_batch_of_another_epoch(
-    rsm: RemoteStorageManager, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    rsm: RemoteStorageManager, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flipped: tuple[int, ...]
 ) -> None:
     """A segment stored without the copy's epoch check (an older release, a store written by hand): the
-    reader fails with one line naming the object and the batch, rather than trust the epoch."""
+    reader fails with one line naming the object and the batch, rather than trust the epoch. Both when the
+    decoded rows mix epochs and when every row carries the one wrong epoch (the reader's shortcut for a
+    batch of a single epoch must still look it up)."""
     log = PartitionLog(rsm, TopicIdPartition(uuid.uuid4(), "stored", 0), tmp_path / "w")
     log.append(10)
     log.roll()
     log.append(10)
     log.append(10)
-    log.pending[1] = _flip_epoch_bit(log.pending[1], 0)  # epoch 0 -> 1
+    for i in flipped:
+        log.pending[i] = _flip_epoch_bit(log.pending[i], 0)  # epoch 0 -> 1
     md, data = log.roll(copy=False)
 
     def unchecked(*args: Any, **kwargs: Any) -> SegmentIntegrityVerifier:
@@ -199,8 +203,9 @@ def test_the_reader_refuses_a_stored_batch_of_another_epoch(
     message = str(info.value)
     assert "\n" not in message
     assert message.startswith("refusing file:")
+    first = 10 + 10 * flipped[0]
     assert (
-        f"{md.remote_log_segment_id.id_base64}.log: batch at offset 20 carries partition leader epoch 1"
+        f"{md.remote_log_segment_id.id_base64}.log: batch at offset {first} carries partition leader epoch 1"
         in message
     )
     # what the reader does not need to read is not refused: the first segment reads
