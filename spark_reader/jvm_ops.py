@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from segment_format.columnar import decompressed_sections
 from spark_reader.counting import count_partition
+from spark_reader.handoff import PipeSender, SharedSlots, SlotSender
 from spark_reader.packing import pack, split_bytes
 from spark_reader.partition_reader import TieredPartition, read_partition
 from spark_reader.schema import arrow_schema
@@ -161,8 +162,19 @@ def _ping(header: dict, _: bytes) -> tuple[dict, list[bytes]]:
     return {"pid": os.getpid()}, []
 
 
+_slots: SharedSlots | None = None  # this worker's shared-memory slots, once the JVM has had them mapped
+
+
+def _map_slots(header: dict, _: bytes) -> tuple[dict, list[bytes]]:
+    """Map the JVM's /dev/shm file (`spark_reader.handoff`); any failure leaves the worker on the pipe."""
+    global _slots
+    _slots = SharedSlots(str(header["path"]), int(header["slotBytes"]))
+    return {"slotBytes": _slots.slot_bytes}, []
+
+
 OPERATIONS: dict[str, Callable[[dict, bytes], tuple[dict, list[bytes]]]] = {
     "ping": _ping,
+    "shm.map": _map_slots,
     "schema": _schema,
     "push": _push,
     "plan": _plan,
@@ -193,8 +205,13 @@ def _output_schema(part: object, columns: Sequence[str] | None, count: bool) -> 
     return schema if columns is None else pa.schema([schema.field(c) for c in columns])
 
 
-def read(header: dict, blob: bytes, out: BinaryIO) -> tuple[int, dict]:
-    """Stream one split's rows to `out` as Arrow IPC (or count them), then say how it ended."""
+def read(
+    header: dict, blob: bytes, out: BinaryIO, acks: BinaryIO | None = None
+) -> tuple[int, dict, Callable[[], None]]:
+    """Stream one split's rows to the JVM (or count them): through the shared slots when the JVM asks for
+    them (`slots`, acknowledged on `acks`), else as Arrow IPC on `out`. Returns how it ended (status and
+    trailer) and what to call once the trailer is written: in slot mode, taking the acknowledgements the
+    JVM sends for the batches it still held (`handoff.SlotSender.drain`)."""
     columns, count = header.get("columns"), bool(header.get("count"))
     try:
         loaded = pickle.loads(blob)  # noqa: S301 - bytes this scan's own planner pickled
@@ -204,30 +221,35 @@ def read(header: dict, blob: bytes, out: BinaryIO) -> tuple[int, dict]:
         parts, schema, failure = [], pa.schema([]), exc
     else:
         failure = None
+    if header.get("slots"):
+        if _slots is None or acks is None:
+            raise RuntimeError("the JVM asked for shared-memory slots this worker has not mapped")
+        sender: SlotSender | PipeSender = SlotSender(_slots, out, acks, schema)
+    else:
+        sender = PipeSender(out, schema)
     before, rows = decompressed_sections(), 0
-    writer = pa.ipc.new_stream(out, schema)
     try:
         if failure is None and count:
             rows = sum(count_partition(part) for part in parts)
         elif failure is None:
             for part in parts:
                 for batch in read_partition(part, columns):
-                    writer.write_batch(batch)
-                    out.flush()
+                    sender.send(batch)
                     rows += batch.num_rows
     except Exception as exc:  # noqa: BLE001 - reported in the trailer, after the stream ended cleanly
         failure = exc
     finally:
-        writer.close()
+        sender.close()
     stats = {
         "rows": rows,
         "decompressed": decompressed_sections() - before,
         "maxRssKiB": peak_rss_kib(),
+        "batches": sender.counts(),
     }
     _record(stats)
     if failure is not None:
-        return ERROR, {"error": one_line(failure), "type": type(failure).__name__, **stats}
-    return OK, stats
+        return ERROR, {"error": one_line(failure), "type": type(failure).__name__, **stats}, sender.drain
+    return OK, stats, sender.drain
 
 
 def peak_rss_kib() -> int:

@@ -13,17 +13,21 @@ Why a worker process per task slot over a pipe, not the broker bridge (`rsm.brid
 RSM's server for one broker (its admission, permits and shared-memory rings are sized for fetches, and
 `spark_reader` may not import it: see tests/test_layout.py). A Spark executor needs something simpler:
 one decoder per running task, all decoding at once. One process per slot gets that without touching the
-GIL (each process has its own), isolates a task's failure, and a pipe gives backpressure for free: the
-worker blocks writing its next batch until the JVM has read the last one, so a task holds about two chunks
-(the one being decoded, the next in flight: `partition_reader._chunks`) plus one batch in each process,
-whatever the segment size. Arrow IPC needs no parsing on the JVM side: Arrow's Java library (shipped with
-Spark) reads it into vectors that Spark wraps as they are. The JVM keeps idle workers for the next task
+GIL (each process has its own) and isolates a task's failure. The pipe carries requests and replies; the
+batches cross in two shared-memory slots (`spark_reader.handoff`: the JVM's vectors are the slot's bytes,
+and the worker overwrites a slot only once the JVM acknowledged the batch in it), or as an Arrow IPC stream
+on the pipe where the JVM has no slots. Either way the worker runs at most one batch ahead of Spark, so a
+task holds about two chunks (the one being decoded, the next in flight: `partition_reader._chunks`) plus
+two batches, whatever the segment size. Arrow IPC needs no parsing on the JVM side: Arrow's Java library
+(shipped with Spark) loads it into vectors that Spark wraps as they are. The JVM keeps idle workers for the next task
 (as PySpark reuses its workers) and kills one whose stream it abandoned (a `limit` stopping early).
 
 Framing (big-endian): a request is `u32 len, JSON, u32 len, blob`; a reply is `u8 status (0 ok, 1 error),
-u32 len, JSON, u32 count, count x (u32 len, blob)`. The `read` reply is `u8 0`, an Arrow IPC stream (its
-schema first, its end-of-stream marker last), then a trailer `u8 status, u32 len, JSON` with the rows sent
-or the one-line error: an error in the middle of a split ends the stream cleanly, then is reported.
+u32 len, JSON, u32 count, count x (u32 len, blob)`. The `read` reply is `u8 0`, then the batches: an Arrow
+IPC stream (its schema first, its end-of-stream marker last), or with `slots` in the request the notices
+of `spark_reader.handoff` (batches in shared memory, acknowledged on stdin); then a trailer `u8 status,
+u32 len, JSON` with the rows sent or the one-line error: an error in the middle of a split ends the stream
+cleanly, then is reported.
 """
 
 from __future__ import annotations
@@ -92,8 +96,9 @@ def serve(stdin: BinaryIO, out: BinaryIO) -> None:
         op = header.get("op")
         if op == "read":
             out.write(bytes([OK]))
-            status, trailer = jvm_ops.read(header, blob, out)
+            status, trailer, drain = jvm_ops.read(header, blob, out, stdin)
             write_trailer(out, status, trailer)
+            drain()
             continue
         try:
             body, blobs = jvm_ops.call(op, header, blob)

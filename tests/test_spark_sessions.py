@@ -187,20 +187,36 @@ def test_spark_submit_of_a_plain_application(tiered, tmp_path) -> None:  # noqa:
     assert Path(result["executor_module"]) == ROOT / "spark_reader" / "__init__.py"
 
 
-def test_spark_submit_with_the_jar_reads_on_the_columnar_scan(tiered, tmp_path) -> None:  # noqa: ANN001
+@pytest.mark.parametrize(
+    ("handoff", "slot_bytes"),
+    [("slots", None), ("inline", "4096"), ("pipe", "0")],
+    ids=["shared-memory", "too-big-for-a-slot", "no-slots"],
+)
+def test_spark_submit_with_the_jar_reads_on_the_columnar_scan(tiered, tmp_path, handoff, slot_bytes) -> None:  # noqa: ANN001
     """Issue 23: `spark-submit --jars $(rsm spark jar) app.py`, the same application: the columnar scan
     serves format("kafka-tiered") (register() then registers the Python source under its other name), the
-    rows are the same, and the scan takes the filters whatever the Python pushdown setting says."""
+    rows are the same, and the scan takes the filters whatever the Python pushdown setting says. The same
+    rows whichever way the batches cross to the JVM (spark_reader/handoff.py), as the workers' own
+    reports say they went: shared-memory slots (the default), inline on the pipe when a batch is bigger
+    than a slot, an Arrow stream on the pipe with slots off."""
+    from spark_reader.jvm_ops import STATS_ENV
+
     store, logs = tiered
     out = tmp_path / "out.json"
+    stats = tmp_path / "worker-stats"
+    stats.mkdir()
+    env = submit_env(sys.executable, PYTHONPATH=str(ROOT))
     jar = subprocess.run(
         [sys.executable, "-m", "rsm.cli.main", "spark", "jar"],
-        cwd=ROOT, env=submit_env(sys.executable, PYTHONPATH=str(ROOT)), capture_output=True, text=True, check=True,
+        cwd=ROOT, env=env, capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
     assert jar.endswith(".jar") and Path(jar).is_file(), jar
+    env[STATS_ENV] = str(stats)
+    if slot_bytes is not None:
+        env["KAFKA_TIERED_SLOT_BYTES"] = slot_bytes
     result = _submit(
         ["--jars", jar, str(APP), json.dumps(store), TOPIC, str(out), "--register"],
-        env=submit_env(sys.executable, PYTHONPATH=str(ROOT)),
+        env=env,
         cwd=tmp_path,
         out=out,
     )
@@ -209,6 +225,12 @@ def test_spark_submit_with_the_jar_reads_on_the_columnar_scan(tiered, tmp_path) 
     check(given, expected(logs))
     check(flipped, expected(logs))
     assert given["filtered_partitions"] == flipped["filtered_partitions"]
+    sent: dict[str, int] = {}
+    for report in stats.glob("*.jsonl"):
+        for line in report.read_text().splitlines():
+            for way, n in json.loads(line).get("batches", {}).items():
+                sent[way] = sent.get(way, 0) + n
+    assert {way for way, n in sent.items() if n} == {handoff}, sent
 
 
 def _tracked_sources(dest: Path) -> Path:

@@ -21,9 +21,12 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  * One split's rows: the Arrow IPC stream a Python worker writes, as {@code ColumnarBatch}es of
  * {@code ArrowColumnVector}s over the very buffers Arrow read (no row conversion, no copy).
  *
- * <p>Memory: one batch at a time. Arrow's stream reader reloads the same vectors for the next batch,
- * releasing the previous batch's buffers, which Spark is done with by then (a batch is valid until the
- * next {@code next()}); the worker blocks on the pipe meanwhile. {@code close()} frees the last one.
+ * <p>The batches come through the worker's shared-memory slots where it has them ({@link SlotBatchReader}:
+ * the vectors are the slot's memory), else as an Arrow IPC stream on its pipe.
+ *
+ * <p>Memory: one batch at a time. Each batch is loaded into the same vectors, releasing the previous
+ * batch's buffers (or handing its slot back to the worker), which Spark is done with by then (a batch is
+ * valid until the next {@code next()}); the worker waits meanwhile. {@code close()} frees the last one.
  * A split read to its end gives its worker back; one closed early (a {@code limit}) kills it.
  *
  * <p>With no column asked for ({@code count()}), the worker sends no rows but their number, and the
@@ -35,7 +38,8 @@ final class ArrowPartitionReader implements PartitionReader<ColumnarBatch> {
 
   private final PythonWorker worker;
   private final BufferAllocator allocator;
-  private final ArrowStreamReader reader;
+  private final ArrowStreamReader reader; // the batches through the pipe, or
+  private final SlotBatchReader slotReader; // through the worker's shared-memory slots
   private final boolean countOnly;
   private ColumnVector[] columns;
   private ColumnarBatch current;
@@ -75,21 +79,36 @@ final class ArrowPartitionReader implements PartitionReader<ColumnarBatch> {
   ArrowPartitionReader(TieredInputPartition partition, String[] names, String python) {
     countOnly = names.length == 0;
     worker = PythonWorker.acquire(python);
+    boolean slots = !countOnly && worker.slots() != null;
     ObjectNode h = PythonWorker.JSON.createObjectNode();
     h.put("op", "read");
     h.put("count", countOnly);
+    h.put("slots", slots);
     ArrayNode cols = h.putArray("columns");
     for (String n : names) {
       cols.add(n);
     }
+    allocator = ROOT.newChildAllocator("kafka-tiered " + partition, 0, Long.MAX_VALUE);
     try {
       worker.send(h, partition.pickled);
       worker.expectStreamStart();
+      slotReader = slots ? new SlotBatchReader(worker, allocator) : null;
+      if (slotReader != null) {
+        slotReader.start();
+      }
     } catch (IOException e) {
+      allocator.close();
       throw worker.died("reading " + partition, e);
     }
-    allocator = ROOT.newChildAllocator("kafka-tiered " + partition, 0, Long.MAX_VALUE);
-    reader = new ArrowStreamReader(worker.arrowInput(), allocator);
+    reader = slots ? null : new ArrowStreamReader(worker.arrowInput(), allocator);
+  }
+
+  private boolean loadNextBatch() throws IOException {
+    return slotReader != null ? slotReader.loadNextBatch() : reader.loadNextBatch();
+  }
+
+  private VectorSchemaRoot root() throws IOException {
+    return slotReader != null ? slotReader.root() : reader.getVectorSchemaRoot();
   }
 
   @Override
@@ -100,8 +119,8 @@ final class ArrowPartitionReader implements PartitionReader<ColumnarBatch> {
     if (ended) {
       return false;
     }
-    if (reader.loadNextBatch()) {
-      VectorSchemaRoot root = reader.getVectorSchemaRoot();
+    if (loadNextBatch()) {
+      VectorSchemaRoot root = root();
       if (columns == null) {
         List<FieldVector> vectors = root.getFieldVectors();
         columns = new ColumnVector[vectors.size()];
@@ -118,7 +137,7 @@ final class ArrowPartitionReader implements PartitionReader<ColumnarBatch> {
 
   private boolean nextCount() throws IOException {
     if (countLeft < 0) {
-      while (reader.loadNextBatch()) {
+      while (loadNextBatch()) {
         // a count sends no batch; the stream is only its schema and end marker
       }
       countLeft = finish();
@@ -170,7 +189,11 @@ final class ArrowPartitionReader implements PartitionReader<ColumnarBatch> {
       worker.destroy(); // abandoned mid-stream: its pipe still holds rows nobody will read
     }
     try {
-      reader.close();
+      if (slotReader != null) {
+        slotReader.close();
+      } else {
+        reader.close();
+      }
     } finally {
       allocator.close();
     }

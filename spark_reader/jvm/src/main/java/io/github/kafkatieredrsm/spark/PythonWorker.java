@@ -7,9 +7,15 @@ import java.io.BufferedOutputStream;
 import java.io.DataInputStream;
 import java.io.DataOutputStream;
 import java.io.IOException;
+import java.io.RandomAccessFile;
 import java.nio.ByteBuffer;
+import java.nio.MappedByteBuffer;
+import java.nio.channels.FileChannel;
 import java.nio.channels.ReadableByteChannel;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.Paths;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
@@ -24,7 +30,8 @@ import org.apache.spark.SparkEnv;
  *
  * <p>Why a process per task slot: every decision and every byte decoded is Python's (the one implementation
  * of the source's rules, see spark_reader/jvm_worker.py); one process per concurrently running task
- * decodes on every core at once with no GIL between them, and the pipe's backpressure bounds what a task
+ * decodes on every core at once with no GIL between them, and the hand-off's flow control (two shared
+ * memory slots, or the pipe: spark_reader/handoff.py) bounds what a task
  * holds. A worker is taken from the pool for one request (a planning call, or one split's stream) and given
  * back when the exchange ended cleanly; one abandoned mid-stream is killed instead, as its pipe still
  * holds rows nobody will read.
@@ -39,6 +46,9 @@ final class PythonWorker implements AutoCloseable {
   static final ObjectMapper JSON = new ObjectMapper();
   private static final Map<String, ConcurrentLinkedDeque<PythonWorker>> IDLE = new ConcurrentHashMap<>();
   private static final int MAX_IDLE = Math.max(2, Runtime.getRuntime().availableProcessors());
+  /** Bytes per shared-memory slot (spark_reader/handoff.py); 0 keeps every batch on the pipe. */
+  static final long SLOT_BYTES = slotBytes(System.getenv("KAFKA_TIERED_SLOT_BYTES"));
+  private static final Path SHM = Paths.get("/dev/shm");
 
   static {
     Runtime.getRuntime().addShutdownHook(new Thread(PythonWorker::closeAll, "kafka-tiered-workers"));
@@ -50,6 +60,8 @@ final class PythonWorker implements AutoCloseable {
   private final PipeInput input;
   final DataInputStream in;
   private boolean broken;
+  private boolean slotsTried;
+  private MappedByteBuffer slots;
 
   private PythonWorker(String python) throws IOException {
     this.python = python;
@@ -59,6 +71,62 @@ final class PythonWorker implements AutoCloseable {
     this.out = new DataOutputStream(new BufferedOutputStream(process.getOutputStream(), 1 << 16));
     this.input = new PipeInput(process.getInputStream());
     this.in = new DataInputStream(input.stream());
+  }
+
+  private static long slotBytes(String setting) {
+    try {
+      return setting == null || setting.isEmpty() ? 16L << 20 : Long.parseLong(setting.trim());
+    } catch (NumberFormatException e) {
+      return 16L << 20;
+    }
+  }
+
+  /**
+   * This worker's two shared-memory slots, mapped on its first read (spark_reader/handoff.py says why):
+   * a {@code /dev/shm} file this JVM creates, the worker maps and reserves, and this JVM unlinks at once,
+   * so nothing is left behind whatever happens to either process. Null where that cannot be done (no
+   * /dev/shm, a full tmpfs, slots turned off): the batches then come through the pipe.
+   */
+  MappedByteBuffer slots() {
+    if (slotsTried) {
+      return slots;
+    }
+    slotsTried = true;
+    if (SLOT_BYTES <= 0 || !Files.isDirectory(SHM) || !Files.isWritable(SHM)) {
+      return null;
+    }
+    Path file = null;
+    try {
+      file = Files.createTempFile(SHM, "kafka-tiered-", ".slots");
+      MappedByteBuffer mapped;
+      try (RandomAccessFile raf = new RandomAccessFile(file.toFile(), "rw")) {
+        raf.setLength(2 * SLOT_BYTES);
+        mapped = raf.getChannel().map(FileChannel.MapMode.READ_WRITE, 0, 2 * SLOT_BYTES);
+      }
+      ObjectNode h = JSON.createObjectNode();
+      h.put("op", "shm.map");
+      h.put("path", file.toString());
+      h.put("slotBytes", SLOT_BYTES);
+      send(h, null);
+      if (readReply().body.has("slotBytes")) {
+        slots = mapped;
+      }
+    } catch (IOException | RuntimeException e) {
+      // the pipe, as before: the worker said why on its stderr, or the file could not be made
+    } finally {
+      if (file != null) {
+        try {
+          Files.deleteIfExists(file);
+        } catch (IOException ignored) {
+          // tmpfs: nothing to do
+        }
+      }
+    }
+    return slots;
+  }
+
+  long slotBytes() {
+    return SLOT_BYTES;
   }
 
   /** The interpreter PySpark would run here ({@code driver}: the planning side). */
@@ -229,26 +297,35 @@ final class PythonWorker implements AutoCloseable {
     };
   }
 
+  /** A request-reply exchange's reply; the source's own error becomes one line (the exchange is over). */
+  private Reply readReply() throws IOException {
+    int status = in.readUnsignedByte();
+    JsonNode body = readJson();
+    int n = in.readInt();
+    List<byte[]> blobs = new ArrayList<>(n);
+    for (int i = 0; i < n; i++) {
+      byte[] b = new byte[in.readInt()];
+      in.readFully(b);
+      blobs.add(b);
+    }
+    if (status != 0) {
+      throw new KafkaTieredException(body.path("error").asText("the Python worker failed"));
+    }
+    return new Reply(body, blobs);
+  }
+
   /** One request-reply exchange on a pooled worker: the source's own error becomes one line. */
   static Reply call(boolean driver, String op, ObjectNode header) {
     header.put("op", op);
     PythonWorker w = acquire(pythonExec(driver));
     try {
       w.send(header, null);
-      int status = w.in.readUnsignedByte();
-      JsonNode body = w.readJson();
-      int n = w.in.readInt();
-      List<byte[]> blobs = new ArrayList<>(n);
-      for (int i = 0; i < n; i++) {
-        byte[] b = new byte[w.in.readInt()];
-        w.in.readFully(b);
-        blobs.add(b);
-      }
+      Reply reply = w.readReply();
       w.release();
-      if (status != 0) {
-        throw new KafkaTieredException(body.path("error").asText("the Python worker failed"));
-      }
-      return new Reply(body, blobs);
+      return reply;
+    } catch (KafkaTieredException e) {
+      w.release(); // the exchange ended cleanly: the worker can serve the next one
+      throw e;
     } catch (IOException e) {
       throw w.died(op, e);
     }
