@@ -88,7 +88,7 @@ def test_a_packed_task_reads_its_splits_in_order(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(jvm_ops, "count_partition", lambda part: part.split.n + 1)
     monkeypatch.delenv(jvm_ops.STATS_ENV, raising=False)
     out = io.BytesIO()
-    status, trailer = jvm_ops.read({"columns": ["offset"], "count": count}, pickle.dumps(parts), out)
+    status, trailer, _ = jvm_ops.read({"columns": ["offset"], "count": count}, pickle.dumps(parts), out)
     assert status == jvm_ops.OK and trailer["rows"] == 6
     if not count:
         table = pa.ipc.open_stream(out.getvalue()).read_all()
