@@ -15,6 +15,7 @@ import json
 import os
 import pickle
 import resource
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import BinaryIO
 
@@ -112,10 +113,27 @@ def _plan(header: dict, _: bytes) -> tuple[dict, list[bytes]]:
     return body, [pickle.dumps(t[0] if len(t) == 1 else t, protocol=5) for t in tasks]
 
 
+STREAM_READERS_KEPT = 16
+_stream_readers: OrderedDict[str, object] = OrderedDict()
+
+
 def _stream_reader(header: dict):  # noqa: ANN202 - TieredStreamReader
+    """The stream reader for these options, kept by this worker for the next request.
+
+    Why kept: a reader remembers where each partition's next listing may start
+    (`TieredStreamReader._listed_from`, issue 27), which is what keeps a trigger from listing whole
+    partitions; the JVM asks for every offset and plan in a request of its own, so a reader made per
+    request never had that memory. What it remembers is a fact about the store and topic (the offsets
+    before a base need no key), true for any query with the same options, so the key is the options. A
+    few are kept (the last used), in the process that serves the driver's requests."""
     from spark_reader.stream import TieredStreamReader
 
-    return TieredStreamReader(_source(header["options"])._options())
+    key = json.dumps(header["options"], sort_keys=True)
+    reader = _stream_readers.pop(key, None) or TieredStreamReader(_source(header["options"])._options())
+    _stream_readers[key] = reader
+    while len(_stream_readers) > STREAM_READERS_KEPT:
+        _stream_readers.popitem(last=False)
+    return reader
 
 
 def _stream_initial(header: dict, _: bytes) -> tuple[dict, list[bytes]]:

@@ -107,6 +107,42 @@ def test_a_stream_trigger_reads_what_is_new_whatever_lies_behind(tmp_path: Path)
     assert big_reads <= small_reads + 2 and big_lists == small_lists, costs
 
 
+def test_the_columnar_scans_stream_requests_remember_where_to_list_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same on the columnar scan's path: the JVM asks for a trigger's offsets and plan in requests of
+    their own (`jvm_ops`), and the worker keeps the stream reader between them, so each of the trigger's
+    listings starts from where the last request left off (`TieredStreamReader._after`), not at the
+    partition's first key. (On a file store a listing is one request whatever it returns, so the costs
+    above cannot tell; what the listings are told to skip can.)"""
+    import pickle
+
+    from spark_reader import jvm_ops
+    from spark_reader.partition_reader import read_partition
+
+    told: list = []
+    after = TieredStreamReader._after
+
+    def recorded(self: TieredStreamReader, begin):  # noqa: ANN001, ANN202
+        told.append(after(self, begin))
+        return told[-1]
+
+    monkeypatch.setattr(TieredStreamReader, "_after", recorded)
+    rsm, opts, log = _long_history(tmp_path, 40)
+    header = {"options": {**opts, "subscribe": "history", "startingOffsets": "latest"}}
+    start = jvm_ops.call("stream.initial", header, b"")[0]["offset"]
+    for _ in range(3):
+        log.append(5, value_size=20, headers=False)
+        log.roll()
+    told.clear()
+    end = jvm_ops.call("stream.latest", {**header, "start": start}, b"")[0]["offset"]
+    _, blobs = jvm_ops.call("stream.partitions", {**header, "start": start, "end": end}, b"")
+    rows = pa.Table.from_batches([b for blob in blobs for b in read_partition(pickle.loads(blob))])
+    assert rows.column("offset").to_pylist() == list(range(200, 215))
+    assert len(told) == 2 and all(t and all(base > 0 for base in t.values()) for t in told), told
+    rsm.close()
+
+
 def _tricky_partition(tmp_path: Path) -> tuple[RemoteStorageManager, dict[str, str], TopicIdPartition]:
     """Retried copies, an unclean election, compacted offsets and a segment lost from the store."""
     rsm, opts = _store(tmp_path)
