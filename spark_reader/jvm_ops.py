@@ -11,6 +11,7 @@ what those entry points take, and their answers back.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import os
 import pickle
@@ -114,7 +115,7 @@ def _plan(header: dict, _: bytes) -> tuple[dict, list[bytes]]:
 
 
 STREAM_READERS_KEPT = 16
-_stream_readers: OrderedDict[str, object] = OrderedDict()
+_stream_readers: OrderedDict[str, object] = OrderedDict()  # options' hash -> reader
 
 
 def _stream_reader(header: dict):  # noqa: ANN202 - TieredStreamReader
@@ -128,7 +129,9 @@ def _stream_reader(header: dict):  # noqa: ANN202 - TieredStreamReader
     few are kept (the last used), in the process that serves the driver's requests."""
     from spark_reader.stream import TieredStreamReader
 
-    key = json.dumps(header["options"], sort_keys=True)
+    key = hashlib.sha256(
+        json.dumps(header["options"], sort_keys=True).encode()
+    ).hexdigest()  # no secrets kept
     reader = _stream_readers.pop(key, None) or TieredStreamReader(_source(header["options"])._options())
     _stream_readers[key] = reader
     while len(_stream_readers) > STREAM_READERS_KEPT:

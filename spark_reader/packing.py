@@ -81,7 +81,8 @@ def _even_runs(run: Sequence[tuple[object, int]], limit: int, slots: int) -> lis
     i = 0
     for k in range(count):
         share, taken, task = left / (count - k), 0, []
-        while i < len(run) and (not task or (taken < share and len(run) - i > count - k - 1)):
+        last = k == count - 1  # takes whatever is left (splits of no weight included)
+        while i < len(run) and (not task or last or (taken < share and len(run) - i > count - k - 1)):
             task.append(run[i][0])
             taken += run[i][1]
             i += 1

@@ -58,6 +58,14 @@ def test_uneven_splits_keep_their_order_and_leave_no_task_empty() -> None:
     assert [p.split.n for t in tasks for p in t] == list(range(len(sizes)))
 
 
+def test_splits_of_no_weight_are_packed_too() -> None:
+    """openCostInBytes 0 and empty splits (start == end) weigh nothing: every split still lands in a task."""
+    parts = [_split(s * MIB, i) for i, s in enumerate([10, 0, 0, 10, 0])]
+    for slots in (1, 2):
+        tasks = pack(parts, max_bytes=128 * MIB, open_cost=0, min_partitions=slots)
+        assert [p.split.n for t in tasks for p in t] == list(range(5)) and all(tasks)
+
+
 def test_nothing_is_packed_with_cores_enough_and_tasks_stay_under_max_bytes() -> None:
     parts = [_split(10 * MIB, i) for i in range(16)]
     assert [len(t) for t in pack(parts, 128 * MIB, 4 * MIB, min_partitions=200)] == [1] * 16

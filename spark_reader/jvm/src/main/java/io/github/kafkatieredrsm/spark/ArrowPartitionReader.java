@@ -89,17 +89,28 @@ final class ArrowPartitionReader implements PartitionReader<ColumnarBatch> {
       cols.add(n);
     }
     allocator = ROOT.newChildAllocator("kafka-tiered " + partition, 0, Long.MAX_VALUE);
+    SlotBatchReader opened = null;
     try {
       worker.send(h, partition.pickled);
       worker.expectStreamStart();
-      slotReader = slots ? new SlotBatchReader(worker, allocator) : null;
-      if (slotReader != null) {
-        slotReader.start();
+      if (slots) {
+        opened = new SlotBatchReader(worker, allocator);
+        opened.start();
       }
-    } catch (IOException e) {
-      allocator.close();
-      throw worker.died("reading " + partition, e);
+    } catch (IOException | RuntimeException e) {
+      // the worker goes first (so it is never left running), then what this reader holds, in order
+      RuntimeException failure = worker.died("reading " + partition, e);
+      try {
+        if (opened != null) {
+          opened.close();
+        }
+        allocator.close();
+      } catch (RuntimeException cleanup) {
+        failure.addSuppressed(cleanup);
+      }
+      throw failure;
     }
+    slotReader = opened;
     reader = slots ? null : new ArrowStreamReader(worker.arrowInput(), allocator);
   }
 

@@ -129,6 +129,29 @@ final class PythonWorker implements AutoCloseable {
     return SLOT_BYTES;
   }
 
+  /**
+   * Unmap the slots now rather than when the garbage collector finds the buffer: the mapping keeps the
+   * unlinked file's reserved pages in /dev/shm, and off-heap pages do not prompt a collection, so killed
+   * workers' slots would pile up there. Called when the worker is destroyed, after which nothing reads
+   * its batches (Spark asked for the next one, or the task is over); vectors still over the slot are
+   * only released, which touches no slot memory. Where sun.misc.Unsafe cannot do it, the collector will.
+   */
+  private void unmapSlots() {
+    MappedByteBuffer mapped = slots;
+    slots = null;
+    if (mapped == null) {
+      return;
+    }
+    try {
+      Class<?> unsafe = Class.forName("sun.misc.Unsafe");
+      java.lang.reflect.Field field = unsafe.getDeclaredField("theUnsafe");
+      field.setAccessible(true);
+      unsafe.getMethod("invokeCleaner", ByteBuffer.class).invoke(field.get(null), mapped);
+    } catch (ReflectiveOperationException | RuntimeException e) {
+      // left to the garbage collector
+    }
+  }
+
   /** The interpreter PySpark would run here ({@code driver}: the planning side). */
   static String pythonExec(boolean driver) {
     SparkEnv env = SparkEnv.get();
@@ -197,6 +220,7 @@ final class PythonWorker implements AutoCloseable {
 
   void destroy() {
     broken = true;
+    unmapSlots();
     try {
       out.close();
     } catch (IOException ignored) {

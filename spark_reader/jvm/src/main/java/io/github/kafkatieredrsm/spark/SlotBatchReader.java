@@ -40,8 +40,12 @@ final class SlotBatchReader implements AutoCloseable {
     this.slots = worker.slots();
     long address = MemoryUtil.getByteBufferAddress(slots);
     // the worker's mapping, seen through this task's allocator; the mapping is the worker's to free
+    // (PythonWorker.destroy), and the allocation holds it so the collector cannot unmap it under us
+    final ByteBuffer held = slots;
     this.base = allocator.wrapForeignAllocation(
         new ForeignAllocation(slots.capacity(), address) {
+          private final ByteBuffer mapping = held;
+
           @Override
           protected void release0() {}
         });
