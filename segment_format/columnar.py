@@ -272,54 +272,21 @@ def iter_stream_record_batches(
         chunks = reader()
     else:
         chunks = source
-    budget = _Budget(max_rows)
-    settings = {
-        "file": file,
-        "verify_crc": verify_crc,
-        "budget": budget,
-        "rows_per_batch": rows_per_batch,
-        "projection": projection,
-    }
-    # Batches wholly inside a chunk are decoded where they lie; only an entry cut by a chunk's end is
-    # copied, and completed from the start of the next chunk (as ChunkDecoder does): joining the tail to
-    # the whole next chunk instead copied every chunk twice (~10% of a Spark scan worker's time).
-    pending = bytearray()
-    position = base_position
+    # batches wholly inside a chunk are decoded where they lie; only an entry cut by a chunk's end is copied
+    # and completed from the next chunk (joining the tail to the whole next chunk copied every chunk twice)
+    decoder = ChunkDecoder(
+        file=file,
+        base_position=base_position,
+        verify_crc=verify_crc,
+        projection=projection,
+        max_rows=max_rows,
+        rows_per_batch=rows_per_batch,
+    )
     for chunk in chunks:
-        view = _as_view(chunk)
-        if not len(view):
-            continue
-        i = 0
-        if pending:
-            i = _complete_entry(pending, view)
-            if i < 0:
-                continue
-            head = memoryview(bytes(pending))
-            consumed = yield from _decode_range(
-                head, base_position=position, max_column_bytes=MAX_COLUMN_BYTES, partial_ok=True, **settings
-            )
-            if budget.exhausted:
-                return
-            position += consumed
-            del pending[:consumed]
-            if pending:  # cannot happen for one whole entry; keep it with the rest of the chunk
-                pending += view[i:]
-                continue
-        consumed = yield from _decode_range(
-            view[i:], base_position=position, max_column_bytes=MAX_COLUMN_BYTES, partial_ok=True, **settings
-        )
-        if budget.exhausted:
+        yield from decoder.feed(chunk)
+        if decoder.exhausted:
             return
-        position += consumed
-        pending += view[i + consumed :]
-    if pending:
-        yield from _decode_range(
-            memoryview(bytes(pending)),
-            base_position=position,
-            max_column_bytes=MAX_COLUMN_BYTES,
-            partial_ok=False,
-            **settings,
-        )
+    yield from decoder.finish()
 
 
 def _complete_entry(pending: bytearray, view: memoryview) -> int:
@@ -348,7 +315,9 @@ class ChunkDecoder:
     chunk when it returns. Batches wholly inside a chunk are decoded in place; only a batch cut by the end
     of a chunk is kept (copied) and completed from the start of the next one, so memory is one batch plus
     the decoded columns of a chunk, and no chunk is copied whole. :meth:`finish` refuses a batch still
-    incomplete at the end (CorruptRecordError).
+    incomplete at the end (CorruptRecordError). ``max_rows`` stops it after that many records in all and
+    ``rows_per_batch`` caps each RecordBatch, as for :func:`iter_stream_record_batches`, which is this
+    decoder over a stream.
     """
 
     def __init__(
@@ -359,13 +328,22 @@ class ChunkDecoder:
         verify_crc: bool = True,
         projection: Projection = FULL,
         max_column_bytes: int = MAX_COLUMN_BYTES,
+        max_rows: int | None = None,
+        rows_per_batch: int | None = None,
     ) -> None:
         self.file = file
         self.position = base_position  # file position of the next byte not yet decoded
         self.verify_crc = verify_crc
         self.projection = projection
         self.max_column_bytes = max_column_bytes
+        self.rows_per_batch = rows_per_batch
+        self._budget = _Budget(max_rows)
         self._pending = bytearray()  # the start of a batch cut by the end of the last chunk
+
+    @property
+    def exhausted(self) -> bool:
+        """`max_rows` rows were decoded: nothing more is (`feed` and `finish` return nothing)."""
+        return self._budget.exhausted
 
     def _decode(self, view: memoryview, partial_ok: bool, out: list[pa.RecordBatch]) -> int:
         gen = _decode_range(
@@ -373,8 +351,8 @@ class ChunkDecoder:
             file=self.file,
             base_position=self.position,
             verify_crc=self.verify_crc,
-            budget=_Budget(None),
-            rows_per_batch=None,
+            budget=self._budget,
+            rows_per_batch=self.rows_per_batch,
             max_column_bytes=self.max_column_bytes,
             partial_ok=partial_ok,
             projection=self.projection,
@@ -403,6 +381,8 @@ class ChunkDecoder:
                 pending += view[i:]
                 return out
             pending.clear()
+        if self.exhausted:
+            return out
         consumed = self._decode(view[i:], True, out)
         pending += view[i + consumed :]
         return out
@@ -410,7 +390,7 @@ class ChunkDecoder:
     def finish(self) -> list[pa.RecordBatch]:
         """The end of the stream: decode (and so refuse, with its position) anything left over."""
         out: list[pa.RecordBatch] = []
-        if self._pending:
+        if self._pending and not self.exhausted:
             self._decode(memoryview(bytes(self._pending)), False, out)
             self._pending.clear()
         return out
