@@ -56,8 +56,8 @@ class SharedSlots:
 
 
 class SlotSender:
-    """One split's batches through the slots (module docstring); `close` waits for every acknowledgement,
-    so the worker's stdin holds only the next request afterwards."""
+    """One split's batches through the slots (module docstring); `drain`, called after the trailer, takes
+    every acknowledgement still owed, so the worker's stdin holds only the next request afterwards."""
 
     def __init__(self, slots: SharedSlots, out: BinaryIO, acks: BinaryIO, schema: pa.Schema) -> None:
         self.slots, self.out, self.acks, self.schema = slots, out, acks, schema

@@ -19,8 +19,9 @@ and the worker overwrites a slot only once the JVM acknowledged the batch in it)
 on the pipe where the JVM has no slots. Either way the worker runs at most one batch ahead of Spark, so a
 task holds about two chunks (the one being decoded, the next in flight: `partition_reader._chunks`) plus
 two batches, whatever the segment size. Arrow IPC needs no parsing on the JVM side: Arrow's Java library
-(shipped with Spark) loads it into vectors that Spark wraps as they are. The JVM keeps idle workers for the next task
-(as PySpark reuses its workers) and kills one whose stream it abandoned (a `limit` stopping early).
+(shipped with Spark) loads it into vectors that Spark wraps as they are. The JVM keeps idle workers for
+the next task (as PySpark reuses its workers) and kills one whose stream it abandoned (a `limit` stopping
+early).
 
 Framing (big-endian): a request is `u32 len, JSON, u32 len, blob`; a reply is `u8 status (0 ok, 1 error),
 u32 len, JSON, u32 count, count x (u32 len, blob)`. The `read` reply is `u8 0`, then the batches: an Arrow
