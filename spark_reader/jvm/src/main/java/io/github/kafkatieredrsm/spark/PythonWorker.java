@@ -283,9 +283,7 @@ final class PythonWorker implements AutoCloseable {
   JsonNode readTrailer() throws IOException {
     int status = in.readUnsignedByte();
     JsonNode body = readJson();
-    if (status != 0) {
-      throw new KafkaTieredException(body.path("error").asText("the Python worker failed"));
-    }
+    failIfError(status, body);
     return body;
   }
 
@@ -332,10 +330,15 @@ final class PythonWorker implements AutoCloseable {
       in.readFully(b);
       blobs.add(b);
     }
+    failIfError(status, body);
+    return new Reply(body, blobs);
+  }
+
+  /** A reply or trailer with an error status: the source's own one line (the exchange itself is over). */
+  private static void failIfError(int status, JsonNode body) {
     if (status != 0) {
       throw new KafkaTieredException(body.path("error").asText("the Python worker failed"));
     }
-    return new Reply(body, blobs);
   }
 
   /** One request-reply exchange on a pooled worker: the source's own error becomes one line. */
