@@ -109,10 +109,14 @@ def clients(rsm_configs: tuple[tuple[str, str], ...]) -> tuple[ObjectStore, Keyr
 
 
 def _chunks(reader: SegmentReader, start: int, end: int) -> Iterator[memoryview]:
-    """Bytes [start, end) of the segment as decoded chunk pieces, the next chunk fetched in the background."""
+    """Bytes [start, end) of the segment as decoded chunk pieces, the next chunk fetched in the background.
+
+    Left early (a refused batch, a `limit`, a cancelled task), it does not wait for the read under way:
+    a stalled store must not hold the task's thread past its own error."""
     cs = reader.manifest.log.chunk_size
     first, last = start // cs, (end - 1) // cs
-    with ThreadPoolExecutor(1, thread_name_prefix="tiered-read") as pool:
+    pool = ThreadPoolExecutor(1, thread_name_prefix="tiered-read")
+    try:
         pending = pool.submit(reader.chunk, first)
         for i in range(first, last + 1):
             data = pending.result()
@@ -121,6 +125,8 @@ def _chunks(reader: SegmentReader, start: int, end: int) -> Iterator[memoryview]
             lo = start - i * cs if i == first else 0
             hi = end - i * cs if i == last else len(data)
             yield memoryview(data)[lo:hi]
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 class _RowRules:

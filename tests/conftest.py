@@ -7,6 +7,8 @@ the test marked itself.
 
 from __future__ import annotations
 
+import faulthandler
+import os
 import shutil
 import sys
 import tempfile
@@ -46,10 +48,37 @@ FIXTURE_MARKERS: dict[str, str] = {
 }
 
 
+# How long past its pytest-timeout a test may still run before the watchdog ends the session (below).
+HANG_GRACE_S = float(os.environ.get("RSM_TEST_HANG_GRACE_S", "120"))
+_hang_fd: int | None = None
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # kafka-python's protocol schema loader uses deprecated importlib.resources calls on every import.
     config.addinivalue_line("filterwarnings", "ignore:read_text is deprecated:DeprecationWarning")
     config.addinivalue_line("filterwarnings", "ignore:open_text is deprecated:DeprecationWarning")
+    global _hang_fd
+    if _hang_fd is None:
+        _hang_fd = os.dup(2)  # the real stderr: output capture is suspended while plugins configure
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """A watchdog for hangs that pytest-timeout cannot break.
+
+    pytest-timeout's signal raises once, in the main thread. A test stuck where the signal's exception
+    cannot end it (native code holding the GIL, or the exception unwinding into a `ThreadPoolExecutor`
+    that then waits for a stuck worker) would otherwise hold the whole run until CI's own limit, with no
+    word of where. So each test also arms faulthandler's C watchdog: past its timeout plus a grace, it
+    writes every thread's stack to the real stderr and ends the session (exit 1)."""
+    marker = item.get_closest_marker("timeout")
+    timeout = float(marker.args[0]) if marker and marker.args else float(item.config.getini("timeout") or 0)
+    if timeout > 0 and _hang_fd is not None:
+        faulthandler.dump_traceback_later(timeout + HANG_GRACE_S, exit=True, file=_hang_fd)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
