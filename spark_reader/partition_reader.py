@@ -27,7 +27,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -40,6 +39,7 @@ from rsm.catalog.splits import ReadSplit
 from rsm.config.keyring import Keyring, keyring_for
 from rsm.config.settings import RsmConfig
 from rsm.copy.transform import TransformError
+from rsm.fetch.prefetch import prefetched
 from rsm.fetch.reader import SegmentReader, cipher_for
 from rsm.store.objects import ObjectNotFound, ObjectStore
 from segment_format.columnar import FULL, Projection, iter_stream_record_batches
@@ -109,24 +109,13 @@ def clients(rsm_configs: tuple[tuple[str, str], ...]) -> tuple[ObjectStore, Keyr
 
 
 def _chunks(reader: SegmentReader, start: int, end: int) -> Iterator[memoryview]:
-    """Bytes [start, end) of the segment as decoded chunk pieces, the next chunk fetched in the background.
-
-    Left early (a refused batch, a `limit`, a cancelled task), it does not wait for the read under way:
-    a stalled store must not hold the task's thread past its own error."""
+    """Bytes [start, end) of the segment as decoded chunk pieces, the next chunk fetched in the background."""
     cs = reader.manifest.log.chunk_size
     first, last = start // cs, (end - 1) // cs
-    pool = ThreadPoolExecutor(1, thread_name_prefix="tiered-read")
-    try:
-        pending = pool.submit(reader.chunk, first)
-        for i in range(first, last + 1):
-            data = pending.result()
-            if i < last:
-                pending = pool.submit(reader.chunk, i + 1)
-            lo = start - i * cs if i == first else 0
-            hi = end - i * cs if i == last else len(data)
-            yield memoryview(data)[lo:hi]
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+    for i, data in enumerate(prefetched(reader.chunk, range(first, last + 1), "tiered-read"), first):
+        lo = start - i * cs if i == first else 0
+        hi = end - i * cs if i == last else len(data)
+        yield memoryview(data)[lo:hi]
 
 
 class _RowRules:

@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rsm.api.errors import RemoteStorageException
 from rsm.api.metadata import IndexType
 from rsm.copy.manifest import INDEX_NUMBERS, Manifest, ManifestError
 from rsm.copy.transform import Codec, PieceKind, SegmentCipher, TransformError, check_piece, decode_piece
+from rsm.fetch.prefetch import prefetched
 from rsm.fetch.reader import cipher_for
 from rsm.migrate.context import Context, ItemResult, Keys, indexes_size
 from rsm.migrate.journal import ItemState, crash_point
@@ -135,17 +135,11 @@ def _stored_chunks(ctx: Context, manifest: Manifest, keys: Keys) -> Iterator[tup
         a, b = group
         return ctx.store.get_range(bucket, keys.log, index.offsets[a], index.offsets[b])
 
-    if not groups:
-        return
-    with ThreadPoolExecutor(1, thread_name_prefix="rsm-verify") as pool:
-        pending = pool.submit(fetch, groups[0])
-        for n, (a, b) in enumerate(groups):
-            data = memoryview(pending.result())
-            if n + 1 < len(groups):
-                pending = pool.submit(fetch, groups[n + 1])
-            base = index.offsets[a]
-            for c in range(a, b):
-                yield c, data[index.offsets[c] - base : index.offsets[c + 1] - base]
+    for (a, b), stored in zip(groups, prefetched(fetch, groups, "rsm-verify"), strict=True):
+        data = memoryview(stored)
+        base = index.offsets[a]
+        for c in range(a, b):
+            yield c, data[index.offsets[c] - base : index.offsets[c + 1] - base]
 
 
 def _pieces(
