@@ -214,8 +214,7 @@ def read_partition(part: InputPartition, columns: Sequence[str] | None = None) -
     asked for; every rule below still runs on the batch fields, which are always decoded). A hybrid
     query's live tail is read from the brokers (`spark_reader.tail`) in the same schema."""
     if isinstance(part, BrokerTailPartition):
-        for batch in read_tail(part):
-            yield batch if columns is None else batch.select(list(columns))
+        yield from read_tail(part, columns)
         return
     if not isinstance(part, TieredPartition):
         return  # a query planned to nothing: Spark still runs one task with a placeholder partition

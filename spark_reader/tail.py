@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -95,34 +95,40 @@ def _consumer(settings: TailSettings):  # noqa: ANN202
     return make_client("consumer", conf)
 
 
-def _to_batch(messages: list, part: BrokerTailPartition) -> pa.RecordBatch | None:
-    """Consumer records -> the decoder's columns -> the source's schema (`to_spark_batch`).
+def _to_batch(
+    messages: list, part: BrokerTailPartition, columns: Sequence[str] | None = None
+) -> pa.RecordBatch | None:
+    """Consumer records -> the decoder's columns -> the source's schema (`to_spark_batch`), or only its
+    `columns` (the columnar scan's pruning: a key, value or headers not asked for is never built).
 
     One list comprehension per field and numpy for the rest: this loop is the tail's cost in Python."""
+    wanted = {"key", "value", "headers"} if columns is None else set(columns)
     stamps = np.array([m.timestamp() for m in messages], dtype=np.int64).reshape(-1, 2)  # (type, ms)
     kinds = stamps[:, 0]
-    columns = {
-        "key": pa.array([m.key() for m in messages], pa.binary()),
-        "value": pa.array([m.value() for m in messages], pa.binary()),
+    columns_in: dict[str, pa.Array] = {
         "offset": pa.array(np.array([m.offset() for m in messages], dtype=np.int64)),
         "timestamp": pa.array(stamps[:, 1]),
         # librdkafka's 1 create / 2 log append / 0 none -> Kafka's TimestampType ids 0 / 1 / -1
         "timestamp_type": pa.array(np.where(kinds == 1, 0, np.where(kinds == 2, 1, -1)).astype(np.int8)),
     }
-    if part.settings.include_headers:
-        columns["headers"] = pa.array([m.headers() or [] for m in messages], pa.list_(_HEADER_ITEMS))
-    batch = pa.RecordBatch.from_pydict(columns)
+    if "key" in wanted:
+        columns_in["key"] = pa.array([m.key() for m in messages], pa.binary())
+    if "value" in wanted:
+        columns_in["value"] = pa.array([m.value() for m in messages], pa.binary())
+    if part.settings.include_headers and "headers" in wanted:
+        columns_in["headers"] = pa.array([m.headers() or [] for m in messages], pa.list_(_HEADER_ITEMS))
+    batch = pa.RecordBatch.from_pydict(columns_in)
     keep = part.filters.row_mask(batch.column("offset"), batch.column("timestamp"))
     if keep is not None:
         batch = batch.filter(keep)
     if not batch.num_rows:
         return None
     flag = pa.nulls(batch.num_rows, pa.string()) if part.settings.flag_violations else None
-    return to_spark_batch(batch, part.topic, part.partition, part.settings.include_headers, flag)
+    return to_spark_batch(batch, part.topic, part.partition, part.settings.include_headers, flag, columns)
 
 
-def read_tail(part: BrokerTailPartition) -> Iterator[pa.RecordBatch]:
-    """The rows of offsets [start, end) from the brokers, in the store path's schema."""
+def read_tail(part: BrokerTailPartition, columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
+    """The rows of offsets [start, end) from the brokers, in the store path's schema (or its `columns`)."""
     from confluent_kafka import KafkaError, TopicPartition
 
     settings, name = part.settings, f"{part.topic}-{part.partition}"
@@ -155,7 +161,7 @@ def read_tail(part: BrokerTailPartition) -> Iterator[pa.RecordBatch]:
                 if rows[-1].offset() >= part.end:
                     rows = [m for m in rows if m.offset() < part.end]
             if rows:
-                batch = _to_batch(rows, part)
+                batch = _to_batch(rows, part, columns)
                 if batch is not None:
                     yield batch
             if messages:

@@ -114,3 +114,49 @@ def test_a_partition_the_store_lacks_is_one_tail_or_several_of_max_records_per_p
             tail_settings(opts), PushedFilters(),
         )  # fmt: skip
         assert pr is None and [(t.start, t.end) for t in tails] == want
+
+
+class _Message:
+    """What the tail reads of a confluent-kafka `Message`, counting the payload reads."""
+
+    reads = 0
+
+    def __init__(self, offset: int) -> None:
+        self._offset = offset
+
+    def offset(self) -> int:
+        return self._offset
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, 1_700_000_000_000 + self._offset)
+
+    def key(self) -> bytes | None:
+        _Message.reads += 1
+        return None if self._offset % 3 == 0 else f"k{self._offset}".encode()
+
+    def value(self) -> bytes:
+        _Message.reads += 1
+        return b"v" * self._offset
+
+    def headers(self) -> list[tuple[str, bytes]] | None:
+        _Message.reads += 1
+        return [("h", b"x")] if self._offset % 2 else None
+
+
+@pytest.mark.parametrize("columns", [("offset",), ("value", "partition"), ("timestamp", "headers", "key")])
+def test_the_tail_builds_only_the_columns_asked_for(columns: tuple[str, ...]) -> None:
+    """The columnar scan's pruning reaches the tail: the same values as the whole row's, and a key, value
+    or headers not asked for is never read from the client's records (a count reads no payload)."""
+    from spark_reader.tail import _to_batch
+
+    opts = parse_options(
+        {**STORE, "subscribe": "t", "includeHeaders": "true", "kafka.bootstrap.servers": "b:1"}
+    )
+    part = BrokerTailPartition("t", 2, 10, 20, tail_settings(opts), PushedFilters())
+    messages = [_Message(o) for o in range(10, 20)]
+    whole = _to_batch(messages, part)
+    _Message.reads = 0
+    pruned = _to_batch(messages, part, columns)
+    assert pruned.schema.names == list(columns)
+    assert pruned.to_pydict() == whole.select(list(columns)).to_pydict()
+    assert _Message.reads == len(messages) * len({"key", "value", "headers"} & set(columns))
