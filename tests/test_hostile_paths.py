@@ -340,4 +340,10 @@ def test_legal_names_still_round_trip(rsm: RemoteStorageManager, tmp_path: Path)
     assert read_all(rsm.fetch_index(md, IndexType.OFFSET))
     rsm.delete_log_segment_data(md)
     left = [p for p in (tmp_path / "store").rglob("*") if p.is_file()]
-    assert [p.parent.parent.name for p in left] == ["topic-locations"]  # only the topic's location record
+    # only the location record: the topic's entry, and the marker of a record kept from the first segment
+    registry = tmp_path / "store" / BUCKET / "_rsm" / "topic-locations"
+    assert sorted(p.relative_to(registry).as_posix().split("/")[-1] == "_scanned.json" for p in left) == [
+        False,
+        True,
+    ], left
+    assert all(p.parent.parent.name == "topic-locations" for p in left if p.name != "_scanned.json")

@@ -26,7 +26,7 @@ from rsm import (
 from rsm.api.errors import RecordValidationError, SegmentIntegrityError
 from rsm.config.settings import Backend, RsmConfig
 from rsm.copy.manifest import Manifest
-from rsm.store.locations import REGISTRY_DIR
+from rsm.store.locations import REGISTRY_DIR, LocationRegistry
 from rsm.store.objects import ObjectStore
 
 
@@ -113,6 +113,14 @@ def _files(root: Path) -> list[str]:
     )
 
 
+def _not_fresh(configs: dict[str, str]) -> None:
+    """Give the store a location record first, so that a copy's store operations are the copy's own: in a
+    fresh store the first copy also marks the record (`mark_scanned_if_fresh`, never failing the copy)."""
+    config = RsmConfig(configs)
+    registry = LocationRegistry(ObjectStore.from_config(config), str(config.get("bucket")), "")
+    registry.mark_scanned(0, [], "test")
+
+
 def test_copy_interrupted_at_every_step_leaves_no_manifest_and_a_retry_succeeds(tmp_path: Path) -> None:
     root = tmp_path / "store"
     configs = _file_configs(root, **{"encryption.keyring.path": str(write_keyring(tmp_path / "k.json"))})
@@ -120,6 +128,7 @@ def test_copy_interrupted_at_every_step_leaves_no_manifest_and_a_retry_succeeds(
     tip = TopicIdPartition(uuid.uuid4(), "flaky", 0)
     seg = make_segment(tmp_path / "seg", tip, batches=40, value_size=300)
     original = seg.data.log_segment.read_bytes()
+    _not_fresh(configs)
     real = ObjectStore.from_config(RsmConfig(configs)).fs
     fail_at, interrupted = 1, 0
     while True:
@@ -169,6 +178,7 @@ def test_interrupted_copy_on_s3_leaves_no_manifest(tmp_path: Path, s3_server: An
     seg = make_segment(
         tmp_path / "seg", tip, batches=600, records_per_batch=20, value_size=1000, compressible=False
     )
+    _not_fresh(configs)
     real = s3_server.s3fs()
     failing = FailingFS(real, fail_at)
     rsm = RemoteStorageManager(store=ObjectStore(failing, Backend.S3, None, part_size=5 << 20))

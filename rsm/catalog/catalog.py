@@ -23,10 +23,10 @@ from rsm.catalog.history import PartitionHistory, resolve_history
 from rsm.catalog.keys import SegmentKey, list_partition, parse_listing, partitions_at, topic_dir
 from rsm.catalog.ranged import HEAD_OBJECTS, INF, EpochCache, Probe, RangedHistory
 from rsm.catalog.segments import CatalogError, StoredSegment, list_segments, map_concurrently, read_manifest
-from rsm.config.overlay import TopicOverlay, TopicOverlayStore
-from rsm.config.settings import TOPIC_PREFIX, Backend, RsmConfig
+from rsm.config.overlay import TopicOverlay, TopicOverlayStore, named_buckets
+from rsm.config.settings import Backend, RsmConfig
 from rsm.store.layout import OBJECT_NAME, Location
-from rsm.store.locations import FoundTopicDir, LocationRegistry, scan_bucket
+from rsm.store.locations import FoundTopicDir, LocationRegistry, RecordLookup, scan_bucket
 from rsm.store.objects import ObjectNotFound, ObjectStore
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,7 @@ T = TypeVar("T")
 
 # topic ids whose incomplete location record was reported (once per process: a stream plans every trigger)
 _SCAN_NOTED: set[tuple[str, uuid.UUID]] = set()
+_UNREAD = object()
 
 
 def _missing_ok(call: Callable[[], T], default: T) -> T:
@@ -46,13 +47,6 @@ def _missing_ok(call: Callable[[], T], default: T) -> T:
         return call()
     except (FileNotFoundError, ObjectNotFound):
         return default
-
-
-def overlay_location(overlay: TopicOverlay, default: Location) -> Location:
-    """Where a topic's overlay sends its new copies (its bucket and prefix over the default)."""
-    bucket = overlay.configs.get(TOPIC_PREFIX + "bucket", default.bucket)
-    prefix = overlay.configs.get(TOPIC_PREFIX + "prefix", default.prefix)
-    return Location(bucket.strip(), prefix.strip())
 
 
 class TopicNotFound(CatalogError):
@@ -69,6 +63,7 @@ class TopicCatalog:
         *,
         scan: bool = True,
         also: Sequence[Location] = (),
+        trust_record: bool = True,
     ) -> None:
         self.config = config
         self.store = store or ObjectStore.from_config(config)
@@ -78,10 +73,13 @@ class TopicCatalog:
         self._older = [LocationRegistry(self.store, loc.bucket, loc.prefix) for loc in self.also]
         self.overlays = TopicOverlayStore(self.store, self.default.bucket, self.default.prefix)
         self._scan_enabled = scan
+        # whether a complete record stands in for a scan; False for `rsm store locate`, which writes them
+        self._trust_record = trust_record and not self.also
         self._scanned: list[FoundTopicDir] | None = None
         self._scanned_buckets: list[str] = []
         self._lock = threading.Lock()
         self._overlay_list: list[TopicOverlay] | None = None
+        self._since: int | None | object = _UNREAD
 
     # -- discovery -----------------------------------------------------------------------------------
     def _all_overlays(self) -> list[TopicOverlay]:
@@ -93,13 +91,9 @@ class TopicCatalog:
                 self._overlay_list = []
         return self._overlay_list
 
-    _overlay_location = staticmethod(overlay_location)
-
     def scan_buckets(self) -> list[str]:
-        """The buckets a scan lists: the configuration's and every overlay's."""
-        buckets = [self.default.bucket, *(loc.bucket for loc in self.also)]
-        buckets += [self._overlay_location(o, self.default).bucket for o in self._all_overlays()]
-        return list(dict.fromkeys(buckets))
+        """The buckets a scan lists: the configuration's, the earlier defaults' and every overlay's."""
+        return named_buckets(self.default, self._all_overlays(), *(loc.bucket for loc in self.also))
 
     def _scan(self) -> list[FoundTopicDir]:
         with self._lock:
@@ -135,7 +129,8 @@ class TopicCatalog:
     def topic_names(self) -> list[str]:
         """Every topic name with a location record, an overlay or (by scan) a committed segment."""
         names = set(self._recorded_topics()) | {o.topic for o in self._all_overlays()}
-        if self._scan_enabled:
+        # after a store-wide scan every topic is in the record: those it found, and those born since
+        if self._scan_enabled and not (self._trust_record and self._scanned_since() is not None):
             for found in self._scan():
                 try:
                     manifest = read_manifest(self.store, found.bucket, found.sample_manifest)
@@ -153,13 +148,32 @@ class TopicCatalog:
         # a scan finds ids no record names (stores older than the record); once `rsm store locate --record`
         # marked every recorded id of the topic complete, the record names them all (a later id is
         # recorded by the copy that writes it), and the buckets are not listed whole on every plan
-        if self._scan_enabled and not (ids and not self.also and all(self._lookup(topic, t)[1] for t in ids)):
+        if self._scan_enabled and not (ids and all(self._complete(self._lookup(topic, t)) for t in ids)):
             for tid, _ in self._scanned_for(topic):
                 ids.setdefault(tid, 0)
         return ids
 
-    def _lookup(self, topic: str, topic_id: uuid.UUID) -> tuple[list[Location], bool]:
+    def _lookup(self, topic: str, topic_id: uuid.UUID) -> RecordLookup:
         return self.registry.lookup(topic, topic_id)
+
+    def _scanned_since(self) -> int | None:
+        """The record's `_scanned.json` time (read once per catalog; None: no store-wide scan)."""
+        with self._lock:
+            if self._since is _UNREAD:
+                self._since = _missing_ok(self.registry.scanned_since, None)
+            return self._since  # type: ignore[return-value]
+
+    def _complete(self, record: RecordLookup) -> bool:
+        """Whether the record names every location of the topic id, so no bucket is listed for it: a scan
+        marked the id, or the id was first written after a store-wide scan (`rsm.store.locations`).
+        Never with earlier defaults (`also`, whose buckets the caller asked to scan) nor for `rsm store
+        locate`, which writes these markers."""
+        if not self._trust_record:
+            return False
+        if record.complete:
+            return True
+        since = self._scanned_since()
+        return since is not None and record.first_written_ms is not None and record.first_written_ms >= since
 
     def _recorded_topics(self) -> dict[str, dict[uuid.UUID, int]]:
         """`LocationRegistry.topics` of the current record and of the earlier defaults' (`also`)."""
@@ -194,28 +208,26 @@ class TopicCatalog:
         if self._overlay_list is None:  # the overlays and the location record are listed at once
             with ThreadPoolExecutor(1, thread_name_prefix="rsm-catalog") as pool:
                 overlays = pool.submit(self._all_overlays)
-                recorded, complete = self._lookup(topic, topic_id)
+                record = self._lookup(topic, topic_id)
                 overlays.result()
         else:
-            recorded, complete = self._lookup(topic, topic_id)
+            record = self._lookup(topic, topic_id)
+        recorded, complete = record.locations, self._complete(record)
         for overlay in self._all_overlays():
             if overlay.topic == topic and overlay.topic_id == topic_id:
-                found.append(self._overlay_location(overlay, self.default))
+                found.append(overlay.location(self.default))
         found += recorded
         for older in self._older:
             found += _missing_ok(lambda r=older: r.lookup(topic, topic_id)[0], [])
-        if self.also:
-            complete = False  # an earlier default's bucket is scanned whatever the current record says
         if self._scan_enabled and not complete:
             if not self.also and (topic, topic_id) not in _SCAN_NOTED:
                 _SCAN_NOTED.add((topic, topic_id))
                 log.info(
                     "%s (topic id %s): its location record is not marked complete, so every plan lists "
-                    "the bucket(s) whole to find its segments; `rsm store locate --topic %s --record` marks "
-                    "it (plans then list only the topic's own directories)",
+                    "the bucket(s) whole to find its segments; `rsm store locate --record` marks it and "
+                    "every topic first tiered after it (plans then list only the topics' own directories)",
                     topic,
                     uuid_to_base64(topic_id),
-                    topic,
                 )
             found += [loc for tid, loc in self._scanned_for(topic, topic_id) if tid == topic_id]
         return list(dict.fromkeys(found))

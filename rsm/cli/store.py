@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -95,7 +96,8 @@ def _catalog(path: Path, args: argparse.Namespace) -> TopicCatalog:
     also = _earlier_defaults(config, args)
     if not also:  # with --bucket OLD the default bucket may be one not made yet
         store.require_bucket(str(config.get("bucket")))
-    return TopicCatalog(config, store, also=also)
+    # locate writes the record's completeness markers, so it scans whatever they say
+    return TopicCatalog(config, store, also=also, trust_record=args.action != "locate")
 
 
 def _earlier_defaults(config: RsmConfig, args: argparse.Namespace) -> list[Location]:
@@ -234,6 +236,7 @@ def _ls(catalog: TopicCatalog, args: argparse.Namespace, out: Console) -> int:
 
 
 def _locate(catalog: TopicCatalog, args: argparse.Namespace, out: Console) -> int:
+    began = int(time.time() * 1000)  # a store-wide scan vouches for topic ids first written after it began
     found = []
     seen: set[str] = set()  # buckets holding segments
     for topic in _topics(catalog, args.topic):
@@ -252,6 +255,8 @@ def _locate(catalog: TopicCatalog, args: argparse.Namespace, out: Console) -> in
                     "locations": [str(x) for x in locations],
                 }
             )
+    if args.record and args.topic is None:
+        catalog.registry.mark_scanned(began, catalog.scan_buckets(), "locate")
     for old in catalog.also:  # a mistyped --bucket finds nothing: say so rather than succeed silently
         if old.bucket not in seen:
             err_console().print(
@@ -266,5 +271,8 @@ def _locate(catalog: TopicCatalog, args: argparse.Namespace, out: Console) -> in
         table.add_row(escape(f["topic"]), f["topic_id"], escape(", ".join(f["locations"])))
     out.print(table)
     if args.record:
-        out.print(f"recorded in {catalog.registry.describe()}: readers need not scan for these topics again")
+        later = " nor for topics first tiered from now on" if args.topic is None else ""
+        out.print(
+            f"recorded in {catalog.registry.describe()}: readers need not scan for these topics again{later}"
+        )
     return 0

@@ -28,7 +28,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -36,7 +36,8 @@ from rsm.api.errors import ConfigException
 from rsm.api.metadata import to_uuid, uuid_to_base64
 from rsm.config.names import topic_problem
 from rsm.config.redact import is_sensitive_key, shown
-from rsm.config.settings import TOPIC_KEYS, parse_topic_config
+from rsm.config.settings import TOPIC_KEYS, TOPIC_PREFIX, parse_topic_config
+from rsm.store.layout import Location
 from rsm.store.objects import ObjectNotFound, ObjectStore
 
 log = logging.getLogger(__name__)
@@ -104,6 +105,12 @@ class TopicOverlay:
     def topic_id_base64(self) -> str:
         return uuid_to_base64(self.topic_id)
 
+    def location(self, default: Location) -> Location:
+        """Where this overlay sends the topic's new copies (its bucket and prefix over the default)."""
+        bucket = self.configs.get(TOPIC_PREFIX + "bucket", default.bucket)
+        prefix = self.configs.get(TOPIC_PREFIX + "prefix", default.prefix)
+        return Location(bucket.strip(), prefix.strip())
+
     def to_bytes(self) -> bytes:
         doc = {
             "version": self.version,
@@ -146,6 +153,12 @@ class TopicOverlay:
             raise ConfigException(f"topic overlay {where}: {exc}") from None
         updated = doc.get("updated_ms", 0)
         return cls(topic, tid, checked, int(updated) if isinstance(updated, int) else 0, version)
+
+
+def named_buckets(default: Location, overlays: Iterable[TopicOverlay], *more: str) -> list[str]:
+    """The buckets the configuration and the overlays name (and `more`), each once, the default first:
+    where a scan for segments the location record lacks looks (`rsm.store.locations`)."""
+    return list(dict.fromkeys([default.bucket, *(o.location(default).bucket for o in overlays), *more]))
 
 
 class TopicOverlayStore:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 from rsm.api.errors import ConfigException
 from rsm.api.metadata import CustomMetadata, IndexType, LogSegmentData, RemoteLogSegmentMetadata
 from rsm.config.kms import is_kms_key
+from rsm.config.overlay import TopicOverlayStore, named_buckets
 from rsm.copy.checks import verify_segment
 from rsm.copy.manifest import Encryption, Manifest, SegmentInfo
 from rsm.copy.transform import SegmentCipher
@@ -174,6 +175,18 @@ def _record_location(state: RsmState, metadata: RemoteLogSegmentMetadata, locati
     seg = metadata.remote_log_segment_id
     assert state.registry is not None
     registry = state.registry
+
+    def scanned_buckets() -> list[str]:  # what a reader's scan would list, and this copy's bucket
+        overlays = TopicOverlayStore(state.store, registry.bucket, registry.prefix).list()
+        return named_buckets(Location(registry.bucket, registry.prefix), overlays, location.bucket)
+
+    try:  # a store recorded from its first segment: readers then never scan it (rsm.store.locations)
+        registry.mark_scanned_if_fresh(scanned_buckets)
+    except Exception as exc:  # noqa: BLE001 - what spares readers a scan must never fail Kafka's copy
+        log.warning(
+            "could not tell whether %s was recorded from its first segment (readers scan instead): %s: %s",
+            registry.describe(), type(exc).__name__, exc,
+        )  # fmt: skip
     with state.errors("location record", metadata, registry.bucket, registry.prefix):
         try:
             registry.record(seg.topic_id_partition.topic, seg.topic_id_partition.topic_id, location)

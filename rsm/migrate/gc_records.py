@@ -38,7 +38,6 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from rsm.api.metadata import uuid_to_base64
-from rsm.catalog.catalog import overlay_location
 from rsm.config.overlay import TopicOverlayStore
 from rsm.migrate.gc import Orphan
 from rsm.migrate.journal import JOURNAL_DIR
@@ -110,7 +109,7 @@ class StaleRecords:
             return None
         found = [self.default, *self.registry.locations(topic, tid)]
         if overlay is not None:
-            found.append(overlay_location(overlay, self.default))
+            found.append(overlay.location(self.default))
         return list(dict.fromkeys(found))
 
     def _anything_at(self, topic: str, tid: uuid.UUID, locations: list[Location]) -> bool:

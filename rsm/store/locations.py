@@ -32,6 +32,19 @@ manifest key in the buckets that the configuration and the topic overlays name i
 `<prefix><topic>-<topicId>/<partition>/<offset>-<segmentId>.manifest`. `rsm store locate --record` runs
 that scan once and writes what it found plus a `_complete.json` marker for each topic id, after which
 readers trust the record alone for that topic id.
+
+Topic ids born after such a scan need none: what the scan was for (segments written without a record)
+cannot exist for them, since every copy since records its location first. So a store-wide `rsm store
+locate --record` also writes one marker for the whole record,
+
+    <broker bucket>/<broker prefix>_rsm/topic-locations/_scanned.json
+    {"version": 1, "scanned_ms": <when the scan began>, "buckets": ["b", ...], "by": "locate" | "copy"}
+
+and readers trust the record alone for every topic id whose first copy entry (`recorded_ms`, no
+`found_by`) is not older than `scanned_ms`. A store the record was kept for from its first segment needs
+no scan at all: the RSM writes the marker itself (`by: copy`) when it records the first entry of an empty
+record and none of the buckets a scan would list (the configuration's, the overlays', the copy's own)
+holds a segment. Without the marker, every plan of a topic id not marked complete lists those buckets.
 """
 
 from __future__ import annotations
@@ -43,12 +56,14 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
 from rsm.api.metadata import to_uuid, uuid_to_base64
+from rsm.config.settings import Backend
 from rsm.store.layout import MANIFEST_SUFFIX, Location
 from rsm.store.objects import ObjectInfo, ObjectNotFound, ObjectStore
 
@@ -57,6 +72,7 @@ log = logging.getLogger(__name__)
 REGISTRY_DIR = "_rsm/topic-locations/"
 RECORD_VERSION = 1
 COMPLETE_MARKER = "_complete.json"
+SCANNED_MARKER = "_scanned.json"  # at the record's root: see the module docstring
 _ENTRY_LEAF = re.compile(r"[0-9a-f]{32}\.json")
 _TOPIC_DIR = re.compile(r"^(?P<topic>.+)-(?P<tid>[A-Za-z0-9_-]{22})$")
 # <anything><topic>-<tid>/<partition>/<20-digit offset>-<segment id>.manifest
@@ -118,6 +134,30 @@ def scan_bucket(store: ObjectStore, bucket: str) -> list[FoundTopicDir]:
     return list(found.values())
 
 
+def bucket_holds_segment(store: ObjectStore, bucket: str) -> bool:
+    """Whether any committed segment (a manifest key of any prefix) lies in the bucket: listed only until
+    the first one (on S3 a page at a time; an empty or missing bucket is one request)."""
+    if store.backend is not Backend.S3:
+        return any(_MANIFEST_KEY.match(key) for key in store.list(bucket, ""))
+    after = ""
+    while True:
+        page = store.list_from(bucket, "", start_after=after, limit=1000)
+        if any(_MANIFEST_KEY.match(o.key) for o in page):
+            return True
+        if len(page) < 1000:
+            return False
+        after = page[-1].key
+
+
+class RecordLookup(NamedTuple):
+    """One topic id's record: its locations in the order first recorded, whether a scan marked it
+    complete, and when its first copy entry was written (None when only found entries name it)."""
+
+    locations: list[Location]
+    complete: bool
+    first_written_ms: int | None
+
+
 class LocationRegistry:
     """The per-topic location record under the broker's default location (see the module docstring)."""
 
@@ -127,6 +167,7 @@ class LocationRegistry:
         self.prefix = prefix
         self._recorded: set[tuple[uuid.UUID, Location]] = set()
         self._lock = threading.Lock()
+        self._fresh_checked = False
 
     def _topic_dir(self, topic: str, topic_id: uuid.UUID | str) -> str:
         return f"{self.prefix}{REGISTRY_DIR}{topic}-{uuid_to_base64(to_uuid(topic_id))}/"
@@ -229,10 +270,11 @@ class LocationRegistry:
         """The locations recorded for one topic id, in the order they were first recorded."""
         return self.lookup(topic, topic_id)[0]
 
-    def lookup(self, topic: str, topic_id: uuid.UUID | str) -> tuple[list[Location], bool]:
-        """`locations` and `is_complete` from one listing of the topic id's record (its records read at
-        once): what a planner asks first, before anything else can start."""
+    def lookup(self, topic: str, topic_id: uuid.UUID | str) -> RecordLookup:
+        """`locations`, `is_complete` and the first copy's time from one listing of the topic id's record
+        (its entries read at once): what a planner asks first, before anything else can start."""
         found: list[tuple[int, Location]] = []
+        written: list[int] = []
         directory = self._topic_dir(topic, topic_id)
         keys = self.store.list(self.bucket, directory)
         complete = directory + COMPLETE_MARKER in keys
@@ -246,12 +288,15 @@ class LocationRegistry:
             if doc is None:
                 continue
             try:
-                found.append(
-                    (int(doc.get("recorded_ms", 0)), Location(str(doc["bucket"]), str(doc["prefix"])))
-                )
+                stamp = int(doc.get("recorded_ms", 0))
+                found.append((stamp, Location(str(doc["bucket"]), str(doc["prefix"]))))
             except (KeyError, TypeError, ValueError):
                 log.warning("ignoring malformed location record %s", self.store.describe(self.bucket, key))
-        return [loc for _, loc in sorted(found, key=lambda x: x[0])], complete
+                continue
+            if "found_by" not in doc:
+                written.append(stamp)
+        locations = [loc for _, loc in sorted(found, key=lambda x: x[0])]
+        return RecordLookup(locations, complete, min(written) if written else None)
 
     def is_complete(self, topic: str, topic_id: uuid.UUID | str) -> bool:
         """Whether a scan recorded every location of this topic id (`rsm store locate --record`)."""
@@ -266,6 +311,47 @@ class LocationRegistry:
         self.store.put(
             self.bucket, self._topic_dir(topic, topic_id) + COMPLETE_MARKER, json.dumps(doc).encode() + b"\n"
         )
+
+    def _scanned_key(self) -> str:
+        return self.prefix + REGISTRY_DIR + SCANNED_MARKER
+
+    def scanned_since(self) -> int | None:
+        """When the store-wide scan behind `_scanned.json` began (ms), or None: topic ids first written
+        since are recorded whole (module docstring)."""
+        try:
+            doc = json.loads(self.store.get(self.bucket, self._scanned_key()))
+            if not isinstance(doc, dict) or doc.get("version") != RECORD_VERSION:
+                raise ValueError("not a version 1 marker")
+            return int(doc["scanned_ms"])
+        except (ObjectNotFound, FileNotFoundError):
+            return None
+        except (KeyError, TypeError, ValueError):
+            log.warning("ignoring malformed marker %s", self.store.describe(self.bucket, self._scanned_key()))
+            return None
+
+    def mark_scanned(self, scanned_ms: int, buckets: Iterable[str], by: str) -> None:
+        """Write `_scanned.json`: a scan that began at `scanned_ms` left nothing of `buckets` unrecorded."""
+        doc = {"version": RECORD_VERSION, "scanned_ms": scanned_ms, "buckets": sorted(set(buckets)), "by": by}
+        self.store.put(self.bucket, self._scanned_key(), json.dumps(doc, sort_keys=True).encode() + b"\n")
+        log.info("marked %s: every topic id first written since is recorded whole", self.describe())
+
+    def mark_scanned_if_fresh(self, buckets: Callable[[], Iterable[str]]) -> bool:
+        """Once per process, before a copy's first entry: when the record is empty and no bucket a scan
+        would list holds a segment, nothing predates the record, so mark it (`by: copy`). True if marked.
+
+        Costs one listing request per process when the record has anything in it (the usual case)."""
+        with self._lock:
+            if self._fresh_checked:
+                return False
+            self._fresh_checked = True
+        began = int(time.time() * 1000)
+        if self.store.list_from(self.bucket, self.prefix + REGISTRY_DIR, limit=1):
+            return False
+        scanned = list(buckets())
+        if any(bucket_holds_segment(self.store, b) for b in scanned):
+            return False
+        self.mark_scanned(began, scanned, "copy")
+        return True
 
     def _read(self, key: str) -> dict[str, object] | None:
         try:
