@@ -232,3 +232,89 @@ def test_the_source_stores_credentials_are_never_shown_nor_journaled() -> None:
     assert cross.describe_store(config) == "s3 store http://127.0.0.1:9000"
     gcs = RsmConfig({"storage.backend": "gcs"})
     assert cross.describe_store(gcs) == "gcs store"  # nothing set: no "None|None"
+
+
+def _set_overlay(props: Path, tiered: Tiered, *settings: str) -> None:
+    from rsm.api.metadata import uuid_to_base64
+
+    tid = uuid_to_base64(tiered.topic_id)
+    code = main(["topic-config", "--config", str(props), "set", "--topic", tiered.topic, f"--topic-id={tid}",
+                 *settings])  # fmt: skip
+    assert code == 0
+
+
+def _overlay(configs: dict[str, str], tiered: Tiered) -> dict[str, str] | None:
+    found = TopicCatalog(RsmConfig(configs)).overlays.read(tiered.topic, tiered.topic_id)
+    return None if found is None else dict(found.configs)
+
+
+def test_the_topics_overlay_moves_with_it(
+    request: pytest.FixtureRequest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The source's overlay (a prefix, the topic's own key id) is copied into the destination before the
+    segments: they land where it says, and a broker switched to the destination tiers the topic's next
+    segment there under its key, not with the destination's defaults."""
+    import dataclasses
+
+    from rsm import RemoteStorageManager
+
+    tiered = _source("file", request, tmp_path, partitions=1, segments=2, records=60)
+    _set_overlay(tiered.props, tiered, "unchecked.rsm.prefix=cold/", "unchecked.rsm.encryption.key.id=k2")
+    capsys.readouterr()
+    wanted = _overlay(tiered.configs, tiered)
+    configs, props = _destination("s3", request, tmp_path, tiered)
+    move = ("migrate", "move", "--topic", "orders", "--from-config", str(tiered.props))
+    code, plan = _cli(props, *move, "--dry-run", capsys=capsys)
+    assert code == 0 and _overlay(configs, tiered) is None  # a dry run writes nothing
+    code = main(["migrate", "--config", str(props), *move[1:]])
+    out = capsys.readouterr().out
+    assert code == 0 and "the topic overlay of orders was copied to the destination" in out, out
+    assert _overlay(configs, tiered) == wanted
+    store = ObjectStore.from_config(RsmConfig(configs))
+    assert len([k for k in store.list(configs["bucket"], "cold/") if k.endswith(".manifest")]) == 2
+    _check_destination(tiered, configs, props, capsys)
+    rsm = RemoteStorageManager()
+    rsm.configure(configs)  # a broker switched to the destination store
+    log = dataclasses.replace(tiered.logs[0], rsm=rsm)
+    log.append(10)
+    log.roll()
+    rsm.close()
+    newest = TopicCatalog(RsmConfig(configs)).segments("orders", tiered.topic_id)[-1]
+    assert newest.start_offset == 120 and str(newest.location) == f"{configs['bucket']}/cold/"
+    assert newest.manifest.encryption is not None and newest.manifest.encryption.key_id == "k2"
+    code, again = _cli(props, *move, capsys=capsys)  # nothing left to do, the overlay the same
+    assert code == 0 and again["summary"]["items"] == 0
+
+
+def test_a_destination_overlay_stays_and_one_it_cannot_honour_is_refused(
+    request: pytest.FixtureRequest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tiered = _source("file", request, tmp_path, partitions=1, segments=1, records=40)
+    _set_overlay(tiered.props, tiered, "unchecked.rsm.prefix=cold/", "unchecked.rsm.bucket=elsewhere")
+    dest, props = _destination("s3", request, tmp_path, tiered)
+    move = [
+        "migrate",
+        "--config",
+        str(props),
+        "move",
+        "--topic",
+        "orders",
+        "--from-config",
+        str(tiered.props),
+    ]
+    capsys.readouterr()
+    assert main(move) == 1
+    err = capsys.readouterr().err.strip()
+    assert (
+        "\n" not in err and "names bucket 'elsewhere'" in err and "does not exist in the destination" in err
+    )
+    assert objects(dest, dest["bucket"]) == {}  # refused before anything was written
+    _set_overlay(props, tiered, "unchecked.rsm.prefix=mine/")  # the operator's own settings there
+    capsys.readouterr()
+    assert main(move) == 0
+    out = capsys.readouterr().out
+    assert "the destination's own topic overlay of orders stays; it differs from the source's in " in out, out
+    assert "unchecked.rsm.bucket, unchecked.rsm.prefix" in out
+    assert _overlay(dest, tiered) == {"unchecked.rsm.prefix": "mine/"}
+    store = ObjectStore.from_config(RsmConfig(dest))
+    assert len([k for k in store.list(dest["bucket"], "mine/") if k.endswith(".manifest")]) == 1

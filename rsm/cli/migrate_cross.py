@@ -20,7 +20,8 @@ from rsm.catalog import TopicCatalog
 from rsm.config.keyring import keyring_for
 from rsm.config.settings import RsmConfig
 from rsm.migrate import cross
-from rsm.migrate import plan as plans
+from rsm.migrate.context import MigrateError
+from rsm.migrate.cross_overlay import apply_overlay, plan_overlay
 from rsm.store.layout import Location
 from rsm.store.objects import ObjectStore
 
@@ -57,9 +58,13 @@ def cross_move(
     source_store.require_bucket(str(source_config.get("bucket")), f"bucket in {path}")
     source = TopicCatalog(source_config, source_store)
     tid = cli._topic_id(source, args)  # noqa: SLF001
-    settings = plans.topic_settings(
-        catalog, args.topic, tid
-    )  # the topic's overlay in the destination, if any
+    keyring = keyring_for(catalog.config)
+    try:
+        overlay = plan_overlay(source, catalog, args.topic, tid, keyring)
+    except MigrateError as exc:
+        raise _Error(str(exc)) from None
+    # the topic's settings in the destination: its overlay there, or the source's once copied
+    settings = catalog.config.resolve(None, overlay.configs or None)
     destination = Location(args.to_bucket or settings.bucket,
                            settings.prefix if args.to_prefix is None else args.to_prefix)  # fmt: skip
     cli._check_location(destination)  # noqa: SLF001
@@ -69,7 +74,6 @@ def cross_move(
         "source_location": str(source.default),
     }
     plan = cross.plan_cross_move(source, catalog.store, args.topic, tid, args.partition, destination, params)
-    keyring = keyring_for(catalog.config)
     missing_keys = sorted(
         {
             i.key_id
@@ -96,7 +100,12 @@ def cross_move(
         if not args.json:
             out.print(f"from {escape(cross.describe_store(source_config))} to "
                       f"{escape(cross.describe_store(catalog.config))}; {escape(kept)}")  # fmt: skip
+        if said := overlay.describe(args.topic, dry_run=True):
+            (err if args.json else out).print(escape(said))
         return 0
+    apply_overlay(catalog, args.topic, tid, overlay)  # before any segment: brokers switched early tier right
+    if said := overlay.describe(args.topic):
+        (err if args.json else out).print(escape(said))
     report, elapsed = cli._execute(args, spec, plan, err, "move across stores", store=catalog.store)  # noqa: SLF001
     cli._print_report(report, args, out, elapsed)  # noqa: SLF001
     if not args.json:

@@ -8,6 +8,9 @@ What must hold is that a broker switched to the destination fetches every old se
 log metadata Kafka already keeps, whose custom metadata names the location (bucket, prefix) each segment
 was written to in the *source* store.
 
+The topic's overlay goes first (`rsm.migrate.cross_overlay`): the new store's brokers tier the topic with
+its own settings, and the destination below follows them.
+
 The job's items are one per segment (one committed copy chosen when the source holds several, say after an
 interrupted move there), planned from the source's catalog (`rsm.catalog.TopicCatalog`), so every location
 of the topic is searched. Each item, in the destination store (D: the topic's configured location there, or
