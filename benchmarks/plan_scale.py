@@ -18,8 +18,9 @@ counted by the planner's store (`IOStats`: GETs and listing pages, 1,000 keys a 
   tiered: `latestOffset` + `partitions` of that trigger (two planners, as Spark calls them);
 - du: `rsm store du` (`topic_usage`): listings, and the first and last segments' manifests.
 
-The location record is marked complete first (`rsm store locate --record`), as a store planned often
-should be: without it every plan also lists the whole bucket to find the topic's locations.
+The store is recorded from its first segment, so the RSM's first copy marks the location record and no
+plan lists the bucket whole; "1%, record unmarked" is the 1% plan with that marker removed, as for a
+store whose segments may predate the record until `rsm store locate --record` runs.
 
 Targets (ratios within one run): at the largest size, the 1% plan makes at most 5% of the full plan's
 object reads and takes at most a tenth of its time; a trigger's requests stay flat from the smallest size
@@ -57,7 +58,7 @@ from rsm.copy.manifest import INDEX_NUMBERS, Manifest, SegmentInfo  # noqa: E402
 from rsm.copy.transform import PieceKind, bind_crc32c, piece_tag  # noqa: E402
 from rsm.fetch.reader import SegmentReader  # noqa: E402
 from rsm.store.layout import Location, SegmentKeys  # noqa: E402
-from rsm.store.locations import FoundBy  # noqa: E402
+from rsm.store.locations import REGISTRY_DIR, SCANNED_MARKER  # noqa: E402
 from segment_format.crc import crc32c  # noqa: E402
 from spark_reader.options import parse_options  # noqa: E402
 from spark_reader.source import TieredBatchReader  # noqa: E402
@@ -180,10 +181,9 @@ def run_size(endpoint: str, segments: int, tmp: Path, copy_path: bool) -> dict[s
     else:
         _write_directly(rsm, logs, per_partition)
     console.print(f"{segments:,} segments tiered in {time.perf_counter() - started:.0f} s")
-    catalog = TopicCatalog(RsmConfig(store))  # type: ignore[arg-type]
-    for location in catalog.locations(TOPIC, tid):  # `rsm store locate --record`
-        catalog.registry.record(TOPIC, tid, location, found_by=FoundBy.SCAN)
-    catalog.registry.mark_complete(TOPIC, tid, catalog.scan_buckets())
+    registry = TopicCatalog(RsmConfig(store)).registry  # type: ignore[arg-type]
+    # the store was recorded from its first segment: the RSM's first copy marked it, so plans never scan
+    assert registry.scanned_since() is not None, "the RSM did not mark a store recorded from its start"
 
     offsets = per_partition * RECORDS
     out: dict[str, dict[str, float]] = {}
@@ -204,6 +204,16 @@ def run_size(endpoint: str, segments: int, tmp: Path, copy_path: bool) -> dict[s
         startingOffsets=json.dumps({TOPIC: {str(p): lo for p in range(PARTITIONS)}}),
         endingOffsets=json.dumps({TOPIC: {str(p): lo + n for p in range(PARTITIONS)}}),
     )
+    # the same plan where segments may predate the record (no marker): it also lists the bucket whole
+    marker = f"{registry.prefix}{REGISTRY_DIR}{SCANNED_MARKER}"
+    kept = rsm.store.get(bucket, marker)
+    rsm.store.delete(bucket, marker)
+    batch(
+        "1%, record unmarked",
+        startingOffsets=json.dumps({TOPIC: {str(p): lo for p in range(PARTITIONS)}}),
+        endingOffsets=json.dumps({TOPIC: {str(p): lo + n for p in range(PARTITIONS)}}),
+    )
+    rsm.store.put(bucket, marker, kept)
     batch(
         "timestamp",
         startingTimestamp=str(BASE_TS + lo),
