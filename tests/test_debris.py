@@ -160,10 +160,11 @@ def _neighbour(store: ObjectStore, configs: dict[str, str], seg: Segment) -> Seg
     return keys
 
 
-# after the n-th operation of its kind (the first open, write, close and mv record the topic's location,
-# rsm.store.locations): the .log's temporary file half written, written but not renamed, the .log done and
-# the .indexes' temporary file just opened, the manifest's temporary file just opened
-FILE_KILLS = [("write", 4), ("close", 2), ("open", 3), ("open", 4)]
+# after the n-th operation of its kind (in a fresh store the first open, write, close and mv mark the
+# record kept from the first segment, the second record the topic's location, rsm.store.locations): the
+# .log's temporary file half written, written but not renamed, the .log done and the .indexes' temporary
+# file just opened, the manifest's temporary file just opened
+FILE_KILLS = [("write", 5), ("close", 3), ("open", 4), ("open", 5)]
 # an upload with no part yet, with one part, with two (the third would go up at commit)
 S3_KILLS = [("create_multipart_upload", 1), ("upload_part", 1), ("upload_part", 2)]
 
@@ -211,7 +212,7 @@ def test_kill_9_then_a_retried_copy_removes_the_earlier_attempts_leftovers(
     if backend == "file":
         root = tmp_path / "store"
         configs, store = _file_configs(root), Store(root)
-        op, n = "write", 6
+        op, n = "write", 7  # the .log's temporary file half written (see FILE_KILLS)
     else:
         s3_server = request.getfixturevalue("s3_server")
         bucket = s3_server.make_bucket()
