@@ -72,8 +72,13 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     word of where. So each test also arms faulthandler's C watchdog: past its timeout plus a grace, it
     writes every thread's stack to the real stderr and ends the session (exit 1)."""
     marker = item.get_closest_marker("timeout")
-    timeout = float(marker.args[0]) if marker and marker.args else float(item.config.getini("timeout") or 0)
-    if timeout > 0 and _hang_fd is not None:
+    if marker and marker.args:
+        timeout = float(marker.args[0])
+    else:  # pytest-timeout's own order: --timeout, then PYTEST_TIMEOUT, then the ini file
+        given = item.config.getoption("timeout", None) or os.environ.get("PYTEST_TIMEOUT")
+        timeout = float(given or item.config.getini("timeout") or 0)
+    debugging = item.config.getoption("usepdb", False)  # a session stopped at a breakpoint is no hang
+    if timeout > 0 and _hang_fd is not None and not debugging:
         faulthandler.dump_traceback_later(timeout + HANG_GRACE_S, exit=True, file=_hang_fd)
     try:
         yield

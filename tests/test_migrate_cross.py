@@ -318,3 +318,18 @@ def test_a_destination_overlay_stays_and_one_it_cannot_honour_is_refused(
     assert _overlay(dest, tiered) == {"unchecked.rsm.prefix": "mine/"}
     store = ObjectStore.from_config(RsmConfig(dest))
     assert len([k for k in store.list(dest["bucket"], "mine/") if k.endswith(".manifest")]) == 1
+
+
+def test_without_a_source_overlay_the_destinations_own_places_the_segments(
+    request: pytest.FixtureRequest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tiered = _source("file", request, tmp_path, partitions=1, segments=1, records=40)
+    dest, props = _destination("s3", request, tmp_path, tiered)
+    _set_overlay(props, tiered, "unchecked.rsm.prefix=mine/")
+    capsys.readouterr()
+    code, report = _cli(props, "migrate", "move", "--topic", "orders", "--from-config", str(tiered.props),
+                        capsys=capsys)  # fmt: skip
+    assert code == 0 and report["summary"]["done"] == 1, report
+    assert _overlay(dest, tiered) == {"unchecked.rsm.prefix": "mine/"}
+    store = ObjectStore.from_config(RsmConfig(dest))
+    assert len([k for k in store.list(dest["bucket"], "mine/") if k.endswith(".manifest")]) == 1

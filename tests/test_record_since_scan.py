@@ -79,7 +79,6 @@ def test_a_store_recorded_from_its_first_segment_is_never_scanned(tmp_path: Path
     assert marker["by"] == "copy" and marker["buckets"] == ["main"] and marker["scanned_ms"] >= before
     _tier(tmp_path, "payments", 3, **{"unchecked.rsm.prefix": "p/"})
     assert _next_offset(tmp_path, "orders") == 7 and _next_offset(tmp_path, "payments") == 3
-    assert TopicCatalog(RsmConfig(_configs(tmp_path))).topic_names() == ["orders", "payments"]
     assert scans == []
     # the marker is what spares them: without it, the same plans list the bucket
     (_registry(tmp_path) / SCANNED_MARKER).unlink()
@@ -117,8 +116,11 @@ def test_a_store_wide_locate_vouches_for_topic_ids_first_written_after_it(
     scans.clear()
     _tier(tmp_path, "later", 6, **{"unchecked.rsm.prefix": "y/"})  # a topic id born after the scan
     assert _next_offset(tmp_path, "later") == 6 and _next_offset(tmp_path, "old") == 5
-    assert TopicCatalog(RsmConfig(_configs(tmp_path))).topic_names() == ["later", "new", "old"]
     assert scans == []
+    # the names a pattern matches are still scanned for: a name the record lacks has no id to vouch for
+    assert TopicCatalog(RsmConfig(_configs(tmp_path))).topic_names() == ["later", "new", "old"]
+    assert scans == ["main"]
+    scans.clear()
     # an id first written before the scan is trusted only through its own marker
     (_registry(tmp_path) / f"new-{uuid_to_base64(new.topic_id)}" / COMPLETE_MARKER).unlink()
     assert _next_offset(tmp_path, "new") == 4
@@ -139,3 +141,24 @@ def test_a_bucket_is_listed_only_until_its_first_segment(s3_server: Any) -> None
     assert bucket_holds_segment(store, bucket)
     assert store.stats.lists - lists == 2  # two pages, then it stopped
     assert not bucket_holds_segment(store, "no-such-bucket")
+
+
+def test_a_store_wide_locate_that_could_not_tell_a_directory_vouches_for_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A topic directory whose manifest cannot be read (retention deleting it during the scan, a damaged
+    object) names no topic, so it is not recorded: the marker would then hide it from later plans."""
+    _tier(tmp_path, "old", 5)
+    shutil.rmtree(_registry(tmp_path))
+    tid, sid = "A" * 22, "B" * 22
+    odd = tmp_path / "store" / "main" / f"odd-{tid}" / "0" / f"{0:020d}-{sid}.manifest"
+    odd.parent.mkdir(parents=True)
+    odd.write_bytes(b"not a manifest")
+    props = tmp_path / "server.properties"
+    props.write_text("".join(f"rsm.config.{k}={v}\n" for k, v in _configs(tmp_path).items()))
+    assert main(["store", "--config", str(props), "locate", "--record"]) == 0
+    captured = capsys.readouterr()
+    assert "1 topic directory (first: file:main/odd-AAAAAAAAAAAAAAAAAAAAAA/)" in captured.err, captured.err
+    assert "not vouched for" in captured.err and "nor for topics first tiered" not in captured.out
+    assert not (_registry(tmp_path) / SCANNED_MARKER).exists()
+    assert _next_offset(tmp_path, "old") == 5  # what it could tell is recorded

@@ -109,6 +109,10 @@ class TopicCatalog:
                 self._scanned = found
             return self._scanned
 
+    def scanned_dirs(self) -> list[FoundTopicDir]:
+        """Every topic directory the scan found (listing the buckets once per catalog)."""
+        return list(self._scan())
+
     def _scanned_for(self, topic: str, topic_id: uuid.UUID | None = None) -> list[tuple[uuid.UUID, Location]]:
         """(topic id, location) of scanned directories that hold this topic (confirmed by a manifest)."""
         out = []
@@ -129,8 +133,10 @@ class TopicCatalog:
     def topic_names(self) -> list[str]:
         """Every topic name with a location record, an overlay or (by scan) a committed segment."""
         names = set(self._recorded_topics()) | {o.topic for o in self._all_overlays()}
-        # after a store-wide scan every topic is in the record: those it found, and those born since
-        if self._scan_enabled and not (self._trust_record and self._scanned_since() is not None):
+        # always scanned, marker or not: a name the record lacks (an entry `rsm migrate gc` removed while a
+        # broker still remembers writing it, a topic an older release tiers during a rolling upgrade) has
+        # no topic id to vouch for
+        if self._scan_enabled:
             for found in self._scan():
                 try:
                     manifest = read_manifest(self.store, found.bucket, found.sample_manifest)

@@ -39,7 +39,7 @@ from rsm.cli.console import err_console, out_console
 from rsm.cli.options import config_and_json
 from rsm.config.settings import RsmConfig
 from rsm.store.layout import Location
-from rsm.store.locations import FoundBy
+from rsm.store.locations import FoundBy, FoundTopicDir
 from rsm.store.objects import ObjectStore
 
 ACTIONS = ("du", "ls", "locate")
@@ -238,6 +238,7 @@ def _ls(catalog: TopicCatalog, args: argparse.Namespace, out: Console) -> int:
 def _locate(catalog: TopicCatalog, args: argparse.Namespace, out: Console) -> int:
     began = int(time.time() * 1000)  # a store-wide scan vouches for topic ids first written after it began
     found = []
+    stray: list[FoundTopicDir] = []
     seen: set[str] = set()  # buckets holding segments
     for topic in _topics(catalog, args.topic):
         for topic_id in catalog.topic_ids(topic):
@@ -256,7 +257,20 @@ def _locate(catalog: TopicCatalog, args: argparse.Namespace, out: Console) -> in
                 }
             )
     if args.record and args.topic is None:
-        catalog.registry.mark_scanned(began, catalog.scan_buckets(), "locate")
+        # vouch for later topic ids only if every directory the scan found is now recorded: one whose
+        # manifest could not be read (retention deleting it meanwhile) names no topic, so it is not
+        recorded = {f["topic_id"] for f in found}
+        stray = [d for d in catalog.scanned_dirs() if uuid_to_base64(d.topic_id) not in recorded]
+        if stray:
+            first, first_id = stray[0], uuid_to_base64(stray[0].topic_id)
+            err_console().print(
+                f"rsm store: {len(stray)} topic director{'y' if len(stray) == 1 else 'ies'} (first: "
+                f"{escape(catalog.store.describe(first.bucket, f'{first.directory}{first.name}-{first_id}/'))}) "
+                "could not be told to a topic (no readable manifest): topics first tiered from now on are "
+                "not vouched for; run locate --record again"
+            )
+        else:
+            catalog.registry.mark_scanned(began, catalog.scan_buckets(), "locate")
     for old in catalog.also:  # a mistyped --bucket finds nothing: say so rather than succeed silently
         if old.bucket not in seen:
             err_console().print(
@@ -271,7 +285,7 @@ def _locate(catalog: TopicCatalog, args: argparse.Namespace, out: Console) -> in
         table.add_row(escape(f["topic"]), f["topic_id"], escape(", ".join(f["locations"])))
     out.print(table)
     if args.record:
-        later = " nor for topics first tiered from now on" if args.topic is None else ""
+        later = " nor for topics first tiered from now on" if args.topic is None and not stray else ""
         out.print(
             f"recorded in {catalog.registry.describe()}: readers need not scan for these topics again{later}"
         )

@@ -5,7 +5,8 @@ prefix, its encryption and key id, its compression, chunk size and record valida
 the destination store read overlays from there only, so a move that left the overlay behind would have
 them tier the topic's next segments with the destination's defaults: unencrypted, say, a topic the source
 encrypted under its own key. So the move copies the source's overlay into the destination, before any
-segment, which also places the moved segments where the topic's new copies will go.
+segment; the moved segments then go where the topic's new copies will (unless `--to-bucket` /
+`--to-prefix` name another place).
 
 An overlay already in the destination is the operator's choice for the new store and stays; keys in
 which the two differ are reported. The copy is refused, before anything is written, when the destination
@@ -31,7 +32,7 @@ KEY_ID = TOPIC_PREFIX + "encryption.key.id"
 class OverlayAction(StrEnum):
     """What the move does with the topic's overlay."""
 
-    NONE = "none"  # the source has none
+    NONE = "none"  # the source has none (the destination's, if any, applies)
     COPY = "copy"  # the destination has none: the source's is copied there
     SAME = "same"  # the destination already holds the same settings
     KEPT = "kept"  # the destination holds other settings: they stay (see `differs`)
@@ -68,11 +69,11 @@ def plan_overlay(
         ours = destination.overlays.read(topic, topic_id)
     except ConfigException as exc:
         raise MigrateError(str(exc)) from None
-    if theirs is None:
-        return OverlayCarry(OverlayAction.NONE)
+    held = None if ours is None else dict(ours.configs)
+    if theirs is None:  # the destination's own overlay, if any, still places the moved segments
+        return OverlayCarry(OverlayAction.NONE, held or {})
     wanted = dict(theirs.configs)
-    if ours is not None:
-        held = dict(ours.configs)
+    if held is not None:
         differs = tuple(sorted(k for k in wanted.keys() | held.keys() if wanted.get(k) != held.get(k)))
         return OverlayCarry(OverlayAction.KEPT if differs else OverlayAction.SAME, held, differs)
     where = source.overlays.describe(topic, topic_id)
@@ -93,7 +94,8 @@ def plan_overlay(
 
 
 def apply_overlay(destination: TopicCatalog, topic: str, topic_id: uuid.UUID, carry: OverlayCarry) -> None:
-    """Write the source's overlay into the destination (a COPY decision; anything else writes nothing).
+    """Write the source's overlay into the destination (a COPY decision; anything else writes nothing),
+    unless one appeared there since the plan (`rsm topic-config` run meanwhile: the operator's wins).
     Idempotent: a resumed move finds it there and decides SAME."""
-    if carry.action is OverlayAction.COPY:
+    if carry.action is OverlayAction.COPY and destination.overlays.read(topic, topic_id) is None:
         destination.overlays.write(topic, topic_id, carry.configs)
