@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from rsm.api.errors import ConfigException
 from rsm.api.metadata import CustomMetadata, IndexType, LogSegmentData, RemoteLogSegmentMetadata
 from rsm.config.kms import is_kms_key
-from rsm.config.overlay import TopicOverlayStore, named_buckets
+from rsm.config.overlay import named_buckets
 from rsm.copy.checks import verify_segment
 from rsm.copy.manifest import Encryption, Manifest, SegmentInfo
 from rsm.copy.transform import SegmentCipher
@@ -177,7 +177,7 @@ def _record_location(state: RsmState, metadata: RemoteLogSegmentMetadata, locati
     registry = state.registry
 
     def scanned_buckets() -> list[str]:  # what a reader's scan would list, and this copy's bucket
-        overlays = TopicOverlayStore(state.store, registry.bucket, registry.prefix).list()
+        overlays = state.overlays.overlays.list()  # the overlay store beside the record
         return named_buckets(Location(registry.bucket, registry.prefix), overlays, location.bucket)
 
     try:  # a store recorded from its first segment: readers then never scan it (rsm.store.locations)

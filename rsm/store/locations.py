@@ -43,10 +43,12 @@ locate --record` also writes one marker for the whole record,
 and readers trust the record alone for every topic id whose first copy entry (`recorded_ms`, no
 `found_by`) is not older than `scanned_ms` (a topic id asked for by name: the names a pattern matches are
 still scanned for, since a name the record lacks has no entry to vouch for it). An id with no entry of
-its own, say one tiered only by an older release during a rolling upgrade, is scanned for as before. A store the record was kept for from its first segment needs
-no scan at all: the RSM writes the marker itself (`by: copy`) when it records the first entry of an empty
-record and none of the buckets a scan would list (the configuration's, the overlays', the copy's own)
-holds a segment. Without the marker, every plan of a topic id not marked complete lists those buckets.
+its own, say one tiered only by an older release during a rolling upgrade, is scanned for as before.
+
+A store the record was kept for from its first segment needs no scan at all: the RSM writes the marker
+itself (`by: copy`) when it records the first entry of an empty record and none of the buckets a scan
+would list (the configuration's, the overlays', the copy's own) holds a segment. Without the marker,
+every plan of a topic id not marked complete lists those buckets.
 """
 
 from __future__ import annotations
