@@ -179,7 +179,7 @@ def test_a_topics_missing_bucket_is_named_by_topic_config_and_import(tmp_path: P
     props = properties(tmp_path / "server.properties", **s3_server.rsm_configs(bucket=default))
     tid = uuid.uuid4()
     make_segment(tmp_path / "t-0", TopicIdPartition(tid, "t", 0), batches=3)
-    topic = ["--topic", "t", "--topic-id", uuid_to_base64(tid)]
+    topic = ["--topic", "t", f"--topic-id={uuid_to_base64(tid)}"]  # a base64 id may begin with '-'
     missing = "no-such-bucket-26"
     done = rsm(
         "topic-config",
