@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import uuid
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
@@ -35,10 +36,12 @@ from rsm.policy.loading import load_topic_policy
 from rsm.policy.pending import PendingAdopter, PendingOverlayStore
 from rsm.store import custom_metadata as cm
 from rsm.store.errors import StoreErrors, safe_message
+from rsm.store.home import CatalogHome, catalog_home, data_default
 from rsm.store.layout import Location, SegmentKeys
 from rsm.store.location_notes import LocationNotes
 from rsm.store.locations import LocationRegistry
 from rsm.store.objects import ObjectStore
+from rsm.store.topic_encryption import EncryptionMemory
 from rsm.validation.api import RecordValidationPolicy, load_policy
 from rsm.validation.builtin import BuiltinPolicies
 from rsm.validation.records import ValidationStats
@@ -84,6 +87,10 @@ class RsmState:
         self._pending: PendingOverlayStore | None = None
         self.gate: PolicyGate | None = None
         self.registry: LocationRegistry | None = None
+        self.home: CatalogHome | None = None
+        self.encryption_memory: EncryptionMemory | None = None
+        # topic ids the catalog home was found to know, so a copy with a past checks only once per process
+        self.known_topics: set[uuid.UUID] = set()
         self.registry_warned = False
         self.notes: LocationNotes | None = None
         self.manifests: ByteLRU[tuple[Manifest, int]] = ByteLRU(8 << 20, sizeof=lambda v: v[1])
@@ -118,17 +125,20 @@ class RsmState:
         policy_class = config.get("record.validation.policy.class.name")
         # topics name a built-in policy (rsm.validation.builtin) unless the broker names a class
         policy = load_policy(str(policy_class), plain) if policy_class else BuiltinPolicies()
-        bucket, prefix = str(config.get("bucket")), str(config.get("prefix"))
-        registry = LocationRegistry(store, bucket, prefix)
+        # the store's documents live at the catalog home, apart from where new segments go (rsm.store.home)
+        home = catalog_home(config)
+        registry = LocationRegistry(store, home.bucket, home.prefix)
         # a topic's overlay, adopted from the pending overlay of its name before its first copy (rsm.policy)
-        overlay_store = TopicOverlayStore(store, bucket, prefix)
-        pending = PendingOverlayStore(store, bucket, prefix)
+        overlay_store = TopicOverlayStore(store, home.bucket, home.prefix)
+        pending = PendingOverlayStore(store, home.bucket, home.prefix)
         overlay_ttl = int(config.get("topic.overlay.cache.ms"))  # type: ignore[arg-type]
         overlays = OverlayCache(
             overlay_store, overlay_ttl, adopt=PendingAdopter(overlay_store, pending, registry)
         )
         topic_policy = load_topic_policy(str(config.get("policy.class.name") or "") or None, plain)
-        notes = LocationNotes(registry)
+        notes = LocationNotes(registry, data_default(config))
+        catalog = CatalogHome(store, home, ttl_ms=overlay_ttl)
+        memory = EncryptionMemory(store, home, ttl_ms=overlay_ttl)
         with self.lock:
             old_policy, old_gate, old_notes = self.policy, self.gate, self.notes
             self.notes = notes
@@ -137,6 +147,8 @@ class RsmState:
             self._pending = pending
             self.gate = PolicyGate(topic_policy, overlay_ttl)
             self.registry = registry
+            self.home = catalog
+            self.encryption_memory = memory
             self.manifests = ByteLRU(int(config.get("cache.manifest.bytes")), sizeof=lambda v: v[1])  # type: ignore[arg-type]
             self.chunks = ByteLRU(int(config.get("cache.chunk.bytes")))  # type: ignore[arg-type]
             self.readers.clear()  # they hold the old store and chunk cache
@@ -226,6 +238,10 @@ class RsmState:
             raise RemoteStorageException(
                 f"cannot read the topic overlay {where} of {tip}: {type(exc).__name__}: {safe_message(exc)}"
             ) from exc
+
+    def topic_overlay_exists(self, topic: str, topic_id: uuid.UUID) -> bool:
+        """Whether the topic has an overlay in the catalog home (read through the overlay cache)."""
+        return bool(self.overlays.configs(topic, topic_id))
 
     def settings(
         self, log_config: Mapping[str, str] | None, topic_id_partition: TopicIdPartition | None = None

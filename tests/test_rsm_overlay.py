@@ -234,9 +234,19 @@ def test_copies_follow_the_overlay_and_old_segments_stay_reachable(
         assert entries["bucket"].source is ConfigSource.TOPIC_OVERLAY
         assert entries["encryption.key.id"].value == "k2"
 
-        # the overlay moves topic A: the next copy (cache 0 ms) goes to a2; the old segment still reads
+        # the overlay moves topic A: the next copy (cache 0 ms) goes to a2; the old segment still reads.
+        # An overlay rewritten without its encryption keys does not turn encryption off by omission
+        # (rsm.copy.downgrade): the copy is refused and nothing reaches a2 until it says so explicitly
         overlays.write(a.topic, a.topic_id, {"unchecked.rsm.bucket": store.buckets["a2"]})
         seg_a2 = make_segment(tmp_path / "a2", a, base_offset=5000, batches=3)
+        with pytest.raises(ConfigException, match="encryption.enabled=false on the topic"):
+            rsm.copy_log_segment_data(seg_a2.metadata, seg_a2.data, lc)
+        assert store.keys(store.buckets["a2"]) == {}
+        overlays.write(
+            a.topic,
+            a.topic_id,
+            {"unchecked.rsm.bucket": store.buckets["a2"], "unchecked.rsm.encryption.enabled": "false"},
+        )
         rsm.copy_log_segment_data(seg_a2.metadata, seg_a2.data, lc)
         objects_a2 = store.keys(store.buckets["a2"])
         assert len(objects_a2) == 3 and all(k.startswith("topic-a-") for k in objects_a2)

@@ -22,6 +22,7 @@ from rsm.api.metadata import uuid_to_base64
 from rsm.copy.manifest import Manifest
 from rsm.store.layout import Location, SegmentKeys
 from rsm.store.locations import REGISTRY_DIR
+from rsm.store.topic_encryption import MEMORY_DIR
 
 
 class Store:
@@ -42,7 +43,8 @@ class Store:
             self.configs.update(s3.rsm_configs())  # type: ignore[union-attr]
 
     def keys(self, bucket: str, *, records: bool = False) -> dict[str, bytes]:
-        """Every object of a bucket: key -> content (the topics' location records only if `records`)."""
+        """Every object of a bucket: key -> content (the topics' location records and encryption memory only if
+        `records`)."""
         out: dict[str, bytes] = {}
         if self.kind == "file":
             root = self.root / bucket
@@ -54,7 +56,7 @@ class Store:
             self.fs.invalidate_cache()
             for path in self.fs.find(bucket):
                 out[path[len(bucket) + 1 :]] = self.fs.cat_file(path)
-        return {k: v for k, v in out.items() if records or REGISTRY_DIR not in k}
+        return {k: v for k, v in out.items() if records or (REGISTRY_DIR not in k and MEMORY_DIR not in k)}
 
 
 @pytest.fixture(params=["file", "s3", "gcs", "azure"])

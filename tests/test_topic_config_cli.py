@@ -17,6 +17,7 @@ from rsm.bridge.server import load_properties, split_rsm_configs
 from rsm.cli.main import main
 from rsm.config.overlay import OVERLAY_DIR
 from rsm.store.locations import REGISTRY_DIR
+from rsm.store.topic_encryption import MEMORY_DIR
 
 SECRET = "not-a-real-secret-0123"
 
@@ -135,8 +136,12 @@ def test_set_dry_run_describe_unset_and_the_rsm_follows(
     try:
         seg = make_segment(tmp_path / "seg", tip, batches=30, value_size=400)
         rsm.copy_log_segment_data(seg.metadata, seg.data, LogConfig({"retention.ms": "-1"}))
-        data_keys = [k for k in broker.objects() if k != key and REGISTRY_DIR not in k]
+        data_keys = [k for k in broker.objects() if k != key and REGISTRY_DIR not in k and MEMORY_DIR not in k]
         assert len(data_keys) == 3
+        # the topic's encryption (its overlay's key k2) is remembered beside the overlay (rsm.copy.downgrade)
+        assert [k for k in broker.objects() if MEMORY_DIR in k] == [
+            f"tiers/{MEMORY_DIR}orders-{uuid_to_base64(tip.topic_id)}.json"
+        ]
         assert all(k.startswith(f"orders-tier/orders-{uuid_to_base64(tip.topic_id)}/0/") for k in data_keys)
     finally:
         rsm.close()

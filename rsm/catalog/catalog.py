@@ -25,6 +25,7 @@ from rsm.catalog.ranged import HEAD_OBJECTS, INF, EpochCache, Probe, RangedHisto
 from rsm.catalog.segments import CatalogError, StoredSegment, list_segments, map_concurrently, read_manifest
 from rsm.config.overlay import TopicOverlay, TopicOverlayStore, named_buckets
 from rsm.config.settings import Backend, RsmConfig
+from rsm.store.home import CatalogHome, catalog_home, data_default
 from rsm.store.layout import OBJECT_NAME, Location
 from rsm.store.locations import FoundTopicDir, LocationRegistry, RecordLookup, scan_bucket
 from rsm.store.objects import ObjectNotFound, ObjectStore
@@ -67,11 +68,13 @@ class TopicCatalog:
     ) -> None:
         self.config = config
         self.store = store or ObjectStore.from_config(config)
-        self.default = Location(str(config.get("bucket")), str(config.get("prefix")))
-        self.registry = LocationRegistry(self.store, self.default.bucket, self.default.prefix)
+        self.default = data_default(config)  # where new segments go
+        self.home = catalog_home(config)  # where the overlays and the location record live (rsm.store.home)
+        CatalogHome(self.store, self.home, ttl_ms=0).check()  # a moved (or half-moved) catalog is refused
+        self.registry = LocationRegistry(self.store, self.home.bucket, self.home.prefix)
         self.also = [loc for loc in dict.fromkeys(also) if loc != self.default]
         self._older = [LocationRegistry(self.store, loc.bucket, loc.prefix) for loc in self.also]
-        self.overlays = TopicOverlayStore(self.store, self.default.bucket, self.default.prefix)
+        self.overlays = TopicOverlayStore(self.store, self.home.bucket, self.home.prefix)
         self._scan_enabled = scan
         # whether a complete record stands in for a scan; False for `rsm store locate`, which writes them
         self._trust_record = trust_record and not self.also

@@ -51,6 +51,7 @@ from rsm.policy.api import (
 from rsm.policy.enforce import topic_configs
 from rsm.policy.loading import load_topic_policy
 from rsm.policy.pending import PendingOverlay, PendingOverlayStore
+from rsm.store.home import CatalogHome, catalog_home
 from rsm.store.objects import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -115,9 +116,13 @@ def run(args: argparse.Namespace) -> int:
         # no action makes a bucket: one that does not exist is named first; describe and list only read,
         # so a file store's missing root is refused rather than made (as `rsm store` does)
         store = ObjectStore.from_config(config, create=args.action in ("set", "unset"))
-        store.require_bucket(str(config.get("bucket")))
-        overlays = TopicOverlayStore(store, str(config.get("bucket")), str(config.get("prefix")))
-        pending = PendingOverlayStore(store, str(config.get("bucket")), str(config.get("prefix")))
+        store.require_bucket(
+            config.catalog_bucket, "catalog.bucket" if config.get("catalog.bucket") else None
+        )
+        home = CatalogHome(store, catalog_home(config), ttl_ms=0)
+        home.check()  # overlays are never read from, nor written to, a catalog that was moved away
+        overlays = TopicOverlayStore(store, home.bucket, home.prefix)
+        pending = PendingOverlayStore(store, home.bucket, home.prefix)
         if args.action == "list":
             return _list(overlays, pending, args, out)
         target = _target(args)

@@ -138,6 +138,19 @@ SETTINGS: tuple[Setting, ...] = (
     *CLOUD_SETTINGS,
     Setting("bucket", "kafka-tiered-storage", _bucket, "bucket of new segments", topic=True),
     Setting("prefix", "", _prefix, "key prefix of new segments", topic=True),
+    Setting(
+        "catalog.bucket",
+        None,
+        _bucket,
+        "bucket of the store's own documents (topic overlays, location records, journals); unset: `bucket`. "
+        "Set it to the old value when you change `bucket`, or move it with `rsm migrate catalog`",
+    ),
+    Setting(
+        "catalog.prefix",
+        None,
+        _prefix,
+        "key prefix of the store's own documents; unset: `prefix` (see catalog.bucket)",
+    ),
     Setting("encryption.enabled", "false", _bool, "AES-256-GCM encryption of new segments", topic=True),
     Setting(
         "encryption.key.id",
@@ -336,6 +349,11 @@ class TopicSettings:
     validation_policy: str | None
     on_violation: ViolationAction
     legal_hold: bool = False
+    # where encryption.enabled and encryption.key.id came from (the copy's downgrade check: rsm.copy.downgrade)
+    encryption_source: ConfigSource = ConfigSource.DEFAULT
+    encryption_setting: str = "encryption.enabled"
+    key_source: ConfigSource = ConfigSource.DEFAULT
+    key_setting: str = "encryption.key.id"
 
 
 class RsmConfig:
@@ -361,6 +379,8 @@ class RsmConfig:
                 + self._misspelled("storage.file.root")
             )
         self._check_backend_bucket(str(self._values["bucket"]), "bucket")
+        if self._values["catalog.bucket"] is not None:
+            self._check_backend_bucket(str(self._values["catalog.bucket"]), "catalog.bucket")
 
     def _misspelled(self, name: str) -> str:
         """` (K is not a setting: did you mean NAME?)` for the unknown keys that misspell `name`, else ''."""
@@ -373,6 +393,18 @@ class RsmConfig:
     def get(self, name: str) -> object:
         """The broker-level (or built-in) value of a setting."""
         return self._values[name]
+
+    @property
+    def catalog_bucket(self) -> str:
+        """Where the store's own documents live (`catalog.bucket`, else `bucket`): see `rsm.store.home`."""
+        value = self._values["catalog.bucket"]
+        return str(value if value is not None else self._values["bucket"])
+
+    @property
+    def catalog_prefix(self) -> str:
+        """The key prefix of the store's own documents (`catalog.prefix`, else `prefix`)."""
+        value = self._values["catalog.prefix"]
+        return str(value if value is not None else self._values["prefix"])
 
     @property
     def file_root(self) -> Path | None:
@@ -429,6 +461,10 @@ class RsmConfig:
             validation_policy=policy,
             on_violation=v["record.validation.on.violation"],  # type: ignore[arg-type]
             legal_hold=bool(v["legal.hold"]),
+            encryption_source=resolved["encryption.enabled"][1].source,
+            encryption_setting=resolved["encryption.enabled"][1].key,
+            key_source=resolved["encryption.key.id"][1].source,
+            key_setting=resolved["encryption.key.id"][1].key,
         )
 
     def _check_backend_bucket(self, bucket: str, key: str) -> None:

@@ -31,11 +31,13 @@ from rsm.api.metadata import CustomMetadata, IndexType, LogSegmentData, RemoteLo
 from rsm.config.kms import is_kms_key
 from rsm.config.overlay import named_buckets
 from rsm.copy.checks import verify_segment
+from rsm.copy.downgrade import guard_copy
 from rsm.copy.manifest import Encryption, Manifest, SegmentInfo
 from rsm.copy.transform import SegmentCipher
 from rsm.copy.upload import upload_indexes, upload_log
 from rsm.store import custom_metadata as cm
 from rsm.store.deletion import sweep_leftovers
+from rsm.store.home import data_default
 from rsm.store.layout import Location, SegmentKeys
 from rsm.store.objects import ObjectNotFound
 
@@ -84,6 +86,8 @@ def copy_segment(
             f"topic {seg.topic_id_partition.topic} is not encrypted, but manifest.require.authenticated=true "
             "would refuse to fetch its segments"
         )
+    # no silent downgrade: the home in use, the topic's past known to it, encryption weakened only on purpose
+    guard_copy(state, metadata, segment_data, settings)
     log_path = segment_data.log_segment
     started = time.monotonic()
 
@@ -178,7 +182,7 @@ def _record_location(state: RsmState, metadata: RemoteLogSegmentMetadata, locati
 
     def scanned_buckets() -> list[str]:  # what a reader's scan would list, and this copy's bucket
         overlays = state.overlays.overlays.list()  # the overlay store beside the record
-        return named_buckets(Location(registry.bucket, registry.prefix), overlays, location.bucket)
+        return named_buckets(data_default(state.config), overlays, location.bucket)
 
     try:  # a store recorded from its first segment: readers then never scan it (rsm.store.locations)
         registry.mark_scanned_if_fresh(scanned_buckets)

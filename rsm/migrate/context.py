@@ -21,6 +21,7 @@ from rsm.fetch.reader import cipher_for
 from rsm.migrate.journal import Journal
 from rsm.migrate.plan import PlanItem
 from rsm.store.forward import FORWARD_SUFFIX, SegmentRef
+from rsm.store.home import catalog_home, data_default
 from rsm.store.layout import INDEXES_SUFFIX, LOG_SUFFIX, MANIFEST_SUFFIX, Location, SegmentKeys
 from rsm.store.locations import LocationRegistry
 from rsm.store.objects import ObjectNotFound, ObjectStore
@@ -79,9 +80,10 @@ class Context:
         self.config = RsmConfig(dict(spec.configs))
         self.store = store or ObjectStore.from_config(self.config)
         self.keyring: Keyring | None = keyring_for(self.config)
-        self.default = Location(str(self.config.get("bucket")), str(self.config.get("prefix")))
-        self.registry = LocationRegistry(self.store, self.default.bucket, self.default.prefix)
-        self.journal = Journal(self.store, self.default, spec.job, spec.run)
+        self.default = data_default(self.config)  # where new segments go
+        self.home = catalog_home(self.config)  # where the record and the journal live (rsm.store.home)
+        self.registry = LocationRegistry(self.store, self.home.bucket, self.home.prefix)
+        self.journal = Journal(self.store, self.home, spec.job, spec.run)
         self._on_bytes: Callable[[int], None] | None = None
         self._lock = threading.Lock()
         self._locations: dict[tuple[str, str], list[Location]] = {}

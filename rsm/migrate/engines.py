@@ -263,14 +263,14 @@ def execute(
     ctx = context or Context(spec)
     if ctx.config.get("metrics.enabled"):
         reporter = MeteredReporter(reporter, plan.command)
-    journal = Journal(ctx.store, ctx.default, spec.job)
+    journal = Journal(ctx.store, ctx.home, spec.job)
     run, resumed = journal.start(
         plan.command, plan.topic, plan.topic_id, plan.params, sticky=sticky, force=force
     )
     try:
         spec = dataclasses.replace(spec, run=run, options=(*spec.options, ("resumed", resumed)))
         ctx.spec = spec
-        ctx.journal = Journal(ctx.store, ctx.default, spec.job, run)
+        ctx.journal = Journal(ctx.store, ctx.home, spec.job, run)
         # a job's next run after a complete one has nothing recorded yet (a first run may: its job document
         # is written while the run works, so a run killed early leaves items and no document)
         states = {} if journal.fresh_run else ctx.journal.states()

@@ -60,11 +60,12 @@ class _Candidate:
 class StaleRecords:
     """Finds and removes the location records of topic ids with nothing left (see the module docstring)."""
 
-    def __init__(self, store: ObjectStore, default: Location) -> None:
+    def __init__(self, store: ObjectStore, default: Location, home: Location | None = None) -> None:
         self.store = store
-        self.default = default
-        self.registry = LocationRegistry(store, default.bucket, default.prefix)
-        self.overlays = TopicOverlayStore(store, default.bucket, default.prefix)
+        self.default = default  # where new segments go
+        self.home = home if home is not None else default  # where the records live (rsm.store.home)
+        self.registry = LocationRegistry(store, self.home.bucket, self.home.prefix)
+        self.overlays = TopicOverlayStore(store, self.home.bucket, self.home.prefix)
         self._candidates: dict[tuple[str, ...], _Candidate] = {}
         self._jobs: list[dict[str, object]] | None = None
 
@@ -88,7 +89,7 @@ class StaleRecords:
             ordered = sorted(objects, key=lambda o: (not o.key.endswith(COMPLETE_MARKER), o.key))
             orphan = Orphan(
                 KIND,
-                self.default.bucket,
+                self.home.bucket,
                 tuple(o.key for o in ordered),
                 sum(o.size for o in ordered),
                 max(o.modified for o in ordered),
@@ -133,12 +134,12 @@ class StaleRecords:
         """Whether a migration journal that is not complete names the topic id."""
         if self._jobs is None:
             self._jobs = []
-            base = self.default.prefix + JOURNAL_DIR
-            for key in self.store.list(self.default.bucket, base):
+            base = self.home.prefix + JOURNAL_DIR
+            for key in self.store.list(self.home.bucket, base):
                 if not re.fullmatch(re.escape(base) + r"[^/]+/job\.json", key):
                     continue
                 try:
-                    doc = json.loads(self.store.get(self.default.bucket, key))
+                    doc = json.loads(self.store.get(self.home.bucket, key))
                 except (ObjectNotFound, ValueError):
                     continue
                 if isinstance(doc, dict):
@@ -157,16 +158,16 @@ class StaleRecords:
         saved: list[tuple[str, bytes]] = []
         for obj in candidate.objects:
             try:
-                saved.append((obj.key, self.store.get(self.default.bucket, obj.key)))
+                saved.append((obj.key, self.store.get(self.home.bucket, obj.key)))
             except ObjectNotFound:
                 continue
         for key, _ in saved:  # the marker first
-            self.store.delete(self.default.bucket, key)
+            self.store.delete(self.home.bucket, key)
         self.registry.forget(tid)
         if self._anything_at(topic, tid, locations):
             for key, raw in saved:
                 if not key.endswith(COMPLETE_MARKER):  # without the marker readers scan, which is safe
-                    self.store.put(self.default.bucket, key, raw)
+                    self.store.put(self.home.bucket, key, raw)
             log.info("kept the location record of topic %s (%s): it was written to meanwhile", topic,
                      uuid_to_base64(tid))  # fmt: skip
             return False

@@ -33,9 +33,10 @@ log = logging.getLogger(__name__)
 class LocationNotes:
     """Records non-default locations found by fetches and deletes into the current default's record."""
 
-    def __init__(self, registry: LocationRegistry) -> None:
+    def __init__(self, registry: LocationRegistry, default: Location | None = None) -> None:
         self.registry = registry
-        self.default = Location(registry.bucket, registry.prefix)
+        # where new segments go (`bucket` / `prefix`); the record itself lives at the catalog home
+        self.default = default if default is not None else Location(registry.bucket, registry.prefix)
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self._closed = False
