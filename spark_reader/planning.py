@@ -88,21 +88,23 @@ class Planner:
                 raise ReaderError(f"store options: {exc}") from None
             if config.backend is not Backend.FILE:
                 self._check_bucket(store, str(config.get("bucket")))
+                if config.catalog_bucket != str(config.get("bucket")):  # where the location record lives
+                    self._check_bucket(store, config.catalog_bucket, "catalog.bucket")
             self._catalog = TopicCatalog(config, store)
         return self._catalog
 
     @staticmethod
-    def _check_bucket(store: ObjectStore, bucket: str) -> None:
+    def _check_bucket(store: ObjectStore, bucket: str, setting: str = "bucket") -> None:
         """Refuse an S3 bucket that does not exist (the reader would otherwise find no topic): the
         configured bucket holds the record of every location a topic wrote to. The store's own check and
         wording (`ObjectStore.require_bucket`), as every command has them; buckets are never created."""
         try:
-            store.require_bucket(bucket, "bucket")
+            store.require_bucket(bucket, setting)
         except ConfigException as exc:
             raise ReaderError(f"{exc}; the reader does not create buckets") from None
         except Exception as exc:  # noqa: BLE001 - an unreachable endpoint is named, not a traceback
             raise ReaderError(
-                f"cannot reach {store.backend.value} bucket {bucket} (bucket) at {store.where}: {exc}"
+                f"cannot reach {store.backend.value} bucket {bucket} ({setting}) at {store.where}: {exc}"
             ) from None
 
     def settings(self) -> ReadSettings:

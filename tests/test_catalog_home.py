@@ -234,3 +234,19 @@ def test_a_catalog_move_killed_midway_is_refused_by_both_sides_and_resumes(tmp_p
     assert time.monotonic() - started < 60
     assert not (store.root / b / MOVING_POINTER).exists()
     copy({**configs, "bucket": b}, second)
+
+
+@pytest.mark.spark
+def test_spark_reads_every_segment_with_the_new_configuration(tiered_spark, tmp_path: Path) -> None:  # noqa: ANN001
+    store = Store("file", tmp_path, None)
+    configs, _, _, second = tiered_topic(store, tmp_path)
+    moved = {**configs, "bucket": store.buckets["b"], "catalog.bucket": store.buckets["a"]}
+    copy(moved, second)
+    props = properties(tmp_path / "new.properties", moved)
+    df = (
+        tiered_spark.read.format("kafka-tiered")
+        .option("rsm.properties", str(props))
+        .option("subscribe", "orders")
+    )
+    offsets = sorted(r.offset for r in df.load().select("offset").collect())
+    assert offsets == list(range(second.metadata.end_offset + 1))  # both segments, old (A) and new (B)
