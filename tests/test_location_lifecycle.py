@@ -36,6 +36,7 @@ from rsm.migrate.gc_records import StaleRecords
 from rsm.store.layout import Location
 from rsm.store.locations import REGISTRY_DIR, LocationRegistry
 from rsm.store.objects import ObjectStore
+from rsm.store.topic_encryption import EncryptionMemory, EncryptionState
 
 
 def _rsm(configs: dict[str, str]) -> RemoteStorageManager:
@@ -319,6 +320,11 @@ def test_gc_removes_a_deleted_topics_records_and_nothing_else(
     stray = f"{REGISTRY_DIR}gone-{uuid_to_base64(ids['gone'])}/notes.txt"
     store.put("main", stray, b"an operator's note")
     store.put("main", "README.txt", b"not ours")
+    # "gone" and "live" were encrypted: their encryption memory goes with the record, and only then
+    memory = EncryptionMemory(store, Location("main", ""))
+    for name in ("gone", "live"):
+        memory.write(name, ids[name], EncryptionState("k1", "encryption.key.id", False))
+        _age(root, "main", memory.key(name, ids[name]), 7200)
     records = {name: _record_keys(root, "main", name, tid) for name, tid in ids.items()}
     assert len(records["gone"]) == 4  # two locations, the marker, the note
     for name in ("gone", "live", "forwarded", "migrating", "elsewhere"):  # "recent" stays young
@@ -332,7 +338,8 @@ def test_gc_removes_a_deleted_topics_records_and_nothing_else(
     by_topic = {("gone" if "/gone-" in o["objects"][0] else "recent"): o for o in stale}
     assert by_topic["gone"]["removable"] and not by_topic["recent"]["removable"]
     assert by_topic["gone"]["objects"][0].endswith("/_complete.json")  # the marker goes first
-    assert len(by_topic["gone"]["objects"]) == 3 and "cold/c/" in by_topic["gone"]["why"]
+    assert len(by_topic["gone"]["objects"]) == 4 and "cold/c/" in by_topic["gone"]["why"]
+    assert by_topic["gone"]["objects"][-1].endswith(memory.key("gone", ids["gone"]))
     assert {name: _record_keys(root, "main", name, tid) for name, tid in ids.items()} == records  # dry run
 
     code, applied = _cli("migrate", "--config", str(props), "gc", "--apply", capsys=capsys)
@@ -343,6 +350,8 @@ def test_gc_removes_a_deleted_topics_records_and_nothing_else(
         k: v for k, v in records.items() if k != "gone"
     }
     assert store.exists("main", "README.txt") and store.exists("main", fwd)
+    assert not store.exists("main", memory.key("gone", ids["gone"]))
+    assert store.exists("main", memory.key("live", ids["live"]))
     assert store.exists("main", "_rsm/migrate/move-migrating-0123456789ab/job.json")
     catalog = TopicCatalog(RsmConfig(configs))
     assert catalog.topic_ids("gone") == {}

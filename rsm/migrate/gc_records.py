@@ -19,8 +19,10 @@ Records are the only way readers find a topic's locations other than the default
 the removal is careful: the record is read and checked again just before, the marker goes first (a marker
 without entries would tell readers the record is complete), and after the removal the locations are listed
 once more: an object that appeared meanwhile (a copy that had recorded the location earlier in its process
-and uploaded since) gets the entries written back, byte for byte, and the record is reported as kept. Only
-keys of the record's own shape are removed; nothing else under `_rsm/` is touched.
+and uploaded since) gets the entries written back, byte for byte, and the record is reported as kept. The
+topic id's encryption memory (`rsm.store.topic_encryption`) goes with its record: a topic id never comes
+back, so nothing can need it. Only keys of the record's own shape and that memory are removed; nothing
+else under `_rsm/` is touched.
 
 Cost per run: one listing of the record, then one listing per topic id at the default location (a live
 topic usually stops there); a topic id with nothing there costs its record's entries (a listing and a GET
@@ -44,6 +46,7 @@ from rsm.migrate.journal import JOURNAL_DIR
 from rsm.store.layout import Location
 from rsm.store.locations import COMPLETE_MARKER, LocationRegistry
 from rsm.store.objects import ObjectInfo, ObjectNotFound, ObjectStore
+from rsm.store.topic_encryption import EncryptionMemory
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +69,7 @@ class StaleRecords:
         self.home = home if home is not None else default  # where the records live (rsm.store.home)
         self.registry = LocationRegistry(store, self.home.bucket, self.home.prefix)
         self.overlays = TopicOverlayStore(store, self.home.bucket, self.home.prefix)
+        self.memory = EncryptionMemory(store, self.home, ttl_ms=0)
         self._candidates: dict[tuple[str, ...], _Candidate] = {}
         self._jobs: list[dict[str, object]] | None = None
 
@@ -85,8 +89,9 @@ class StaleRecords:
             locations = self._locations(topic, tid)
             if locations is None or self._anything_at(topic, tid, locations) or self._unfinished_job(tid):
                 continue
-            # the marker first: removed in this order (see the module docstring)
+            # the marker first: removed in this order (see the module docstring); the memory last
             ordered = sorted(objects, key=lambda o: (not o.key.endswith(COMPLETE_MARKER), o.key))
+            ordered += self._memory(topic, tid)
             orphan = Orphan(
                 KIND,
                 self.home.bucket,
@@ -112,6 +117,11 @@ class StaleRecords:
         if overlay is not None:
             found.append(overlay.location(self.default))
         return list(dict.fromkeys(found))
+
+    def _memory(self, topic: str, tid: uuid.UUID) -> list[ObjectInfo]:
+        """The topic id's encryption memory, if it has one (one listing of exactly its key)."""
+        key = self.memory.key(topic, tid)
+        return [o for o in self.store.list_objects(self.home.bucket, key) if o.key == key]
 
     def _anything_at(self, topic: str, tid: uuid.UUID, locations: list[Location]) -> bool:
         """Whether any object of the topic id (a temporary file, an incomplete upload too) is at any of
