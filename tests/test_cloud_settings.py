@@ -3,6 +3,9 @@ mistake refused in one line naming the setting (no traceback, no secret)."""
 
 from __future__ import annotations
 
+import json
+import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -43,6 +46,28 @@ def test_every_cloud_has_the_same_deadline_settings_and_defaults(cloud: str) -> 
         ({"storage.backend": "azure", "bucket": "ab"}, "3 to 63 characters on Azure"),
         ({"storage.backend": "gcs", "bucket": "ab"}, "3 to 63 characters on GCS"),
         ({"encryption.kms.cache.ttl.ms": "-1"}, "encryption.kms.cache.ttl.ms must be between"),
+        # names each cloud refuses, at configure rather than at the first copy
+        (
+            {"storage.backend": "azure", "bucket": "my.bucket"},
+            "bucket .*'my.bucket' must not hold '.' on Azure",
+        ),
+        ({"storage.backend": "azure", "bucket": "a--b"}, "'a--b' must not hold '--' on Azure"),
+        ({"storage.backend": "azure", "catalog.bucket": "x.y"}, "config catalog.bucket .*Azure"),
+        ({"storage.backend": "gcs", "bucket": "google-logs"}, "'google-logs' must not begin with 'goog'"),
+        ({"storage.backend": "s3", "bucket": "xn--abc"}, "must not begin with 'xn--'"),
+        # malformed endpoints: the key named, not a ValueError from the SDK
+        (
+            {"storage.backend": "gcs", "storage.gcs.endpoint.url": "http://[::1"},
+            "storage.gcs.endpoint.url is not a URL",
+        ),
+        (
+            {"storage.backend": "azure", "storage.azure.endpoint.url": "http://[::1"},
+            "storage.azure.endpoint.url is not",
+        ),
+        ({"storage.s3.endpoint.url": "localhost:9000"}, "storage.s3.endpoint.url must be an http"),
+        ({"encryption.kms.endpoint.url": "http://host:99999"}, "encryption.kms.endpoint.url is not a URL"),
+        # KMS's deadlines are settings like the stores'
+        ({"encryption.kms.request.timeout.ms": "0"}, "encryption.kms.request.timeout.ms must be between"),
     ],
 )
 def test_bad_values_are_refused_naming_the_setting(configs: dict[str, str], match: str) -> None:
@@ -107,3 +132,61 @@ def test_encryption_with_a_kms_key_needs_no_keyring_file() -> None:
             {"storage.backend": "file", "storage.file.root": "/tmp/x", "encryption.enabled": "true"}
         )
     rsm.close()
+
+
+def test_a_gcs_token_is_a_keyword_or_a_credentials_file_and_never_echoed(tmp_path: Path) -> None:
+    token = "ya29.a0AfB_byC-secret-looking-bearer-token-0123456789"
+    with pytest.raises(ConfigException) as refused:
+        RsmConfig({"storage.backend": "gcs", "storage.gcs.token": token})
+    assert token not in str(refused.value) and "storage.gcs.token" in str(refused.value)
+    bad = tmp_path / "sa.json"
+    bad.write_text('{"type": "service_account", "private_key": "-----BEGIN PRIVATE KEY-----\\nMIIE')
+    with pytest.raises(ConfigException, match=r"sa\.json is not JSON \(line 1\)") as refused:
+        RsmConfig({"storage.backend": "gcs", "storage.gcs.token": str(bad)})
+    assert "PRIVATE KEY" not in str(refused.value)
+    user = tmp_path / "user.json"
+    user.write_text(json.dumps({"type": "authorized_user", "client_id": "i", "client_secret": "s"}))
+    with pytest.raises(ConfigException, match="authorized_user.*lacks refresh_token"):
+        RsmConfig({"storage.backend": "gcs", "storage.gcs.token": str(user)})
+    with pytest.raises(ConfigException, match="is not a file"):
+        RsmConfig({"storage.backend": "gcs", "storage.gcs.token": str(tmp_path / "missing.json")})
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"type": "authorized_user", "client_id": "i", "client_secret": "s",
+                                "refresh_token": "r"}))  # fmt: skip
+    assert RsmConfig({"storage.backend": "gcs", "storage.gcs.token": str(good)}).get(
+        "storage.gcs.token"
+    ) == str(good)
+    assert (
+        RsmConfig({"storage.backend": "gcs", "storage.gcs.token": "anon"}).get("storage.gcs.token") == "anon"
+    )
+
+
+def test_a_black_holed_kms_fails_within_its_deadline_naming_the_setting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A KMS endpoint that accepts connections and never answers: the request ends within
+    encryption.kms.request.timeout.ms (not botocore's attempts x read timeout), and the line names it."""
+    from rsm.api.errors import RemoteStorageException
+    from rsm.config.kms import KmsKeys
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(16)
+    try:
+        config = RsmConfig({
+            "storage.backend": "s3",
+            "encryption.kms.endpoint.url": f"http://127.0.0.1:{hole.getsockname()[1]}",
+            "encryption.kms.region": "us-east-1",
+            "encryption.kms.read.timeout.ms": "60000",
+            "encryption.kms.request.timeout.ms": "1500",
+        })  # fmt: skip
+        keys = KmsKeys.from_config(config)
+        started = time.monotonic()
+        with pytest.raises(RemoteStorageException, match=r"encryption\.kms\.request\.timeout\.ms") as failed:
+            keys.generate("kms:alias/k", b"segment")
+        assert time.monotonic() - started < 30  # bounded by the 1.5 s setting, not by 3 x 60 s of attempts
+        assert "\n" not in str(failed.value) and "kms:alias/k" in str(failed.value)
+    finally:
+        hole.close()

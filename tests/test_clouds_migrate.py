@@ -11,6 +11,7 @@ Small topics, so each cloud costs seconds.
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -102,3 +103,26 @@ def test_a_missing_bucket_is_named_in_one_line(
     ), err
     if name == "azure":
         assert cloud.key not in err
+
+
+@pytest.mark.parametrize("name", ["gcs", "azure"])
+def test_the_rsm_names_a_missing_bucket_and_its_setting(
+    name: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    from test_rsm_helpers import make_segment
+
+    from rsm import RemoteStorageManager, TopicIdPartition
+    from rsm.api.errors import RemoteStorageException
+
+    cloud = request.getfixturevalue(FIXTURES[name])
+    seg = make_segment(tmp_path / "seg", TopicIdPartition(uuid.uuid4(), "orders", 0), batches=3)
+    manager = RemoteStorageManager()
+    manager.configure(cloud.rsm_configs(bucket="tiered-gone"))
+    try:
+        with pytest.raises(RemoteStorageException) as caught:
+            manager.copy_log_segment_data(seg.metadata, seg.data)
+    finally:
+        manager.close()
+    message = str(caught.value)
+    assert "\n" not in message
+    assert f"bucket 'tiered-gone' (config bucket) does not exist in {name} at http://127.0.0.1:" in message, message

@@ -10,7 +10,8 @@ from `rsm.config.settings` so that module stays one concept (the core settings a
 from __future__ import annotations
 
 from rsm.api.errors import ConfigException
-from rsm.config.setting_types import Setting, _int, _size, _str
+from rsm.config.gcs_token import _gcs_token
+from rsm.config.setting_types import Setting, _int, _size, _str, _url
 
 # each cloud's deadlines, with S3's defaults (rsm.store.s3.s3_deadlines says why)
 _DEADLINES = (
@@ -32,12 +33,12 @@ _DEADLINES = (
 )
 
 
-def _deadline_settings(cloud: str, label: str) -> tuple[Setting, ...]:
+def _deadline_settings(prefix: str, label: str) -> tuple[Setting, ...]:
     def bounded(hi: int, lo: int = 1):  # noqa: ANN202 - a parser
         return lambda k, v: _int(k, v, lo, hi)
 
     return tuple(
-        Setting(f"storage.{cloud}.{name}", default, bounded(hi), f"{label}: {doc}")
+        Setting(f"{prefix}.{name}", default, bounded(hi), f"{label}: {doc}")
         for name, default, hi, doc in _DEADLINES
     )
 
@@ -51,12 +52,12 @@ def _gcs_chunk(key: str, value: str) -> int:
 
 
 CLOUD_SETTINGS: tuple[Setting, ...] = (
-    Setting("storage.gcs.endpoint.url", None, _str, "GCS endpoint (fake-gcs-server...); Google's when unset"),
+    Setting("storage.gcs.endpoint.url", None, _url, "GCS endpoint (fake-gcs-server...); Google's when unset"),
     Setting("storage.gcs.project", None, _str, "GCS project (else the credentials' own)"),
     Setting(
         "storage.gcs.token",
         None,
-        _str,
+        _gcs_token,
         "GCS credentials: a path to a service account or authorized user JSON file, or anon (an emulator); "
         "unset: Google's default chain (GOOGLE_APPLICATION_CREDENTIALS, gcloud, the metadata server)",
     ),
@@ -66,11 +67,11 @@ CLOUD_SETTINGS: tuple[Setting, ...] = (
         _gcs_chunk,
         "chunk size of resumable uploads (a multiple of 256 KiB); smaller objects are one request",
     ),
-    *_deadline_settings("gcs", "GCS"),
+    *_deadline_settings("storage.gcs", "GCS"),
     Setting(
         "storage.azure.endpoint.url",
         None,
-        _str,
+        _url,
         "Azure Blob endpoint, e.g. Azurite's http://127.0.0.1:10000/devstoreaccount1; unset: "
         "https://<account>.blob.core.windows.net",
     ),
@@ -88,12 +89,13 @@ CLOUD_SETTINGS: tuple[Setting, ...] = (
         lambda k, v: _size(k, v, 64 << 10, 4000 << 20),
         "block size of block blob uploads; smaller objects are one request",
     ),
-    *_deadline_settings("azure", "Azure"),
+    *_deadline_settings("storage.azure", "Azure"),
 )
 
 KMS_SETTINGS: tuple[Setting, ...] = (
-    Setting("encryption.kms.endpoint.url", None, _str, "AWS KMS endpoint for kms: key ids; AWS's when unset"),
+    Setting("encryption.kms.endpoint.url", None, _url, "AWS KMS endpoint for kms: key ids; AWS's when unset"),
     Setting("encryption.kms.region", None, _str, "AWS KMS region (else the SDK's chain)"),
+    *_deadline_settings("encryption.kms", "AWS KMS"),
     Setting(
         "encryption.kms.cache.keys",
         "1000",

@@ -24,12 +24,18 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from typing import Any
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from rsm.api.errors import ConfigException, RemoteStorageException
 from rsm.config.redact import redact_text
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 KMS_PREFIX = "kms:"
 CONTEXT_KEY = "kafka-tiered-rsm/segment"
@@ -48,6 +54,51 @@ def kms_key(key_id: str) -> str:
     return key
 
 
+@dataclass(frozen=True)
+class KmsDeadlines:
+    """How long KMS may take: per attempt (connect, read), the attempts, and one whole request; the storage
+    deadlines' meaning (`rsm.store.deadlines`), under `encryption.kms.*`."""
+
+    connect: float = 5.0
+    read: float = 20.0
+    attempts: int = 3
+    request: float = 60.0
+
+    def bounded(self, call: Callable[[], T]) -> T:
+        """`call()` on a worker thread, TimeoutError after `request` seconds (botocore has no bound on a whole
+        request with its retries; the thread, left to botocore's own timeouts, ends by itself)."""
+        pool = _pool()
+        future = pool.submit(call)
+        try:
+            return future.result(timeout=self.request)
+        except FutureTimeout:
+            future.cancel()
+            raise TimeoutError from None
+
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(8, thread_name_prefix="rsm-kms")
+        return _POOL
+
+
+def _timeout_setting(exc: BaseException) -> str | None:
+    """The setting that bounds a botocore timeout or connection failure, or None for other failures."""
+    from botocore.exceptions import ConnectTimeoutError, EndpointConnectionError, ReadTimeoutError
+
+    if isinstance(exc, ReadTimeoutError):
+        return "encryption.kms.read.timeout.ms"
+    if isinstance(exc, (ConnectTimeoutError, EndpointConnectionError)):
+        return "encryption.kms.connect.timeout.ms"
+    return None
+
+
 class KmsKeys:
     """Data keys made and unwrapped by AWS KMS, with a bounded, expiring cache of unwrapped ones."""
 
@@ -58,7 +109,9 @@ class KmsKeys:
         cache_keys: int = 1000,
         cache_ttl_s: float = 3600.0,
         client: Any = None,
+        deadlines: KmsDeadlines | None = None,
     ) -> None:
+        self._deadlines = deadlines or KmsDeadlines()
         self._endpoint_url = endpoint_url
         self._region = region
         self._cache_keys = cache_keys
@@ -77,6 +130,12 @@ class KmsKeys:
             str(region) if region else None,
             int(config.get("encryption.kms.cache.keys")),
             int(config.get("encryption.kms.cache.ttl.ms")) / 1000,
+            deadlines=KmsDeadlines(
+                int(config.get("encryption.kms.connect.timeout.ms")) / 1000,
+                int(config.get("encryption.kms.read.timeout.ms")) / 1000,
+                int(config.get("encryption.kms.retry.max.attempts")),
+                int(config.get("encryption.kms.request.timeout.ms")) / 1000,
+            ),
         )
 
     def __repr__(self) -> str:
@@ -97,9 +156,9 @@ class KmsKeys:
                     endpoint_url=self._endpoint_url,
                     region_name=self._region,
                     config=Config(
-                        connect_timeout=5,
-                        read_timeout=20,
-                        retries={"total_max_attempts": 3, "mode": "standard"},
+                        connect_timeout=self._deadlines.connect,
+                        read_timeout=self._deadlines.read,
+                        retries={"total_max_attempts": self._deadlines.attempts, "mode": "standard"},
                     ),
                 )
             return self._client
@@ -109,12 +168,24 @@ class KmsKeys:
         return {CONTEXT_KEY: base64.b64encode(context).decode("ascii")}
 
     def _call(self, what: str, key_id: str, method: str, **kwargs: Any) -> dict[str, Any]:
-        """One KMS request; any failure becomes one line naming the key and the cause."""
+        """One KMS request, within `encryption.kms.request.timeout.ms` (attempts included); any failure becomes
+        one line naming the key, the cause and, for a timeout, the setting that bounds it."""
         try:
-            return getattr(self.client(), method)(**kwargs)  # type: ignore[no-any-return]
+            return self._deadlines.bounded(lambda: getattr(self.client(), method)(**kwargs))  # type: ignore[no-any-return]
         except ConfigException:
             raise
+        except TimeoutError:
+            raise RemoteStorageException(
+                f"KMS key {key_id}: cannot {what}: no answer within {self._deadlines.request:g} s "
+                "(encryption.kms.request.timeout.ms, attempts included)"
+            ) from None
         except Exception as exc:  # noqa: BLE001 - botocore's errors, unreachable endpoints, missing credentials
+            setting = _timeout_setting(exc)
+            if setting is not None:
+                raise RemoteStorageException(
+                    f"KMS key {key_id}: cannot {what} ({type(exc).__name__} after "
+                    f"{self._deadlines.attempts} attempt(s); {setting}, encryption.kms.retry.max.attempts)"
+                ) from None
             response = getattr(exc, "response", None)
             code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
             cause = f"{code}: " if code else f"{type(exc).__name__}: "

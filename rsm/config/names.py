@@ -104,3 +104,39 @@ def key_problem(key: object) -> str | None:
     if len(key.encode()) > KEY_MAX_BYTES:
         return f"is over {KEY_MAX_BYTES} bytes long"
     return None
+
+
+def azure_container_problem(name: str) -> str | None:
+    """What Azure refuses in a container name that `bucket_problem` lets through, or None: only lowercase
+    letters, digits and single hyphens (no '.', no '--'), at least 3 characters."""
+    if len(name) < S3_BUCKET_MIN_LENGTH:
+        return (
+            f"must be {S3_BUCKET_MIN_LENGTH} to {BUCKET_MAX_LENGTH} characters on Azure, is {len(name)}"
+        )
+    if "." in name:
+        return "must not hold '.' on Azure (a container name is letters, digits and single hyphens)"
+    if "--" in name:
+        return "must not hold '--' on Azure (hyphens stand alone in a container name)"
+    return None
+
+
+def gcs_bucket_problem(name: str) -> str | None:
+    """What GCS refuses in a bucket name that `bucket_problem` lets through, or None."""
+    if len(name) < S3_BUCKET_MIN_LENGTH:
+        return f"must be {S3_BUCKET_MIN_LENGTH} to {BUCKET_MAX_LENGTH} characters on GCS, is {len(name)}"
+    if name.startswith("goog") or "google" in name:
+        return "must not begin with 'goog' nor hold 'google' on GCS"
+    return None
+
+
+def s3_bucket_problem(name: str) -> str | None:
+    """What S3 refuses in a bucket name that `bucket_problem` lets through, or None."""
+    if len(name) < S3_BUCKET_MIN_LENGTH:
+        return f"must be {S3_BUCKET_MIN_LENGTH} to {BUCKET_MAX_LENGTH} characters on S3, is {len(name)}"
+    if name.startswith("xn--") or name.endswith("-s3alias"):
+        return "must not begin with 'xn--' nor end with '-s3alias' on S3"
+    return None
+
+
+# each cloud's own rules on top of `bucket_problem` (the file store takes any name it does), by backend name
+CLOUD_BUCKET_RULES = {"s3": s3_bucket_problem, "gcs": gcs_bucket_problem, "azure": azure_container_problem}

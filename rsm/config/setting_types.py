@@ -11,10 +11,11 @@ import enum
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from rsm.api.errors import ConfigException
 from rsm.config.names import bucket_problem, prefix_problem
-from rsm.config.redact import shown
+from rsm.config.redact import redact_url, shown
 
 
 def _bool(key: str, value: str) -> bool:
@@ -57,6 +58,22 @@ def _int(key: str, value: str, lo: int = 0, hi: int = 1 << 31) -> int:
 
 def _str(key: str, value: str) -> str:
     return value.strip()
+
+
+def _url(key: str, value: str) -> str:
+    """An endpoint: an http(s) URL with a host (a malformed one is refused here, naming the key, rather than
+    by the SDK at the first request). User information in it is never echoed (`redact_url`)."""
+    v = value.strip()
+    try:
+        parts = urlsplit(v)
+        parts.port  # noqa: B018 - raises ValueError for a port that is no number or out of range
+    except ValueError as exc:
+        raise ConfigException(f"config {key} is not a URL ({exc}): {redact_url(v)}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigException(
+            f"config {key} must be an http:// or https:// URL with a host, got {redact_url(v)}"
+        )
+    return v
 
 
 def _bucket(key: str, value: str) -> str:

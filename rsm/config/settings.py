@@ -32,7 +32,7 @@ from pathlib import Path
 from rsm.api.errors import ConfigException
 from rsm.api.log_config import LogConfig
 from rsm.config.cloud_settings import CLOUD_SETTINGS, KMS_SETTINGS
-from rsm.config.names import S3_BUCKET_MIN_LENGTH
+from rsm.config.names import CLOUD_BUCKET_RULES
 from rsm.config.redact import HIDDEN_VALUE, looks_secret, redact_url
 from rsm.config.setting_types import (  # noqa: F401 - re-exported: parsers and Setting lived here
     Setting,
@@ -44,6 +44,7 @@ from rsm.config.setting_types import (  # noqa: F401 - re-exported: parsers and 
     _regex,
     _size,
     _str,
+    _url,
 )
 
 BROKER_PREFIX = "rsm.config."
@@ -93,7 +94,7 @@ SETTINGS: tuple[Setting, ...] = (
         "file (a bucket is a directory under the root), s3, gcs or azure (a bucket is a container)",
     ),
     Setting("storage.file.root", None, _str, "root directory of the file store"),
-    Setting("storage.s3.endpoint.url", None, _str, "S3 endpoint (MinIO, moto...); AWS when unset"),
+    Setting("storage.s3.endpoint.url", None, _url, "S3 endpoint (MinIO, moto...); AWS when unset"),
     Setting("storage.s3.region", None, _str, "S3 region"),
     Setting(
         "storage.s3.access.key.id", None, _str, "S3 access key id (else the standard chain)", sensitive=True
@@ -468,16 +469,17 @@ class RsmConfig:
         )
 
     def _check_backend_bucket(self, bucket: str, key: str) -> None:
-        """S3, GCS and Azure refuse bucket names under 3 characters; say so naming the key, not at the first
-        upload.
+        """Each cloud's own bucket (Azure: container) naming rules, checked when the name is configured or
+        resolved, naming the key, not at the first upload (`rsm.config.names.CLOUD_BUCKET_RULES`).
 
         Why not in the `bucket` parser: a topic's value is parsed without knowing the backend (the overlay
         and the CLI check it alone), and the file store, where a bucket is a directory, takes shorter names.
         """
-        if self.backend is not Backend.FILE and len(bucket) < S3_BUCKET_MIN_LENGTH:
+        rule = CLOUD_BUCKET_RULES.get(self.backend.value)
+        problem = rule(bucket) if rule is not None else None
+        if problem:
             raise ConfigException(
-                f"config {key} must be a bucket name of {S3_BUCKET_MIN_LENGTH} to 63 characters on "
-                f"{CLOUD_NAMES[self.backend]}, got {bucket!r}"
+                f"config {key} is not a valid bucket name on {CLOUD_NAMES[self.backend]}: {bucket!r} {problem}"
             )
 
     @staticmethod

@@ -142,6 +142,14 @@ def body_errors() -> tuple[type[BaseException], ...]:
     return (IncompleteReadError, ClientPayloadError)
 
 
+def not_found_errors() -> tuple[type[BaseException], ...]:
+    """What the SDK raises for a missing blob or container where fsspec's callers expect FileNotFoundError
+    (adlfs translates some calls, not all: a missing container surfaced raw, naming no setting)."""
+    from azure.core.exceptions import ResourceNotFoundError
+
+    return (ResourceNotFoundError,)
+
+
 def _missing(exc: BaseException) -> bool:
     from azure.core.exceptions import ResourceNotFoundError
 

@@ -70,11 +70,13 @@ __all__ = ["ObjectInfo", "ObjectNotFound", "ObjectStore", "UnfinishedWrite", "is
 
 
 def is_missing_bucket(exc: BaseException) -> bool:
-    """Whether a store failure is S3's NoSuchBucket (s3fs raises it as a FileNotFoundError)."""
+    """Whether a store failure is S3's NoSuchBucket (s3fs raises it as a FileNotFoundError) or Azure's
+    ContainerNotFound (which `ObjectStore` raises as one too, `azure.not_found_errors`)."""
     cause = exc.__cause__
     response = getattr(cause, "response", None)
     code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
-    return isinstance(exc, FileNotFoundError) and code == "NoSuchBucket"
+    code = code or getattr(cause, "error_code", None)
+    return isinstance(exc, FileNotFoundError) and code in ("NoSuchBucket", "ContainerNotFound")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,6 +130,10 @@ class ObjectStore:
             if backend is Backend.AZURE
             else ()
         )  # GCS: gcsfs reads a body inside its request, whose attempts cover it (rsm.store.gcs)
+        # what a backend's SDK raises for a missing object or container instead of FileNotFoundError
+        self._not_found: tuple[type[BaseException], ...] = (
+            azure.not_found_errors() if backend is Backend.AZURE else ()
+        )
         # resolved once: symlinks in the root's own path are the operator's; any below it are refused
         self.root = root.expanduser().resolve() if root is not None else None
         self.part_size = part_size
@@ -218,6 +224,15 @@ class ObjectStore:
         read timeout is tried again here (a GET is idempotent), `attempts` times in all, within the same
         deadline. Without it one such fault failed the fetch while botocore still had attempts left.
         """
+        try:
+            return self._bounded(bucket, key, call, *args, read=read, **kwargs)
+        except self._not_found as exc:
+            raise FileNotFoundError(f"{self.describe(bucket, key)}: {exc.__class__.__name__}") from exc
+
+    def _bounded(
+        self, bucket: str, key: str, call: Callable[..., T], *args: Any, read: bool = False, **kwargs: Any
+    ) -> T:
+        """`_remote` without the translation of not-found errors."""
         if self.request_timeout is None:
             return call(*args, **kwargs)
         started = time.monotonic()
