@@ -9,6 +9,7 @@ segment whose copy raised has a manifest. A weather and a storm per cloud (S3 ha
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import uuid
 from collections.abc import Iterator
@@ -177,3 +178,49 @@ def test_retry_max_attempts_is_the_number_of_requests(
     with pytest.raises(Exception):  # noqa: B017, PT011 - each SDK's own error for a 500
         store.get(bucket, "k/obj")
     assert proxy.stats.requests == attempts, proxy.stats.as_dict()
+
+
+@pytest.mark.parametrize("kind", ["reset_after", "reset_before", "truncate", "error500"])
+def test_one_fault_on_a_gcs_resumable_chunk_never_leaves_a_wrong_object(
+    kind: str, gcs_server: Any, proxies: list[FaultProxy], tmp_path: Path
+) -> None:
+    """A segment of several 256 KiB upload chunks, one fault on a chunk's PUT. A 500 before the server kept
+    anything is retried to identical bytes. After an answer lost or cut once the server kept the chunk,
+    fake-gcs-server appends the chunk sent again, so there the copy must fail in one line (the writer's size
+    check), never with a BufferError (the chunk sent from a view of a buffer resized under it) and never
+    leaving an object that reads back wrong."""
+    from test_rsm_helpers import make_segment
+
+    from rsm import RemoteStorageException, TopicIdPartition
+
+    bucket = gcs_server.make_bucket()
+    proxy = FaultProxy(gcs_server.endpoint_url, FaultSchedule(1, rate=0.0)).start()
+    proxies.append(proxy)
+    configs = {**_through("gcs", gcs_server, proxy, bucket), "storage.gcs.upload.chunk.size": str(256 << 10),
+               "compression.enabled": "false"}  # fmt: skip
+    seg = make_segment(tmp_path / "seg", TopicIdPartition(uuid.uuid4(), "chunked", 0), batches=40,
+                       value_size=4000, compressible=False)  # fmt: skip
+    assert seg.data.log_segment.stat().st_size > 3 * (256 << 10)
+    proxy.fail_next(kind, "PUT", "/o", forward=kind != "error500")  # the .log's first resumable chunk
+    rsm = RemoteStorageManager()
+    rsm.configure(configs)
+    try:
+        try:
+            custom = rsm.copy_log_segment_data(seg.metadata, seg.data)
+        except RemoteStorageException as exc:
+            assert kind != "error500", exc
+            line = str(exc)
+            assert "\n" not in line and "BufferError" not in line and ".log" in line, line
+            keys = SegmentKeys.of(Location(bucket, ""), seg.metadata)
+            assert (
+                ObjectStore.from_config(RsmConfig(gcs_server.rsm_configs(bucket=bucket))).list(
+                    bucket, keys.stem
+                )
+                == []
+            )  # nothing a reader or du counts
+        else:
+            md = dataclasses.replace(seg.metadata, custom_metadata=custom)
+            assert read_all(rsm.fetch_log_segment(md, 0, None)) == seg.data.log_segment.read_bytes()
+    finally:
+        rsm.close()
+    assert proxy.stats.faults[kind] == 1, proxy.stats.as_dict()

@@ -19,7 +19,9 @@ no object: there is no debris for `rsm.store.debris` to find on GCS.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import json
 import logging
 import random
 from collections.abc import Callable
@@ -39,7 +41,6 @@ _GRANULE = 256 << 10  # GCS takes a resumable upload's chunks in multiples of th
 def _filesystem_class() -> type:
     """gcsfs.core's filesystem with the store's attempts (imported here: other backends must not pay)."""
     from gcsfs.core import GCSFileSystem
-    from gcsfs.retry import is_retriable
 
     once = GCSFileSystem._request.__wrapped__  # one attempt: gcsfs's own retry decorator unwrapped
 
@@ -50,21 +51,26 @@ def _filesystem_class() -> type:
 
         async def _request(self, method: str, path: str, *args: Any, **kwargs: Any) -> Any:
             attempt = 1
+            attempts = self.rsm_attempts
             while True:
                 try:
                     return await once(self, method, path, *args, **kwargs)
                 except (FileNotFoundError, FileExistsError, ValueError):
                     raise
                 except Exception as exc:
-                    if attempt >= self.rsm_attempts or not (
-                        is_retriable(exc) or isinstance(exc, asyncio.TimeoutError)
-                    ):
+                    if attempt >= attempts or not _retriable(exc):
                         raise
                     log.debug("GCS %s %s failed (%s); attempt %d", method, path, exc, attempt + 1)
                 await asyncio.sleep(min(0.1 * 2**attempt, 2.0) * (0.5 + random.random() / 2))
                 attempt += 1
 
     return _RsmGCSFileSystem
+
+
+def _retriable(exc: BaseException) -> bool:
+    from gcsfs.retry import is_retriable
+
+    return bool(is_retriable(exc)) or isinstance(exc, asyncio.TimeoutError)
 
 
 def open_filesystem(config: RsmConfig) -> tuple[Any, float, int]:
@@ -121,7 +127,15 @@ def bucket_exists(remote: Callable[..., Any], fs: Any, bucket: str) -> bool | No
 
 async def _put_chunk(fs: Any, location: str, data: bytes | memoryview, offset: int, total: int | None) -> Any:
     """One chunk of a resumable upload at `offset`; `total` (the object's size) on the last one only.
-    GCS may keep fewer bytes than sent (it answers the range it has): the rest is sent again."""
+    GCS may keep fewer bytes than sent (it answers the range it has): the rest is sent again.
+
+    A failed request is tried again by gcsfs's loop (`_RsmGCSFileSystem`) with the same bytes at the same
+    offset. Where the server had kept the bytes of an attempt whose answer was lost, a server that appends
+    what is re-sent (fake-gcs-server does) would make the object longer than what was sent: the writer
+    checks the finished object's size (`GcsWriter._check_size`), so that ends in a failed write, never in an
+    object that reads back wrong. (Asking the upload's status first, as GCS documents, cannot be checked
+    against the emulator, which answers the status off by one.)
+    """
     size = "*" if total is None else str(total)
     span = f"bytes {offset}-{offset + len(data) - 1}/{size}" if data else f"bytes */{size}"
     headers = {"Content-Range": span, "Content-Length": str(len(data))}
@@ -168,12 +182,13 @@ class GcsWriter:
         n = len(self._buf) - len(self._buf) % self._chunk
         if n == len(self._buf):
             n -= self._chunk
-        with memoryview(self._buf) as view:  # sent in place: an upload holds about one chunk in memory
-            for start in range(0, n, self._chunk):
-                self._call(
-                    _put_chunk, self._fs, self._location, view[start : start + self._chunk], self._sent, None
-                )
-                self._sent += self._chunk
+        for start in range(0, n, self._chunk):
+            # a copy of its own, not a view of the buffer: a request that failed (a reset, a truncated answer)
+            # may still hold what it was sending when gcsfs retries it, and a view would pin the buffer so
+            # that it could not be resized afterwards (BufferError). One chunk more in memory, for a while.
+            chunk = bytes(self._buf[start : start + self._chunk])
+            self._call(_put_chunk, self._fs, self._location, chunk, self._sent, None)
+            self._sent += self._chunk
         del self._buf[:n]
 
     async def _initiate(self) -> str:
@@ -196,8 +211,9 @@ class GcsWriter:
                 self._call(simple_upload, self._fs, self._bucket, self._key, data)
             else:
                 total = self._sent + len(data)
-                self._call(_put_chunk, self._fs, self._location, data, self._sent, total)
+                body = self._call(_put_chunk, self._fs, self._location, data, self._sent, total)
                 self._location = None
+                self._check_size(body, total)
         except BaseException:
             self.abort()
             raise
@@ -205,6 +221,20 @@ class GcsWriter:
         size = self._sent + len(data)
         self._stats.wrote(size, 1)
         self._fs.invalidate_cache(f"{self._bucket}/{self._key}")
+
+    def _check_size(self, body: Any, total: int) -> None:
+        """The finished object holds exactly the bytes sent, or it is removed and the write fails: a server
+        that appended a re-sent chunk, or lost one, must never leave an object that looks whole."""
+        try:
+            size = int(json.loads(body)["size"]) if body else None
+        except (ValueError, KeyError, TypeError):
+            size = None
+        if size is None or size == total:
+            return
+        with contextlib.suppress(Exception):
+            self._remote(self._bucket, self._key, self._fs.rm_file, f"{self._bucket}/{self._key}")
+        raise OSError(f"gs://{self._bucket}/{self._key}: the resumable upload ended with {size} bytes, "
+                      f"{total} were sent: removed")  # fmt: skip
 
     def abort(self) -> None:
         self._buf = bytearray()
