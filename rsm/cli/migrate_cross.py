@@ -1,15 +1,25 @@
 """`rsm migrate move --from-config SOURCE.properties`: the command line of a move across backends.
 
 Kept apart from `rsm.cli.migrate` (the other commands) because it handles two stores: the source, given by
-`--from-config` and only ever read, and the destination, `--config`, the store the brokers will use after
-the switch, where the copies, forwards, location record and journal go (`rsm.migrate.cross`).
+`--from-config` and only ever read (and, with `--prune`, rid of the segments moved out of it), and the
+destination, `--config`, the store the brokers will use after the switch, where the copies and forwards go
+(its data buckets) and the overlays, location record and journal (its catalog home: `rsm.store.home`)
+(`rsm.migrate.cross`, `rsm.migrate.cross_overlay`, `rsm.migrate.cross_prune`).
+
+Everything that can refuse the move does so before anything is written, in one line: a source file that
+is missing, the same store twice, a destination bucket that does not exist (the data `bucket` and
+`catalog.bucket` are checked by `rsm.cli.migrate` for every command; here the bucket an overlay or a
+pending overlay names, `--to-bucket`, and the buckets Kafka's metadata names, where forwards go), a key id
+the destination's keyring lacks, and, with `--prune`, one store reached through both configurations.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -21,14 +31,33 @@ from rsm.config.keyring import keyring_for
 from rsm.config.settings import RsmConfig
 from rsm.migrate import cross
 from rsm.migrate.context import MigrateError
-from rsm.migrate.cross_overlay import apply_overlay, plan_overlay
+from rsm.migrate.cross_overlay import apply_overlay, apply_pending, plan_overlay, plan_pending
+from rsm.migrate.cross_prune import PRUNED, check_distinct, describe_prune, prune_locations
 from rsm.store.layout import Location
 from rsm.store.objects import ObjectStore
 
 SOURCE_KEPT = (
-    "the source, {source}, is left as it was (nothing in it is changed or deleted): retire it once the "
-    "brokers read from the destination"
+    "the source, {source}, is left as it was (nothing in it is changed or deleted): once every broker reads "
+    "from the destination, run the same command with --prune, or retire the source"
 )
+SOURCE_PRUNED = (
+    "{count} segment(s) pruned from the source, {source}, each after its copy was verified; its overlays, "
+    "pending overlays and location record are left as they were"
+)
+PRUNE_WARNING = (
+    "--prune deletes the moved segments from {source}: brokers still configured for it cannot fetch them "
+    "afterwards (those on the destination follow its forwards)"
+)
+
+
+def add_arguments(move: argparse.ArgumentParser) -> None:
+    """The move's options for a move across stores."""
+    move.add_argument("--from-config", type=Path, metavar="SOURCE.properties",
+                      help="move from another store (backend) to the one --config names: the properties of "
+                      "the store the topic is in now; nothing in it is changed unless --prune")  # fmt: skip
+    move.add_argument("--prune", action="store_true",
+                      help="with --from-config, once every broker reads from --config's store: delete the "
+                      "moved segments from the source, each once its copy is verified byte for byte")  # fmt: skip
 
 
 def cross_move(
@@ -43,6 +72,11 @@ def cross_move(
     (its plan printing, run and report, its one-line error): imports go one way only (tests/test_layout.py)."""
     _Error, load_configs = cli._Error, cli.load_configs  # noqa: N806, SLF001
     path = args.from_config
+    if path is None:  # --prune alone
+        raise _Error(
+            "--prune is for a move across stores (with --from-config): a move within one store always deletes "
+            "its source once the copy is verified"
+        )
     if not path.is_file():
         raise _Error(f"--from-config {path}: no such file (the properties of the store the topic is in now)")
     if not os.access(path, os.R_OK):
@@ -56,11 +90,15 @@ def cross_move(
         )
     source_store = ObjectStore.from_config(source_config, create=False)
     source_store.require_bucket(str(source_config.get("bucket")), f"bucket in {path}")
+    if source_config.catalog_bucket != source_config.get("bucket"):  # where its overlays are
+        source_store.require_bucket(source_config.catalog_bucket, f"catalog.bucket in {path}")
     source = TopicCatalog(source_config, source_store)
     tid = cli._topic_id(source, args)  # noqa: SLF001
     keyring = keyring_for(catalog.config)
+    prune = bool(getattr(args, "prune", False))
     try:
         overlay = plan_overlay(source, catalog, args.topic, tid, keyring)
+        pending = plan_pending(source, catalog, args.topic, keyring)
     except MigrateError as exc:
         raise _Error(str(exc)) from None
     # the topic's settings in the destination: its overlay there, or the source's once copied
@@ -73,7 +111,9 @@ def cross_move(
         "source": list(cross.store_identity(source_config)),
         "source_location": str(source.default),
     }
-    plan = cross.plan_cross_move(source, catalog.store, args.topic, tid, args.partition, destination, params)
+    plan = cross.plan_cross_move(
+        source, catalog.store, args.topic, tid, args.partition, destination, params, prune=prune
+    )
     missing_keys = sorted(
         {
             i.key_id
@@ -90,26 +130,51 @@ def cross_move(
         if catalog.store.bucket_exists(bucket) is False:
             raise _Error(
                 f"bucket {bucket!r}, which Kafka's metadata names for segments of {args.topic!r}, does not exist "
-                f"in the destination store: create it there (it will hold only forwards to {destination})"
+                f"in the destination store ({catalog.store.backend.value} at {catalog.store.where}): create it "
+                f"there (it will hold only forwards to {destination})"
             )
-    spec = cli._spec(args, configs, plan, {})  # noqa: SLF001
+    # a separate job from the move without it: its finished items are not pruned ones
+    spec = cli._spec(args, configs, plan, {"prune": True} if prune else {})  # noqa: SLF001
     spec = dataclasses.replace(spec, source_configs=tuple(sorted(source_configs.items())))
-    kept = SOURCE_KEPT.format(source=cross.describe_store(source_config))
+    source_name = cross.describe_store(source_config)
+    kept = SOURCE_KEPT.format(source=source_name)
+    said = [d for c in (overlay, pending) if (d := c.describe(args.topic, dry_run=args.dry_run))]
     if args.dry_run:
-        cli._print_plan(plan, args, out, spec.job)  # noqa: SLF001
+        doomed = describe_prune(source_store, plan.items) if prune else []
+        if args.json and prune:  # the plan's document, and what would be deleted
+            found = {"from": source_name, "segments": len(plan.items), "objects": doomed}
+            out.print_json(json.dumps({**plan.to_json(), "job": spec.job, "dry_run": True, "prune": found}))
+        else:
+            cli._print_plan(plan, args, out, spec.job)  # noqa: SLF001
         if not args.json:
-            out.print(f"from {escape(cross.describe_store(source_config))} to "
-                      f"{escape(cross.describe_store(catalog.config))}; {escape(kept)}")  # fmt: skip
-        if said := overlay.describe(args.topic, dry_run=True):
-            (err if args.json else out).print(escape(said))
+            out.print(f"from {escape(source_name)} to {escape(cross.describe_store(catalog.config))}; "
+                      + escape(PRUNE_WARNING.format(source=source_name) if prune else kept))  # fmt: skip
+            if prune:
+                out.print(f"with --prune, each segment's copy verified byte for byte, {len(doomed)} object(s) "
+                          f"would be deleted from the source:")  # fmt: skip
+                for line in doomed[:20]:
+                    out.print(f"[dim]  {escape(line)}")
+                if len(doomed) > 20:
+                    out.print(f"[dim]  ... and {len(doomed) - 20} more")
+        for line in said:
+            (err if args.json else out).print(escape(line))
         return 0
-    apply_overlay(catalog, args.topic, tid, overlay)  # before any segment: brokers switched early tier right
-    if said := overlay.describe(args.topic):
-        (err if args.json else out).print(escape(said))
+    if prune:  # one store behind both configurations: refused before anything is written (or deleted)
+        buckets = {loc.bucket: loc for i in plan.items for loc in prune_locations(i)}
+        for location in buckets.values():
+            try:
+                check_distinct(catalog.store, source_store, location, spec.job)
+            except MigrateError as exc:
+                raise _Error(str(exc)) from None
+        err.print(escape(PRUNE_WARNING.format(source=source_name)))
+    # before any segment: brokers switched early tier the topic, and a successor of its name, right
+    apply_overlay(catalog, args.topic, tid, overlay)
+    apply_pending(catalog, args.topic, pending)
+    for line in said:
+        (err if args.json else out).print(escape(line))
     report, elapsed = cli._execute(args, spec, plan, err, "move across stores", store=catalog.store)  # noqa: SLF001
     cli._print_report(report, args, out, elapsed)  # noqa: SLF001
-    if not args.json:
-        out.print(escape(kept))
-    else:
-        err.print(escape(kept))
+    pruned = sum(r.message == PRUNED for r in report.results)
+    closing = SOURCE_PRUNED.format(count=pruned, source=source_name) if prune else kept
+    (err if args.json else out).print(escape(closing))
     return int(cli.EXIT_PROBLEMS) if report.failed else 0

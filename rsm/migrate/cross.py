@@ -2,14 +2,15 @@
 
 Why a module of its own: `rsm.migrate.move` relocates a segment within one store and retires the source
 copy behind a forward, so brokers on that store keep reading. Across backends the situation differs: the
-brokers will be reconfigured from the source store (file, S3, GCS, Azure) to the destination store, the
-source is another backend the operator retires as a whole, and nothing in it is ever written or deleted.
-What must hold is that a broker switched to the destination fetches every old segment through the remote
-log metadata Kafka already keeps, whose custom metadata names the location (bucket, prefix) each segment
-was written to in the *source* store.
+brokers will be reconfigured from the source store (file, S3, GCS, Azure) to the destination store, and
+until they are, they read the source store only. Nothing in it is written, and nothing deleted unless
+`--prune` asks (`rsm.migrate.cross_prune`, which says why it cannot be the default). What must hold is
+that a broker switched to the destination fetches every old segment through the remote log metadata
+Kafka already keeps, whose custom metadata names the location (bucket, prefix) each segment was written
+to in the *source* store.
 
-The topic's overlay goes first (`rsm.migrate.cross_overlay`): the new store's brokers tier the topic with
-its own settings, and the destination below follows them.
+The topic's overlay and its name's pending overlay go first (`rsm.migrate.cross_overlay`): the new
+store's brokers tier the topic with its own settings, and the destination below follows them.
 
 The job's items are one per segment (one committed copy chosen when the source holds several, say after an
 interrupted move there), planned from the source's catalog (`rsm.catalog.TopicCatalog`), so every location
@@ -24,15 +25,23 @@ of the topic is searched. Each item, in the destination store (D: the topic's co
 2. `committed`: the source manifest rewritten to name D's keys and sealed again (`rsm.copy.rekey.
    rekey_manifest`, with the destination's keyring: it must hold the topic's key ids) is written at D, then
    read back and checked (parse, seal, object sizes).
-3. `done`: a forward (`rsm.store.forward`) naming D is written in the destination store at every location
-   Kafka's metadata may name for the segment (the copy's source location and every location holding a
-   forward of it in the source store), unless that location is D itself. A broker on the destination
-   store reading through the old custom metadata finds no manifest there and follows the forward to D.
+3. `done` (without `--prune`): a forward (`rsm.store.forward`) naming D is written in the destination store
+   at every location Kafka's metadata may name for the segment (the copy's source location and every
+   location holding a forward of it in the source store), unless that location is D itself. A broker on
+   the destination store reading through the old custom metadata finds no manifest there and follows the
+   forward to D. Without `--prune` the item ends here.
+4. `verified` (`--prune`): the forwards as in 3, then D's copy is found to be the source's, byte for byte
+   (`rsm.migrate.cross_prune`).
+5. `done` (`--prune`): the segment's objects in the source store are deleted (its copies, manifests first,
+   then the forwards an earlier move there left); D and its forwards stay.
 
 Every step is idempotent (the copy is written whole, the manifest rewrite is deterministic, a forward is a
-PUT), the journal (`rsm.migrate.journal`, kept in the destination store) records each step, and a resumed
+PUT, a deletion of what is gone is no error), the journal (`rsm.migrate.journal`, kept in the destination's
+catalog home) records each step, and a resumed
 run checks the store before trusting a recorded step: a committed copy at D is verified and used as it is.
-A second run plans nothing: segments committed at D with their forwards written are left out of the plan.
+A second run plans nothing: segments committed at D with their forwards written are left out of the plan,
+unless it prunes: then they are planned (nothing to copy, their source to prune), and a pruned segment is
+no longer in the source's catalog.
 """
 
 from __future__ import annotations
@@ -50,6 +59,7 @@ from rsm.config.redact import split_userinfo
 from rsm.config.settings import Backend, RsmConfig
 from rsm.copy.rekey import rekey_manifest
 from rsm.migrate.context import Context, ItemResult, Keys, MigrateError, indexes_size
+from rsm.migrate.cross_prune import check_identical, prune
 from rsm.migrate.journal import TERMINAL, ItemState, crash_point
 from rsm.migrate.move import _committed, _sizes_match
 from rsm.migrate.plan import Plan, PlanItem, _forwards_of, _segments_and_forwards, item_for
@@ -60,7 +70,7 @@ from rsm.store.objects import ObjectNotFound, ObjectStore
 log = logging.getLogger(__name__)
 
 KIND = "cross-move"
-STEPS = ("planned", "copied", "committed", "done")
+STEPS = ("planned", "copied", "committed", "verified", "done")
 
 _sources_lock = threading.Lock()
 
@@ -121,6 +131,11 @@ def _destination_keys(store: ObjectStore, location: Location, topic: str, topic_
     return set(store.list(location.bucket, topic_dir(location, topic, topic_id)))
 
 
+def _unique(docs: list[dict[str, str]]) -> list[dict[str, str]]:
+    """Location documents ({"bucket", "prefix"}) without repeats, in order."""
+    return [dict(t) for t in dict.fromkeys(tuple(sorted(d.items())) for d in docs)]
+
+
 def _forwards_to(store: ObjectStore, location: Location, item: PlanItem) -> bool:
     forward = read_forward(store, location, item.ref)
     return forward is not None and forward.to == item.destination
@@ -134,8 +149,11 @@ def plan_cross_move(
     partitions: Iterable[int] | None,
     destination: Location,
     params: dict[str, Any],
+    *,
+    prune: bool = False,
 ) -> Plan:
-    """One item per segment of the topic in the source store, minus those already complete at D."""
+    """One item per segment of the topic in the source store, minus those already complete at D (unless
+    `prune`: their source copies are still to delete)."""
     tid = uuid_to_base64(topic_id)
     plan = Plan(KIND, topic, tid, params={"destination": str(destination), **params})
     segs, forwards = _segments_and_forwards(source, topic, topic_id, partitions)
@@ -151,16 +169,18 @@ def plan_cross_move(
 
     for group in copies.values():
         seg = group[0]
-        origins = [{"bucket": s.location.bucket, "prefix": s.location.prefix} for s in group]
-        origins += _forwards_of(forwards, seg)
-        origins = [dict(t) for t in dict.fromkeys(tuple(sorted(d.items())) for d in origins)]
-        item = item_for(KIND, seg, topic, destination=destination, extra={"origins": origins})
+        held = _unique([{"bucket": s.location.bucket, "prefix": s.location.prefix} for s in group])
+        seen = _unique(_forwards_of(forwards, seg))
+        extra: dict[str, Any] = {"origins": _unique(held + seen)}
+        if prune:  # what the prune deletes: the copies and the source's forwards (rsm.migrate.cross_prune)
+            extra.update(prune=True, copies=held, forwards=seen)
+        item = item_for(KIND, seg, topic, destination=destination, extra=extra)
         stem = item.ref.stem(destination)
         complete = stem + MANIFEST_SUFFIX in keys_at(destination) and all(
             item.ref.forward_key(loc) in keys_at(loc) and _forwards_to(destination_store, loc, item)
             for loc in forwards_needed(item)
         )
-        if complete:
+        if complete and not prune:
             plan.skipped.append((item.describe(), f"already at {destination} in the destination store"))
         else:
             plan.items.append(item)
@@ -177,6 +197,8 @@ def run(ctx: Context, item: PlanItem, state: ItemState | None) -> ItemResult:
     if step in TERMINAL:
         return ItemResult(item, step)
     src_store = source_store(ctx)
+    if step == "verified":  # killed while pruning: delete what is left
+        return prune(ctx, src_store, item, int(state.detail.get("bytes", 0)) if state else 0)
     src, dst = Keys.at(item.ref, item.source), Keys.at(item.ref, item.destination)
     moved = 0
     if ctx.spec.option("resumed") or step != "planned":  # a killed run's half-written objects at D
@@ -218,6 +240,11 @@ def run(ctx: Context, item: PlanItem, state: ItemState | None) -> ItemResult:
         if existing is None or existing.to != item.destination:
             write_forward(ctx.store, origin, item.ref, item.destination)
             crash_point(f"cross forward written {item.ident} {origin}")
+    if item.extra.get("prune"):
+        check_identical(ctx, src_store, item)
+        ctx.journal.record(item, "verified", bytes=moved)
+        crash_point(f"cross verified recorded {item.ident}")
+        return prune(ctx, src_store, item, moved)
     ctx.journal.record(item, "done", bytes=moved)
     crash_point(f"cross done recorded {item.ident}")
     return ItemResult(item, "done", moved)
