@@ -225,5 +225,11 @@ def test_a_tiered_segment_dumps_as_its_local_file(capsysbinary, tmp_path: Path) 
     )
     assert code == 0, err
     assert out.split(b"\n", 1)[1] == expected_txn.split(b"\n", 1)[1] and b"producerId: " in out
+    # the header names the object the index came from (the .indexes object), as the store names it
+    header = out.split(b"\n", 1)[0].decode()
+    assert header.startswith("Dumping file:secure/pci/payments-") and ".indexes (" in header, header
+    code, out, err = _raw(capsysbinary, "--print-data-log", *tiered, "--offset", "250")
+    header = out.split(b"\n", 1)[0].decode()
+    assert header.startswith("Dumping file:secure/pci/payments-") and ".log (" in header, header
     code, out, err = _raw(capsysbinary, *tiered, "--offset", "99999")
     assert code == 1 and b"no tiered segment holds offset 99999" in err

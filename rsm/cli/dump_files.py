@@ -212,7 +212,9 @@ def dump_text(
     name printed for it (a tiered segment's object rather than its temporary copy)."""
     from rsm.cli import kafka_dump as k
 
-    out.write(b"Dumping " + k.java_file_name(shown or path).encode("utf-8", "surrogateescape") + b"\n")
+    # a stored object's name is printed as it is (`s3://b/k`: Java's File would fold its '//'); a path as Java
+    name = shown if shown is not None else k.java_file_name(path)
+    out.write(b"Dumping " + name.encode("utf-8", "surrogateescape") + b"\n")
     _must_exist(Path(path))
     kind = _kind(Path(path))
     if kind == ".log":

@@ -139,7 +139,9 @@ def run_tiered(args: argparse.Namespace) -> int:
         keyring = _keyring(args, configs)
         with tempfile.TemporaryDirectory(prefix="rsm-dump-") as tmp:
             log_path = materialize(catalog.store, seg.bucket, seg.manifest, keyring, Path(tmp))
-            shown = catalog.store.describe(seg.bucket, seg.manifest.location["log"])
+            # the object the dumped file came from: the .log, or the .indexes object an index is stored in
+            stored = "log" if args.file_kind == "log" else "indexes"
+            shown = catalog.store.describe(seg.bucket, seg.manifest.location[stored])
             return _dump(args, Path(tmp), log_path, args.file_kind, shown)
     except (
         _Refused,
