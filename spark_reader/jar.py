@@ -22,6 +22,7 @@ import subprocess
 import tempfile
 import time
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 JVM_DIR = Path(__file__).with_name("jvm")
@@ -101,12 +102,15 @@ def build(out: Path) -> Path:
     return out
 
 
-def jar_path(*, build_if_missing: bool = True) -> str:
-    """The path of the columnar scan's jar for this checkout and this pyspark, built first if needed."""
+def jar_path(*, build_if_missing: bool = True, on_build: Callable[[str], None] | None = None) -> str:
+    """The path of the columnar scan's jar for this checkout and this pyspark, built first if needed
+    (`on_build(path)` is told before a build starts: it takes a while)."""
     out = _out_dir() / f"{JAR_STEM}-{source_hash()}.jar"
     if not out.exists():
         if not build_if_missing:
             raise JarBuildError(f"the kafka-tiered jar is not built yet ({out})")
+        if on_build is not None:
+            on_build(str(out))
         build(out)
         # older sources' jars go after a day (a session started before the edit may still be loading one)
         for stale in out.parent.glob(f"{JAR_STEM}-*.jar"):

@@ -44,6 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.set_defaults(func=_run, action="add")
     p = actions.add_parser("list", help="the key ids of a keyring file")
     p.add_argument("path", type=Path, metavar="FILE")
+    p.add_argument("--json", action="store_true", help='print {"path": ..., "key_ids": [...]}')
     p.set_defaults(func=_run, action="list")
 
 
@@ -124,6 +125,8 @@ def _run(args: argparse.Namespace) -> int:
             keys[key_id] = generate_key()
             _write(path, keys, new=False)
             print(f"added key id {key_id} to {path}; key ids: {', '.join(sorted(keys))}")
+        elif getattr(args, "json", False):
+            print(json.dumps({"path": str(path), "key_ids": sorted(_read(path))}))
         else:
             for key_id in sorted(_read(path)):
                 print(key_id)

@@ -14,8 +14,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import re
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from rsm.config.redact import install_log_redaction
 
@@ -31,6 +32,7 @@ SUBCOMMANDS = {
     "spark": "spark",
 }
 SUBCOMMAND_MODULES = tuple(SUBCOMMANDS.values())
+OWN_LOGGERS = ("rsm", "spark_reader", "segment_format")  # what --debug turns to DEBUG
 
 
 def version() -> str:
@@ -53,8 +55,25 @@ def _chosen(argv: list[str]) -> str | None:
     return None
 
 
+_ROLE = re.compile(r":(?:mod|class|func|meth|attr|data|exc):`([^`]+)`")
+_LITERAL = re.compile(r"``([^`]+)``")
+
+
+def plain_text(doc: str | None) -> str | None:
+    """A docstring as help text: Sphinx roles and double backquotes (``x``, :mod:`x`) as `x`."""
+    if doc is None:
+        return None
+    return _LITERAL.sub(r"`\1`", _ROLE.sub(r"`\1`", doc))
+
+
 class Parser(argparse.ArgumentParser):
-    """argparse, but a bad command line is one line: what is wrong, and where help is."""
+    """argparse, but a bad command line is one line: what is wrong, and where help is; descriptions
+    (the commands' docstrings) shown without their markup."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if "description" in kwargs:
+            kwargs["description"] = plain_text(kwargs["description"])
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
@@ -114,8 +133,12 @@ def main(argv: list[str] | None = None) -> int:
     raw = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(raw)
     args = parser.parse_args(raw)
-    level = logging.DEBUG if args.debug else logging.WARNING - 10 * min(args.verbose, 2)
+    # -v / -vv: every library's log; --debug: tracebacks and our own DEBUG lines, not every SDK's wire log
+    level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.debug:
+        for name in OWN_LOGGERS:
+            logging.getLogger(name).setLevel(logging.DEBUG)
     install_log_redaction()  # -vv turns botocore's DEBUG on, which shows tokens and signatures
     if not getattr(args, "func", None):
         parser.print_help()

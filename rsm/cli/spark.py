@@ -27,7 +27,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def _jar(args: argparse.Namespace) -> int:
+    import sys
+
     from spark_reader.jar import jar_path
 
-    print(jar_path(build_if_missing=not args.no_build))
+    def building(out: str) -> None:  # on stderr: stdout is the path alone, for "$(rsm spark jar)"
+        print(f"building the kafka-tiered jar with javac (once, about half a minute): {out}", file=sys.stderr)
+
+    print(jar_path(build_if_missing=not args.no_build, on_build=building))
     return 0
