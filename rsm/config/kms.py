@@ -145,13 +145,15 @@ class KmsKeys:
         """boto3's KMS client (made on first use: the default chain is asked only when a KMS key is used)."""
         with self._lock:
             if self._client is None:
-                import boto3
+                import botocore.session
                 from botocore.config import Config
 
                 from rsm.config.redact import install_log_redaction
 
                 install_log_redaction()  # botocore's DEBUG log shows session tokens and plaintext answers
-                self._client = boto3.session.Session().client(
+                # botocore's own session (the default chain, as boto3's would): boto3 is no dependency, since
+                # pinning it beside s3fs's aiobotocore (which pins botocore) sends pip backtracking
+                self._client = botocore.session.get_session().create_client(
                     "kms",
                     endpoint_url=self._endpoint_url,
                     region_name=self._region,
