@@ -246,14 +246,32 @@ def _tracked_sources(dest: Path) -> Path:
     return dest
 
 
+def _venv_seeing_ours(venv: Path) -> str:
+    """A fresh virtualenv whose own site-packages come first, then this interpreter's (pyspark, pyarrow...).
+
+    Not `--system-site-packages`: run from a virtualenv (as README's set-up is), that option shows the base
+    interpreter's packages, not the running virtualenv's. A `.pth` of plain paths adds ours without running
+    their `.pth` files, so an editable install of this checkout there stays out of the new virtualenv."""
+    import site
+
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    ours = [p for p in site.getsitepackages() if Path(p).is_dir()]
+    (Path(purelib) / "outer-site-packages.pth").write_text("".join(f"{p}\n" for p in ours))
+    return python
+
+
 def test_installed_package_registers_itself_with_pushdown_on_or_off(tiered, tmp_path) -> None:  # noqa: ANN001
     """`pip install` (not editable) into a fresh virtualenv, and an application that never calls
     `register`: Spark finds `pyspark_kafka_tiered` on its own. Run with README's `--conf` line, then
     with the setting off."""
     store, logs = tiered
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
-    python = str(venv / "bin" / "python")
+    python = _venv_seeing_ours(venv)
     src = _tracked_sources(tmp_path / "src")
     install = subprocess.run(
         [python, "-m", "pip", "install", "--quiet", "--no-deps", str(src)],
