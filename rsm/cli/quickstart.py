@@ -284,13 +284,12 @@ def next_steps(properties: Path) -> tuple[str, str]:
     import shlex
 
     shell = f"rsm store --config {shlex.quote(str(properties))} du"
+    # read_committed, as the query of step 4: the counts it prints are the table's
     python = (
         "from pyspark.sql import SparkSession\n"
-        "import spark_reader\n"
         'spark = SparkSession.builder.master("local[2]").getOrCreate()\n'
-        "spark_reader.register(spark)\n"
         f'df = spark.read.format("kafka-tiered").option("rsm.properties", {json.dumps(str(properties))})'
-        '.option("subscribe", "orders,payments").load()\n'
+        '.option("subscribe", "orders,payments").option("kafka.isolation.level", "read_committed").load()\n'
         'df.groupBy("topic").count().orderBy("topic").show()'
     )
     return shell, python
@@ -339,6 +338,11 @@ def _spark_query(console: Console, store_root: Path, keyring_path: Path, segment
             .load()
         )
         df.createOrReplaceTempView("tiered")
+        console.print(
+            "-- tiered: format(\"kafka-tiered\"), kafka.isolation.level=read_committed (an aborted "
+            "transaction's records left out)",
+            style="dim", soft_wrap=True, markup=False, highlight=False,
+        )  # fmt: skip
         console.print(QUERY.strip(), style="dim", soft_wrap=True, markup=False, highlight=False)
         rows = spark.sql(QUERY).collect()
     finally:
