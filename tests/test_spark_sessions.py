@@ -265,6 +265,29 @@ def _venv_seeing_ours(venv: Path) -> str:
     return python
 
 
+def test_the_jar_hands_back_to_python_without_a_register_call(tiered, tmp_path) -> None:  # noqa: ANN001
+    """The jar on the class path, `spark.kafkaTiered.columnar.enabled=false`, and an application that never
+    calls `register`: the JVM hands the query to the Python Data Source Spark registered by itself from
+    README's install (no PYTHONPATH). It failed with `Data source 'kafka-tiered-python' not found` while
+    the editable install hid `pyspark_kafka_tiered` from Spark's lookup."""
+    store, logs = tiered
+    out = tmp_path / "out.json"
+    env = submit_env(sys.executable)
+    jar = subprocess.run(
+        [sys.executable, "-m", "rsm.cli.main", "spark", "jar"],
+        cwd=ROOT, env=env, capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    result = _submit(
+        ["--jars", jar, "--conf", "spark.kafkaTiered.columnar.enabled=false", str(APP), json.dumps(store), TOPIC,
+         str(out)],
+        env=env,
+        cwd=tmp_path,
+        out=out,
+    )  # fmt: skip
+    assert result["given"]["scan"] == result["flipped"]["scan"] == "python"
+    check_both(result["given"], result["flipped"], expected(logs))
+
+
 def test_installed_package_registers_itself_with_pushdown_on_or_off(tiered, tmp_path) -> None:  # noqa: ANN001
     """`pip install` (not editable) into a fresh virtualenv, and an application that never calls
     `register`: Spark finds `pyspark_kafka_tiered` on its own. Run with README's `--conf` line, then
