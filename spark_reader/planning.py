@@ -16,6 +16,14 @@ Everything here runs on the driver from manifests and stored indexes only (no `.
   offset: Kafka's own bound) or the first segment at or past the end whose producer snapshot shows no
   such transaction open: every marker of a transaction touching the range lies at or before it.
 
+Holes are data loss (failOnDataLoss: fail naming the partition and the offsets, or warn and read the
+rest; `rsm.catalog.holes`): offsets between segments that no copy holds, where the plan reads; and,
+for a read from a partition's start (earliest, a timestamp before its first segment, an offset below
+it), the offsets between where the log starts and the store's first one: the log start is the brokers'
+(`kafka.bootstrap.servers`, asked by `spark_reader.hybrid`), else the mark the RSM's deletes left
+(`rsm.store.log_starts`). A location the topic's record names that cannot be read is data loss too
+(`spark_reader.topics`).
+
 Histories are `rsm.catalog.ranged.RangedHistory` (issue 27): a listing per partition, then the manifests
 a range needs: earliest and latest from the first and last copies, a timestamp by bisection, the range's
 own copies; so a narrow query's requests grow with its range, not with the partition's history.
@@ -30,6 +38,14 @@ from dataclasses import dataclass
 
 from rsm.api.errors import ConfigException, RemoteStorageException
 from rsm.catalog import SegmentSlice, TopicCatalog
+from rsm.catalog.holes import (
+    Hole,
+    before_start,
+    between_segments,
+    broker_start_why,
+    clipped,
+    recorded_start_why,
+)
 from rsm.catalog.segments import StoredSegment
 from rsm.catalog.splits import SegmentIndexes, split_slice
 from rsm.config.keyring import Keyring, keyring_for
@@ -60,6 +76,7 @@ class PartitionRange:
     start_slice: SegmentSlice | None = None
     end_timestamp: int | None = None
     end_slice: SegmentSlice | None = None
+    hole_before: Hole | None = None  # offsets before `start` the read asked for and the store lacks
 
 
 class Planner:
@@ -101,7 +118,7 @@ class Planner:
         try:
             store.require_bucket(bucket, setting)
         except ConfigException as exc:
-            raise ReaderError(f"{exc}; the reader does not create buckets") from None
+            raise ReaderError(str(exc)) from None  # it says buckets are never created
         except Exception as exc:  # noqa: BLE001 - an unreachable endpoint is named, not a traceback
             raise ReaderError(
                 f"cannot reach {store.backend.value} bucket {bucket} ({setting}) at {store.where}: {exc}"
@@ -134,7 +151,12 @@ class Planner:
         ``opts``: the query's options narrowed to some of its topics (the hybrid read skips those the
         store lacks), with this planner's catalog and caches."""
         return select_partitions(
-            self.catalog, opts or self.opts, filters.partition, after=after, epoch_cache=self._epoch_cache
+            self.catalog,
+            opts or self.opts,
+            filters.partition,
+            after=after,
+            epoch_cache=self._epoch_cache,
+            data_loss=self.data_loss,
         )
 
     def _epoch_cache(self, segment: StoredSegment) -> tuple[tuple[int, int], ...]:
@@ -152,25 +174,53 @@ class Planner:
             raise DataLossError(message + " (set failOnDataLoss=false to read what is left)")
         log.warning("%s; reading what is left (failOnDataLoss=false)", message)
 
-    def partition_range(self, sp: SelectedPartition, start: Position, end: Position) -> PartitionRange | None:
-        """Offsets [start, end) of a partition for these positions; None when it contributes nothing."""
+    def start_hole(self, sp: SelectedPartition, log_start: int | None = None) -> Hole | None:
+        """The offsets between where the partition's log starts and the store's first offset: the
+        brokers' `log_start` when given, else the RSM's log-start mark; None when there is no hole."""
+        if log_start is not None:
+            why = broker_start_why(log_start, self.opts.bootstrap_servers or "")
+        elif sp.recorded_start is not None:
+            log_start, why = sp.recorded_start, recorded_start_why(sp.recorded_start)
+        else:
+            return None
+        return before_start(sp.topic, sp.partition, sp.history.first_offset, log_start, why, sp.looked_in)
+
+    def _below_earliest(self, sp: SelectedPartition, lo: int, earliest: int, log_start: int | None) -> None:
+        """A start offset below the store's first one: data loss, the offsets the log still has (a hole)
+        named apart from those retention removed."""
+        name = f"{sp.topic}-{sp.partition}"
+        hole = self.start_hole(sp, log_start)
+        hole = None if hole is None else clipped(hole, lo, None)
+        if hole is not None:
+            self.data_loss(hole.message())
+        gone = earliest - 1 if hole is None else hole.first_offset - 1
+        if lo <= gone:
+            self.data_loss(f"{name}: offsets {lo}..{gone} are no longer in the store (earliest {earliest})")
+
+    def partition_range(
+        self, sp: SelectedPartition, start: Position, end: Position, log_start: int | None = None
+    ) -> PartitionRange | None:
+        """Offsets [start, end) of a partition for these positions; None when it contributes nothing.
+
+        ``log_start``: the brokers' log start offset, when asked (`spark_reader.hybrid`): a read from the
+        partition's start measures the store's history against it (else against the RSM's mark)."""
         h = sp.history
         earliest, latest = h.first_offset, h.next_offset
         if earliest is None or latest is None:
             return None
         name = f"{sp.topic}-{sp.partition}"
         start_ts = start_slice = end_ts = end_slice = None
+        hole = None
         if start.kind is Kind.EARLIEST:
             lo = earliest
+            hole = self.start_hole(sp, log_start)
         elif start.kind is Kind.LATEST:
             lo = latest
         elif start.kind is Kind.OFFSET:
             assert start.value is not None
             lo = start.value
             if lo < earliest:
-                self.data_loss(
-                    f"{name}: offsets {lo}..{earliest - 1} are no longer in the store (earliest {earliest})"
-                )
+                self._below_earliest(sp, lo, earliest, log_start)
                 lo = earliest
         else:
             assert start.value is not None
@@ -184,6 +234,8 @@ class Planner:
                 lo = latest
             else:
                 lo, start_ts = start_slice.first_offset, start.value
+                if lo == earliest:  # the offset for the timestamp may lie before the store's history
+                    hole = self.start_hole(sp, log_start)
         if end.kind is Kind.LATEST:
             hi = latest
         elif end.kind is Kind.OFFSET:
@@ -196,10 +248,12 @@ class Planner:
             end_ts = None if end_slice is None else end.value
         hi = self._stable_end(sp, hi)
         if lo >= hi:
+            if hole is not None and (hole := clipped(hole, None, hi - 1)) is not None:
+                self.data_loss(hole.message())  # the range lies in the hole: nothing else to read
             return None
         # gaps are data loss where the plan reads (`plan`, after pushed offset filters narrowed the range):
         # finding them here would read the manifests of the whole range before the filters narrow it
-        return PartitionRange(sp, lo, hi, start_ts, start_slice, end_ts, end_slice)
+        return PartitionRange(sp, lo, hi, start_ts, start_slice, end_ts, end_slice, hole)
 
     def _stable_end(self, sp: SelectedPartition, hi: int) -> int:
         """`hi`, stopped under read_committed at the oldest transaction still open at the end of the
@@ -262,12 +316,16 @@ class Planner:
         for pr in ranges:
             lo = pr.start if offset_lo is None else max(pr.start, offset_lo)
             hi = pr.end - 1 if offset_hi is None else min(pr.end - 1, offset_hi)
+            before = None if pr.hole_before is None else clipped(pr.hole_before, offset_lo, offset_hi)
+            if before is not None:
+                self.data_loss(before.message())
             if lo > hi:
                 continue
-            for a, b in pr.selected.history.gaps_between(lo, hi):
-                self.data_loss(
-                    f"{pr.selected.topic}-{pr.selected.partition}: offsets {a}..{b} are missing from the store"
-                )
+            sp = pr.selected
+            for hole in between_segments(
+                sp.topic, sp.partition, sp.history.gaps_between(lo, hi), sp.looked_in
+            ):
+                self.data_loss(hole.message())
             read_committed = self.opts.isolation_level is IsolationLevel.READ_COMMITTED
             aborted = tuple(self.aborted(pr)) if read_committed else ()
             for s in pr.selected.history.between(lo, hi):

@@ -244,3 +244,27 @@ def test_a_fetch_from_a_bucket_deleted_since_names_the_bucket(tmp_path: Path, s3
     assert f"bucket '{bucket}' (config bucket) does not exist in s3 at {s3_server.endpoint_url}" in str(
         caught.value
     )
+
+
+def test_the_cli_names_the_settings_of_refused_credentials_and_an_unreachable_endpoint(tmp_path: Path) -> None:
+    """`rsm store` against S3 with credentials S3 refuses, and against a closed port: one line naming the
+    settings to look at, not botocore's bare sentence or its exception name."""
+    from rsm.cli.main import describe_error
+
+    class ClientError(Exception):
+        pass
+
+    refused = describe_error(ClientError("The AWS Access Key Id you provided does not exist in our records."))
+    assert "storage.s3.access.key.id" in refused and "does not exist in our records" in refused
+    props = tmp_path / "closed.properties"
+    props.write_text(
+        "rsm.config.storage.backend=s3\nrsm.config.storage.s3.endpoint.url=http://127.0.0.1:9\n"
+        "rsm.config.storage.s3.region=us-east-1\nrsm.config.storage.s3.access.key.id=AKIAIOSFODNN7EXAMPLE\n"
+        "rsm.config.storage.s3.secret.access.key=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\n"
+        "rsm.config.storage.s3.retry.max.attempts=1\nrsm.config.bucket=tiered\n"
+    )
+    done = rsm("store", "--config", str(props), "du")
+    line = done.stderr.strip()
+    assert done.returncode == 1 and "\n" not in line, line
+    assert "storage" in line and "endpoint" in line and "127.0.0.1:9" in line, line
+    assert "wJalrXUtnFEMI" not in line

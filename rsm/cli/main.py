@@ -101,6 +101,19 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+# S3's answers to credentials it does not take (botocore's message, as s3fs passes it on)
+_REFUSED_CREDENTIALS = (
+    "Access Key Id you provided does not exist",
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "request signature we calculated does not match",
+    "security token included in the request is invalid",
+    "ExpiredToken",
+)
+# an endpoint nobody answers at (botocore, aiohttp)
+_UNREACHABLE = frozenset({"EndpointConnectionError", "ConnectTimeoutError", "ClientConnectorError"})
+
+
 def describe_error(exc: BaseException) -> str:
     """One line saying what went wrong, for an operator (no traceback, no secrets)."""
     name = type(exc).__name__
@@ -115,6 +128,19 @@ def describe_error(exc: BaseException) -> str:
         where = f"{exc.filename}: " if exc.filename else ""
         return f"{where}{exc.strerror}"
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if any(marker in text for marker in _REFUSED_CREDENTIALS):
+        return (
+            f"S3 refused the credentials ({text}): check rsm.config.storage.s3.access.key.id and "
+            "rsm.config.storage.s3.secret.access.key, or the AWS default chain (AWS_ACCESS_KEY_ID / "
+            "AWS_SECRET_ACCESS_KEY, a profile, an instance role)"
+        )
+    if name in _UNREACHABLE:
+        setting = (
+            "rsm.config.storage.s3.endpoint.url"
+            if module.startswith("botocore")
+            else "rsm.config.storage.gcs.endpoint.url or storage.azure.endpoint.url"
+        )
+        return f"cannot reach the store: {text} (check {setting}, and that the service runs there)"
     return f"{name}: {text}" if text and not isinstance(exc, RuntimeError | ValueError) else (text or name)
 
 
