@@ -1,0 +1,61 @@
+"""The brokers' fetch layer: a partition's offset range from the Kafka brokers as raw record batches.
+
+The live tail of a hybrid read (`spark_reader.tail`) goes through a librdkafka consumer that makes a
+Python object per record, and that loop is its cost. This layer fetches the same records as the
+brokers' own bytes, whole record batches, and hands them to the columnar decoder the store path already
+uses (`segment_format.columnar`), so no Python code runs per record.
+
+Built on kafka-python 3.x's network client and its protocol classes (`connection` says why: it already
+does ApiVersions, SASL PLAIN/SCRAM, TLS, timeouts and throttling, and its Fetch response keeps `records`
+as bytes); what is ours is which request goes where, what each error means (`client`), the whole-batch
+cut of a response (`batches`), the range loop (`reader`), read_committed from a response's aborted list
+(`aborts`) and the decode (`arrow`).
+
+    from spark_reader.brokerwire import BrokerWire, read_arrow
+    with BrokerWire.from_kafka_params(opts.kafka_params) as client:
+        for batch in read_arrow(client, "payments", 0, start, end, IsolationLevel.READ_COMMITTED):
+            ...  # pyarrow.RecordBatch in segment_format.arrow_schema.RECORD_SCHEMA
+
+| module | job |
+| --- | --- |
+| `settings` | the `kafka.*` options (Java names) -> `WireSettings`; what cannot be honoured is refused |
+| `connection` | kafka-python's network client: send one request, wait (throttles, deadlines) |
+| `redact` | keeps kafka-python's DEBUG lines from printing SASL frames |
+| `metadata`, `offsets`, `fetch` | the Metadata, ListOffsets and Fetch requests and their answers |
+| `batches` | the whole batches of a response and the offset after them (headers only) |
+| `client` | `BrokerWire`: leaders, retries, errors as a Java consumer handles them |
+| `reader` | `read_range`: [start, end) as `WireChunk`s (raw bytes + aborted transactions) |
+| `aborts` | the Java consumer's read_committed rule over a chunk's decoded batches |
+| `arrow` | `decode_chunk` / `read_arrow`: chunks -> Arrow rows through segment_format's decoder |
+| `errors`, `stats` | what it raises; what it counted |
+"""
+
+from __future__ import annotations
+
+from spark_reader.brokerwire.arrow import decode_chunk, decode_chunks, read_arrow
+from spark_reader.brokerwire.client import BrokerWire
+from spark_reader.brokerwire.errors import OffsetOutOfRangeError, WireError, WireTimeoutError
+from spark_reader.brokerwire.fetch import AbortedTransaction, FetchResult
+from spark_reader.brokerwire.metadata import PartitionLeader
+from spark_reader.brokerwire.reader import WireChunk, read_range
+from spark_reader.brokerwire.settings import SaslMechanism, SecurityProtocol, WireSettings
+from spark_reader.brokerwire.stats import WireStats
+
+__all__ = [
+    "AbortedTransaction",
+    "BrokerWire",
+    "FetchResult",
+    "OffsetOutOfRangeError",
+    "PartitionLeader",
+    "SaslMechanism",
+    "SecurityProtocol",
+    "WireChunk",
+    "WireError",
+    "WireSettings",
+    "WireStats",
+    "WireTimeoutError",
+    "decode_chunk",
+    "decode_chunks",
+    "read_arrow",
+    "read_range",
+]

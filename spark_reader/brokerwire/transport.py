@@ -1,0 +1,144 @@
+"""The one piece of kafka-python's connection that is ours: its socket reads.
+
+kafka-python 3.0.12's transport reads a socket until it would block, and when that read ends with the
+peer closing, it drops everything the same read returned before the close. A Kafka broker refusing a
+SASL authentication does exactly that: it sends the SaslAuthenticate error and closes the connection
+(after `connection.failed.authentication.delay.ms`), so the answer and the close arrive together and
+kafka-python sees only "socket disconnected": its bootstrap then retries until the timeout and reports
+"Unable to bootstrap", a wrong password taking a minute and never being named. Here the bytes a read
+returned are handed to the protocol first, and the close is queued behind the task they woke: the SASL
+error reaches the connection, which raises SaslAuthenticationFailedError at once, as the Java client
+does.
+
+Reads also go into one reused 1 MiB buffer (`recv_into`) and each is handed on as a view, where
+kafka-python reads 4 KiB pieces, joins them and slices the join: for a Fetch response of several MiB that
+is two copies and thousands of system calls fewer (the protocol still copies the frame it assembles).
+
+Both need the transport classes the connection manager builds, so `WireConnectionManager` overrides its
+`_build_transport` (the same steps as kafka-python's, with these classes). That is a private method of
+kafka-python 3.0.x: tests/test_broker_wire.py's wrong-password test fails if a release changes it. The
+manager also keeps the first failure no retry can mend (`fatal`): kafka-python's bootstrap retries even
+a refused password until its timeout.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+import time
+import weakref
+from typing import Any
+
+from kafka.net.manager import KafkaConnectionManager
+from kafka.net.transport import KafkaSSLTransport, KafkaTCPTransport
+
+log = logging.getLogger(__name__)
+
+READ_SIZE = 1 << 20
+
+
+class _DeliverBeforeClose:
+    """The read loop of kafka-python's transport, but each read is handed to the protocol as it comes
+    (a view of one reused buffer: the protocol copies what it keeps), and a close is delivered after
+    the data read before it."""
+
+    async def _read_from_sock(self: Any) -> None:  # noqa: ANN401
+        import kafka.errors as Errors
+
+        buffer = bytearray(READ_SIZE)
+        view = memoryview(buffer)
+        while self._read and not self._closed:
+            await self._net.wait_read(self._sock)
+            delivered, err = False, None
+            while self._read and not self._closed:
+                try:
+                    n = self._sock.recv_into(buffer)
+                except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                    break
+                except Exception as exc:  # noqa: BLE001 - as kafka-python: any socket failure closes it
+                    err = Errors.KafkaConnectionError(exc)
+                    break
+                if not n:
+                    err = Errors.KafkaConnectionError("socket disconnected")
+                    break
+                self.last_read = time.monotonic()
+                if self._protocol._sensors:
+                    self._protocol._sensors.bytes_received.record(n)
+                try:
+                    self._protocol.data_received(view[:n])
+                except Errors.KafkaProtocolError as exc:
+                    return self.abort(error=exc)
+                delivered = True
+            if err is not None:
+                if not delivered:
+                    return self.abort(error=err)
+                # the answer just delivered woke the task awaiting it: let it run before the close, which
+                # would otherwise fail that task with "socket disconnected" first
+                self._net.call_soon(lambda error=err: self.abort(error=error))
+                return None
+        return None
+
+
+class TcpTransport(_DeliverBeforeClose, KafkaTCPTransport):
+    pass
+
+
+class SslTransport(_DeliverBeforeClose, KafkaSSLTransport):
+    pass
+
+
+def is_fatal(exc: BaseException) -> bool:
+    """A connection failure no retry can mend: credentials refused, a certificate not trusted."""
+    import kafka.errors as Errors
+
+    if isinstance(exc, (Errors.SaslAuthenticationFailedError, Errors.UnsupportedSaslMechanismError)):
+        return True
+    text = str(exc)
+    return isinstance(exc, Errors.KafkaConnectionError) and (
+        "CERTIFICATE_VERIFY_FAILED" in text or "Hostname mismatch" in text
+    )
+
+
+class WireConnectionManager(KafkaConnectionManager):
+    """kafka-python's connection manager building `TcpTransport` / `SslTransport`, and keeping the first
+    connection failure no retry can mend (`fatal`): kafka-python's bootstrap retries every failure until
+    its timeout, a refused password included, so the caller looks here to stop at once."""
+
+    def __init__(self, net: Any, **configs: Any) -> None:  # noqa: ANN401
+        super().__init__(net, **configs)
+        self.fatal: BaseException | None = None
+        self._watched: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    def get_connection(self, node_id: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: ANN401
+        conn = super().get_connection(node_id, *args, **kwargs)
+        if conn not in self._watched:
+            self._watched.add(conn)
+            conn.init_future.add_errback(self._failed)
+        return conn
+
+    def _failed(self, exc: BaseException) -> None:
+        if self.fatal is None and is_fatal(exc):
+            self.fatal = exc
+
+    async def _build_transport(self, node: Any, timeout_at: float | None = None) -> Any:  # noqa: ANN401
+        import kafka.errors as Errors
+        from kafka.net.inet import create_connection
+
+        sock = await create_connection(
+            self._net,
+            node.host,
+            node.port,
+            self.config["socket_options"],
+            proxy_url=self.config["proxy_url"],
+            timeout_at=timeout_at,
+        )
+        if self.ssl_enabled:
+            ssl_configs = {k: v for k, v in self.config.items() if k.startswith("ssl_")}
+            transport = SslTransport(self._net, sock, host=node.host, **ssl_configs)
+        else:
+            transport = TcpTransport(self._net, sock, host=node.host)
+        try:
+            await transport.handshake()
+        except Exception as exc:  # noqa: BLE001 - as kafka-python: a failed handshake is a connection error
+            raise Errors.KafkaConnectionError(f"Handshake failed: {exc}") from None
+        return transport
