@@ -83,6 +83,9 @@ def _consumer(settings: TailSettings):  # noqa: ANN202
     conf.setdefault("group.id", f"spark-kafka-tiered-{uuid.uuid4()}")  # no group is joined: assign only
     # one partition per consumer: bigger fetches than librdkafka's 1 MiB default, fewer round trips
     conf.setdefault("max.partition.fetch.bytes", str(8 << 20))
+    # librdkafka pauses fetching for this long whenever its queue fills (every 8 MiB fetch here): 1 s by
+    # default, which held a 1 M record read to 5.9 s; at 10 ms it took 1.5 s (benchmarks/broker_wire.py)
+    conf.setdefault("fetch.queue.backoff.ms", "10")
     conf.update(
         {
             "enable.auto.commit": "false",
