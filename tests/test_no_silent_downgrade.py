@@ -19,6 +19,7 @@ from rsm.api.errors import ConfigException, RemoteStorageException
 from rsm.config.overlay import TopicOverlayStore, overlay_key
 from rsm.config.settings import Backend, RsmConfig
 from rsm.copy.manifest import Manifest
+from rsm.store.local import LocalStore
 from rsm.store.objects import ObjectStore
 from rsm.store.topic_encryption import MEMORY_DIR
 
@@ -159,7 +160,7 @@ def test_an_overlay_that_cannot_be_read_fails_the_copy_with_nothing_written(
         expected = RemoteStorageException
     error = PermissionError(13, "Access Denied") if fault == "denied" else TimeoutError("read timed out")
 
-    class FailingOverlay(ObjectStore):
+    class FailingOverlay(LocalStore):
         def get(self, bucket: str, k: str) -> bytes:
             if k == key and fault != "corrupt":
                 raise error

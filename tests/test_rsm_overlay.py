@@ -22,6 +22,7 @@ from rsm.api.metadata import uuid_to_base64
 from rsm.config.overlay import OVERLAY_DIR, OverlayCache, TopicOverlay, TopicOverlayStore, overlay_key
 from rsm.config.settings import ConfigSource, RsmConfig
 from rsm.copy.manifest import Manifest
+from rsm.store.local import LocalStore
 from rsm.store.locations import REGISTRY_DIR
 from rsm.store.objects import ObjectStore
 
@@ -309,7 +310,7 @@ def test_recreated_topic_does_not_inherit_the_overlay(tmp_path: Path) -> None:
         rsm.close()
 
 
-class _FailingOverlayReads(ObjectStore):
+class _FailingOverlayReads(LocalStore):
     """A file store whose overlay reads fail, as an unreachable or forbidden bucket would."""
 
     def get(self, bucket: str, key: str) -> bytes:

@@ -1,1 +1,6 @@
 """The object store (buckets and keys over fsspec) and what the RSM lays out in it: keys, forwards, location records, debris."""
+
+# each backend module registers its store class with `rsm.store.objects` (the factory chooses among them)
+from rsm.store import azure, gcs, local, s3  # noqa: E402, F401
+
+__all__: list[str] = []

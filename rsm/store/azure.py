@@ -33,9 +33,10 @@ from rsm.config.redact import (
     redact_url,
     register_secrets,
 )
-from rsm.config.settings import RsmConfig
+from rsm.config.settings import Backend, RsmConfig
 from rsm.store.deadlines import Deadlines
-from rsm.store.writes import IOStats
+from rsm.store.objects import ObjectStore, register_store
+from rsm.store.writes import IOStats, ObjectWriter, UnfinishedWrite
 
 log = logging.getLogger(__name__)
 
@@ -291,3 +292,46 @@ class AzureWriter:
             log.warning(
                 "could not discard the staged blocks of az://%s/%s", self._bucket, self._key, exc_info=True
             )
+
+
+@register_store
+class AzureStore(ObjectStore):
+    """Azure Blob Storage (adlfs; a bucket is a container): blocks staged and committed by one Put Block
+    List; a blob of uncommitted blocks alone is an unfinished write. The SDK's not-found errors are
+    translated to FileNotFoundError (`_remote`), so a missing container is named like S3's bucket."""
+
+    backend = Backend.AZURE
+
+    @classmethod
+    def open(cls, config: RsmConfig, *, create: bool = True) -> ObjectStore:
+        fs, request_timeout, attempts = open_filesystem(config)
+        block = int(config.get("storage.azure.block.size"))  # type: ignore[arg-type]
+        store = cls(fs, Backend.AZURE, None, block, request_timeout, attempts)
+        store.where = where(config)
+        return store
+
+    def body_errors(self) -> tuple[type[BaseException], ...]:
+        return body_errors()
+
+    def not_found_errors(self) -> tuple[type[BaseException], ...]:
+        return not_found_errors()
+
+    def bucket_exists(self, bucket: str) -> bool | None:
+        return bucket_exists(self._remote, self.fs, bucket)
+
+    def _writer(self, bucket: str, key: str) -> ObjectWriter:
+        return AzureWriter(self._remote, self.fs, self.stats, self.part_size, bucket, key)
+
+    def uploads_under(self, bucket: str, prefix: str, *, limit: int | None = None) -> list[UnfinishedWrite]:
+        """Every blob under `prefix` of uncommitted blocks alone (two listings, a page of each at a time)."""
+        blobs = self._remote(bucket, prefix, run(self.fs), uncommitted_blobs, self.fs, bucket, prefix)
+        found = [UnfinishedWrite(bucket, k, upload_id=UNCOMMITTED, started=t) for k, t in blobs]
+        return found if limit is None else found[:limit]
+
+    def discard(self, write: UnfinishedWrite) -> bool:
+        if write.upload_id != UNCOMMITTED:
+            return super().discard(write)
+        found = self._remote(
+            write.bucket, write.key, run(self.fs), discard_uncommitted, self.fs, write.bucket, write.key
+        )
+        return bool(found)

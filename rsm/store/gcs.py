@@ -29,9 +29,10 @@ from typing import Any
 from urllib.parse import quote
 
 from rsm.config.redact import endpoint_without_credentials, install_log_redaction, redact_url
-from rsm.config.settings import RsmConfig
+from rsm.config.settings import Backend, RsmConfig
 from rsm.store.deadlines import Deadlines
-from rsm.store.writes import IOStats
+from rsm.store.objects import ObjectStore, register_store
+from rsm.store.writes import IOStats, ObjectWriter
 
 log = logging.getLogger(__name__)
 
@@ -247,3 +248,25 @@ class GcsWriter:
             log.warning(
                 "could not cancel the resumable upload of gs://%s/%s", self._bucket, self._key, exc_info=True
             )
+
+
+@register_store
+class GcsStore(ObjectStore):
+    """Google Cloud Storage (gcsfs): resumable uploads in chunks of `storage.gcs.upload.chunk.size`; no
+    unfinished write to list (GCS cannot list resumable sessions: they expire by themselves)."""
+
+    backend = Backend.GCS
+
+    @classmethod
+    def open(cls, config: RsmConfig, *, create: bool = True) -> ObjectStore:
+        fs, request_timeout, attempts = open_filesystem(config)
+        chunk = int(config.get("storage.gcs.upload.chunk.size"))  # type: ignore[arg-type]
+        store = cls(fs, Backend.GCS, None, chunk, request_timeout, attempts)
+        store.where = where(config)
+        return store
+
+    def bucket_exists(self, bucket: str) -> bool | None:
+        return bucket_exists(self._remote, self.fs, bucket)
+
+    def _writer(self, bucket: str, key: str) -> ObjectWriter:
+        return GcsWriter(self._remote, self.fs, self.stats, self.part_size, bucket, key)

@@ -8,15 +8,20 @@ the whole object or none. A write killed before its rename leaves only its tempo
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import fsspec
 
-from rsm.api.errors import ConfigException
-from rsm.config.settings import RsmConfig
-from rsm.store.writes import IOStats, temp_name
+from rsm.api.errors import ConfigException, InvalidArgumentException
+from rsm.config.settings import Backend, RsmConfig
+from rsm.store.objects import ObjectNotFound, ObjectStore, register_store
+from rsm.store.writes import IOStats, ObjectWriter, UnfinishedWrite, temp_name, temp_target
+from segment_format.buffers import pread_into
 
 log = logging.getLogger(__name__)
 
@@ -76,3 +81,101 @@ class FileWriter:
             pass
         except Exception:  # noqa: BLE001
             log.warning("could not remove temporary file %s", self._tmp, exc_info=True)
+
+
+@register_store
+class LocalStore(ObjectStore):
+    """The file store: a bucket is a directory under `storage.file.root`, a key a path below it (resolved,
+    symlinks followed, inside `<root>/<bucket>/`); writes go to a temporary name renamed on commit."""
+
+    backend = Backend.FILE
+
+    def __init__(
+        self,
+        fs: Any,
+        backend: Backend | None = None,
+        root: Path | None = None,
+        part_size: int = 8 << 20,
+        request_timeout: float | None = None,
+        attempts: int = 1,
+    ) -> None:
+        super().__init__(fs, backend, root, part_size, None, attempts)  # local files: no network deadline
+
+    @classmethod
+    def open(cls, config: RsmConfig, *, create: bool = True) -> ObjectStore:
+        fs, root = open_filesystem(config, create)
+        return cls(fs, Backend.FILE, root, int(config.get("storage.s3.multipart.part.size")))  # type: ignore[arg-type]
+
+    def network_wait(self) -> AbstractContextManager[object]:
+        return contextlib.nullcontext()  # a local read lends no permit: it does not wait on a network
+
+    def bucket_exists(self, bucket: str) -> bool | None:
+        return True  # a directory made by the first write
+
+    def _located(self, bucket: str, key: str) -> str:
+        base = f"{self.root}/{bucket}"
+        path = f"{base}/{key}" if key else base
+        real = os.path.realpath(path)
+        if real != base and not real.startswith(base + "/"):
+            raise InvalidArgumentException(
+                f"refusing object {self.describe(bucket, key)}: its path resolves outside the store's "
+                f"directory of bucket {bucket} (through a symlink)"
+            )
+        return path
+
+    def _writer(self, bucket: str, key: str) -> ObjectWriter:
+        return FileWriter(self.fs, self.stats, self.path(bucket, key))
+
+    def get_range_into(
+        self, bucket: str, key: str, start: int, out: memoryview, *, checksum: bool = False
+    ) -> int | None:
+        """Read straight into ``out``, checksummed as it is read, in one call that releases the GIL once."""
+        try:
+            got, crc = pread_into(self.path(bucket, key), start, out, checksum=checksum)
+        except FileNotFoundError:
+            raise ObjectNotFound(self.describe(bucket, key)) from None
+        self.stats.read(got)
+        if got != len(out):
+            raise OSError(f"short read of {self.describe(bucket, key)}: {got} of {len(out)} bytes")
+        return crc
+
+    def _leftovers(self, bucket: str, keys: list[str]) -> list[UnfinishedWrite]:
+        """The temporary files of unfinished writes of these keys, beside them."""
+        by_dir: dict[str, set[str]] = {}
+        for key in keys:
+            directory, _, name = key.rpartition("/")
+            by_dir.setdefault(directory, set()).add(name)
+        found: list[UnfinishedWrite] = []
+        for directory, names in sorted(by_dir.items()):
+            try:  # names only: a partition's directory may hold thousands of objects, not worth a stat each
+                entries = self.fs.ls(self._directory(bucket, directory), detail=False)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            for entry in entries:
+                path = str(entry)
+                target = temp_target(path.rpartition("/")[2])
+                if target not in names:
+                    continue
+                try:
+                    info = self.fs.info(path)
+                except FileNotFoundError:
+                    continue  # removed meanwhile
+                if info.get("type") == "file":
+                    key = f"{directory}/{target}" if directory else str(target)
+                    found.append(UnfinishedWrite(bucket, key, temp_path=path, started=info.get("mtime")))
+        return sorted(found, key=lambda w: (w.key, str(w.temp_path)))
+
+    def discard(self, write: UnfinishedWrite) -> bool:
+        if write.temp_path is None:
+            return super().discard(write)
+        directory, _, filename = write.temp_path.rpartition("/")
+        key_dir = write.key.rpartition("/")[0]
+        if directory != self._directory(write.bucket, key_dir) or temp_target(filename) is None:
+            raise InvalidArgumentException(
+                f"refusing to remove {write.temp_path}: not a temporary file of {self.describe(write.bucket, write.key)}"
+            )
+        try:
+            self.fs.rm_file(write.temp_path)
+        except FileNotFoundError:
+            return False
+        return True

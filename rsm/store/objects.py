@@ -15,9 +15,14 @@ Writes are atomic per object:
 - GCS: a resumable upload finished by its last chunk; Azure: staged blocks committed by one Put Block List
   (`rsm.store.gcs`, `rsm.store.azure`). Neither shows a partial object either.
 
-The backends: `rsm.store.local` (a directory per bucket), `rsm.store.s3`, `rsm.store.gcs` and
-`rsm.store.azure` (credentials, deadlines, the writer of each), chosen by `ObjectStore.from_config`; writers
-and unfinished writes in `rsm.store.writes`.
+The backends are classes of their own, one per store: `LocalStore` (`rsm.store.local`: a directory per
+bucket), `S3Store`, `GcsStore` and `AzureStore` (`rsm.store.s3`, `gcs`, `azure`: credentials, deadlines,
+the writer of each). `ObjectStore` is what every caller sees: the names, the deadlines, the reads and
+listings fsspec gives alike; what differs (a bucket's existence, writes, listing pages, unfinished writes,
+reads into a caller's buffer) is a method each backend overrides. The backend is chosen once, by
+`ObjectStore.from_config` (or `ObjectStore(fs, backend, ...)`), from the classes the backend modules
+register (`rsm.store` imports them); no caller asks which backend it has. Writers and unfinished writes
+are in `rsm.store.writes`.
 
 Every cloud request has deadlines (`s3_deadlines`, `rsm.store.deadlines`): connect and read timeouts and a
 number of attempts for the SDK, and a wall-clock bound on the whole request, retries included, so an
@@ -42,15 +47,14 @@ import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from fsspec.exceptions import FSTimeoutError
 
 from rsm.api.errors import ConfigException, InvalidArgumentException
 from rsm.config.names import bucket_problem, key_problem
-from rsm.config.redact import redact_text, redact_url
+from rsm.config.redact import redact_text
 from rsm.config.settings import Backend, RsmConfig
-from rsm.store import azure, gcs, local, s3
 from rsm.store.writes import (
     TEMP_MARK,
     BackgroundWriter,
@@ -58,9 +62,8 @@ from rsm.store.writes import (
     ObjectWriter,
     UnfinishedWrite,
     temp_name,
-    temp_target,
 )
-from segment_format.buffers import copy_into, pread_into
+from segment_format.buffers import copy_into
 from segment_format.crc import crc32c
 
 log = logging.getLogger(__name__)
@@ -88,7 +91,7 @@ class ObjectInfo:
     modified: float
 
 
-def _modified(info: dict[str, Any]) -> float:
+def modified_time(info: dict[str, Any]) -> float:
     """The modification time in a listing entry: `mtime` (file store) or `LastModified` (S3)."""
     value = info.get("mtime", info.get("LastModified", info.get("last_modified")))
     if value is None:
@@ -99,6 +102,21 @@ def _modified(info: dict[str, Any]) -> float:
 
 
 SCHEMES = {Backend.FILE: "file:", Backend.S3: "s3://", Backend.GCS: "gs://", Backend.AZURE: "az://"}
+_STORES: dict[Backend, type[ObjectStore]] = {}
+
+
+def register_store(cls: type[ObjectStore]) -> type[ObjectStore]:
+    """Class decorator of a backend's store: `ObjectStore` builds it for its `backend`."""
+    _STORES[cls.backend] = cls
+    return cls
+
+
+def store_class(backend: Backend) -> type[ObjectStore]:
+    """The store class of a backend (the backend modules register theirs when `rsm.store` is imported)."""
+    try:
+        return _STORES[backend]
+    except KeyError:
+        raise ConfigException(f"no store is registered for storage.backend={backend.value}") from None
 
 
 class ObjectNotFound(Exception):
@@ -106,12 +124,24 @@ class ObjectNotFound(Exception):
 
 
 class ObjectStore:
-    """Buckets and keys over an fsspec filesystem."""
+    """Buckets and keys over an fsspec filesystem (see the module docstring); `ObjectStore(fs, backend,
+    ...)` builds the backend's own class."""
+
+    backend: ClassVar[Backend]
+
+    def __new__(
+        cls, fs: Any = None, backend: Backend | None = None, *args: Any, **kwargs: Any
+    ) -> ObjectStore:
+        if cls is ObjectStore:
+            if backend is None:
+                raise TypeError("ObjectStore(fs, backend, ...): a backend is needed")
+            cls = store_class(backend)
+        return super().__new__(cls)
 
     def __init__(
         self,
         fs: Any,
-        backend: Backend,
+        backend: Backend | None = None,
         root: Path | None = None,
         part_size: int = 8 << 20,
         request_timeout: float | None = None,
@@ -119,21 +149,15 @@ class ObjectStore:
     ) -> None:
         """`request_timeout`: seconds one cloud request may take, retries included (None: no bound);
         `attempts`: how often a GET whose body failed after its headers is tried in all (see `_remote`)."""
+        if backend is not None and backend is not self.backend:
+            raise TypeError(f"{type(self).__name__} is the {self.backend.value} store, not {backend.value}")
         self.fs = fs
-        self.backend = backend
-        self.request_timeout = request_timeout if backend is not Backend.FILE else None
+        self.request_timeout = request_timeout
         self.attempts = attempts
-        self._body_errors: tuple[type[BaseException], ...] = (
-            s3.body_errors()
-            if backend is Backend.S3
-            else azure.body_errors()
-            if backend is Backend.AZURE
-            else ()
-        )  # GCS: gcsfs reads a body inside its request, whose attempts cover it (rsm.store.gcs)
-        # what a backend's SDK raises for a missing object or container instead of FileNotFoundError
-        self._not_found: tuple[type[BaseException], ...] = (
-            azure.not_found_errors() if backend is Backend.AZURE else ()
-        )
+        # what a GET's body raises when the connection fails after the headers (retried by `_remote`)
+        self._body_errors = self.body_errors()
+        # what the backend's SDK raises for a missing object or container instead of FileNotFoundError
+        self._not_found = self.not_found_errors()
         # resolved once: symlinks in the root's own path are the operator's; any below it are refused
         self.root = root.expanduser().resolve() if root is not None else None
         self.part_size = part_size
@@ -144,58 +168,41 @@ class ObjectStore:
         self.where = ""  # the cloud's endpoint, as messages name it (from_config)
         self.default_bucket = ""  # the configured `bucket` (from_config), so messages name its setting
 
+    # -- what each backend says about itself ------------------------------------------------------------
+    def body_errors(self) -> tuple[type[BaseException], ...]:
+        """Errors of a response body failing after its headers, which the SDK does not retry (none here)."""
+        return ()
+
+    def not_found_errors(self) -> tuple[type[BaseException], ...]:
+        """The SDK's errors meaning "no such object or container" that are not FileNotFoundError."""
+        return ()
+
     def network_wait(self) -> AbstractContextManager[object]:
-        """``with``: a wait on this store's network (none for local files); the bridge lends permits there."""
+        """``with``: a wait on this store's network; the bridge lends permits there (`LocalStore`: none)."""
         hook = self.remote_wait
-        return hook() if hook is not None and self.backend is not Backend.FILE else contextlib.nullcontext()
+        return hook() if hook is not None else contextlib.nullcontext()
 
     @classmethod
     def from_config(cls, config: RsmConfig, *, create: bool = True) -> ObjectStore:
         """The store the configuration names: a local directory (`rsm.store.local`), S3 (`rsm.store.s3`),
-        GCS (`rsm.store.gcs`) or Azure Blob (`rsm.store.azure`).
+        GCS (`rsm.store.gcs`) or Azure Blob (`rsm.store.azure`), each opened by its own class.
 
         ``create=False`` (the read-only tools): a file store's root that does not exist is refused, not made.
         """
-        part_size = int(config.get("storage.s3.multipart.part.size"))  # type: ignore[arg-type]
-        if config.backend is Backend.FILE:
-            fs, root = local.open_filesystem(config, create)
-            store = cls(fs, Backend.FILE, root, part_size)
-        elif config.backend is Backend.GCS:
-            fs, request_timeout, attempts = gcs.open_filesystem(config)
-            chunk = int(config.get("storage.gcs.upload.chunk.size"))  # type: ignore[arg-type]
-            store = cls(fs, Backend.GCS, None, chunk, request_timeout, attempts)
-            store.where = gcs.where(config)
-        elif config.backend is Backend.AZURE:
-            fs, request_timeout, attempts = azure.open_filesystem(config)
-            block = int(config.get("storage.azure.block.size"))  # type: ignore[arg-type]
-            store = cls(fs, Backend.AZURE, None, block, request_timeout, attempts)
-            store.where = azure.where(config)
-        else:
-            fs, request_timeout, attempts = s3.open_filesystem(config, part_size)
-            store = cls(fs, Backend.S3, None, part_size, request_timeout, attempts)
-            endpoint = config.get("storage.s3.endpoint.url")
-            region = config.get("storage.s3.region")
-            store.where = redact_url(str(endpoint)) if endpoint else f"AWS ({region or 'default region'})"
+        store = store_class(config.backend).open(config, create=create)
         store.default_bucket = str(config.get("bucket"))
         return store
+
+    @classmethod
+    def open(cls, config: RsmConfig, *, create: bool = True) -> ObjectStore:
+        """The backend's filesystem and store for the configuration (each backend's own)."""
+        raise NotImplementedError(f"{cls.__name__} cannot open a configuration")
 
     # -- buckets -----------------------------------------------------------------------------------------
     def bucket_exists(self, bucket: str) -> bool | None:
         """Whether a bucket (Azure: a container) exists (one request); None when the store would not say
-        (no permission). A file store's bucket is a directory made by the first write: always True there."""
-        if self.backend is Backend.FILE:
-            return True
-        if self.backend is Backend.GCS:
-            return gcs.bucket_exists(self._remote, self.fs, bucket)
-        if self.backend is Backend.AZURE:
-            return azure.bucket_exists(self._remote, self.fs, bucket)
-        try:
-            self._remote(bucket, "", self.fs.call_s3, "head_bucket", Bucket=bucket)
-        except FileNotFoundError:
-            return False
-        except PermissionError:
-            return None
-        return True
+        (no permission). Each backend answers in its own way."""
+        raise NotImplementedError
 
     def missing_bucket(self, bucket: str, setting: str | None = None) -> str:
         """The one line saying a bucket does not exist: the bucket, the setting that named it, where."""
@@ -280,17 +287,11 @@ class ObjectStore:
             raise InvalidArgumentException(f"refusing bucket {bucket!r} of object key {key!r}: it {problem}")
         if key_fault:
             raise InvalidArgumentException(f"refusing object key {key!r} in bucket {bucket}: it {key_fault}")
-        if self.backend is not Backend.FILE:
-            return f"{bucket}/{key}"
-        base = f"{self.root}/{bucket}"
-        path = f"{base}/{key}" if key else base
-        real = os.path.realpath(path)
-        if real != base and not real.startswith(base + "/"):
-            raise InvalidArgumentException(
-                f"refusing object {self.describe(bucket, key)}: its path resolves outside the store's "
-                f"directory of bucket {bucket} (through a symlink)"
-            )
-        return path
+        return self._located(bucket, key)
+
+    def _located(self, bucket: str, key: str) -> str:
+        """The filesystem path of a checked name: `<bucket>/<key>` on a cloud (`LocalStore`: under its root)."""
+        return f"{bucket}/{key}"
 
     def describe(self, bucket: str, key: str) -> str:
         """How an object is named in messages: `file:`, `s3://`, `gs://` or `az://` then `<bucket>/<key>`."""
@@ -303,12 +304,13 @@ class ObjectStore:
         `background=True` uploads from a thread (clouds only: there a part upload is a network round trip the
         caller can overlap with transforming the next chunk; a local write is a memory copy).
         """
-        if self.backend is Backend.FILE:
-            return local.FileWriter(self.fs, self.stats, self.path(bucket, key))
         self.path(bucket, key)  # checks the names
-        kind = {Backend.S3: s3.S3Writer, Backend.GCS: gcs.GcsWriter, Backend.AZURE: azure.AzureWriter}
-        writer = kind[self.backend](self._remote, self.fs, self.stats, self.part_size, bucket, key)
+        writer = self._writer(bucket, key)
         return BackgroundWriter(writer) if background else writer
+
+    def _writer(self, bucket: str, key: str) -> ObjectWriter:
+        """The backend's streaming writer of one object (names already checked)."""
+        raise NotImplementedError
 
     def put(self, bucket: str, key: str, data: bytes) -> None:
         """Write a small object in one request (atomically)."""
@@ -350,19 +352,10 @@ class ObjectStore:
         self, bucket: str, key: str, start: int, out: memoryview, *, checksum: bool = False
     ) -> int | None:
         """Bytes [start, start + len(out)) of an object into ``out``; returns their CRC-32C when
-        ``checksum`` (else None). A local file is read straight into ``out`` and checksummed as it is read,
-        in one call that releases the GIL once (``pread_into``); a remote object is fetched, then copied."""
-        if self.backend is not Backend.FILE:
-            copy_into(out, [self.get_range(bucket, key, start, start + len(out))])
-            return crc32c(out) if checksum else None
-        try:
-            got, crc = pread_into(self.path(bucket, key), start, out, checksum=checksum)
-        except FileNotFoundError:
-            raise ObjectNotFound(self.describe(bucket, key)) from None
-        self.stats.read(got)
-        if got != len(out):
-            raise OSError(f"short read of {self.describe(bucket, key)}: {got} of {len(out)} bytes")
-        return crc
+        ``checksum`` (else None). A remote object is fetched, then copied (`LocalStore` reads a file straight
+        into ``out``)."""
+        copy_into(out, [self.get_range(bucket, key, start, start + len(out))])
+        return crc32c(out) if checksum else None
 
     def exists(self, bucket: str, key: str) -> bool:
         return bool(self._remote(bucket, key, self.fs.exists, self.path(bucket, key)))
@@ -407,13 +400,13 @@ class ObjectStore:
             if not key.startswith(prefix) or info.get("type") == "directory":
                 continue
             if include_temporary or ".tmp-" not in key.rsplit("/", 1)[-1]:
-                out.append(ObjectInfo(key, int(info.get("size") or 0), _modified(info)))
+                out.append(ObjectInfo(key, int(info.get("size") or 0), modified_time(info)))
         return sorted(out, key=lambda o: o.key)
 
     def _pages(self, listed: int) -> int:
-        """The requests a listing of `listed` entries took: S3 pages 1,000 keys (s3fs's `find` pages
-        inside, unseen); a local directory walk counts as one."""
-        return max(1, -(-listed // 1000)) if self.backend is Backend.S3 else 1
+        """The requests a listing of `listed` entries took, as far as the store can tell (one; `S3Store`
+        counts its pages of 1,000 keys, which s3fs's `find` makes unseen)."""
+        return 1
 
     def list_from(
         self,
@@ -434,59 +427,25 @@ class ObjectStore:
         listed and filtered (no request is saved there, and none is paid).
         """
         self._directory(bucket, prefix.rpartition("/")[0])  # checks the names
-        if self.backend is not Backend.S3:
-            found = [
-                o
-                for o in self.list_objects(bucket, prefix, include_temporary=include_temporary)
-                if o.key > start_after
-            ]
-            return found if limit is None else found[:limit]
-        out: list[ObjectInfo] = []
-        args: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
-        if start_after:
-            args["StartAfter"] = start_after
-        while True:
-            if limit is not None:
-                args["MaxKeys"] = max(1, min(1000, limit - len(out)))
-            self.stats.listed()
-            try:
-                page = self._remote(bucket, prefix, self.fs.call_s3, "list_objects_v2", **args)
-            except FileNotFoundError:
-                return out
-            for item in page.get("Contents", []):
-                key = str(item["Key"])
-                if include_temporary or TEMP_MARK not in key.rsplit("/", 1)[-1]:
-                    out.append(ObjectInfo(key, int(item.get("Size") or 0), _modified(item)))
-            if not page.get("IsTruncated") or (limit is not None and len(out) >= limit):
-                return out if limit is None else out[:limit]
-            args.pop("StartAfter", None)
-            args["ContinuationToken"] = page["NextContinuationToken"]
+        found = [
+            o
+            for o in self.list_objects(bucket, prefix, include_temporary=include_temporary)
+            if o.key > start_after
+        ]
+        return found if limit is None else found[:limit]
 
     def list_dirs(self, bucket: str, prefix: str) -> list[str]:
         """The names of the "directories" right under `prefix` (a prefix ending in '/'), sorted: one
         delimited listing on S3 (a page per 1,000 names), however many objects lie below them."""
         self._directory(bucket, prefix.rstrip("/"))  # checks the names
-        if self.backend is not Backend.S3:
-            self.stats.listed()
-            try:
-                entries = self.fs.ls(self._directory(bucket, prefix.rstrip("/")), detail=True)
-            except (FileNotFoundError, NotADirectoryError):
-                return []
-            return sorted(
-                str(e["name"]).rstrip("/").rpartition("/")[2] for e in entries if e.get("type") == "directory"
-            )
-        names: list[str] = []
-        args: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "Delimiter": "/"}
-        while True:
-            self.stats.listed()
-            try:
-                page = self._remote(bucket, prefix, self.fs.call_s3, "list_objects_v2", **args)
-            except FileNotFoundError:
-                return names
-            names += [str(p["Prefix"])[len(prefix) :].rstrip("/") for p in page.get("CommonPrefixes", [])]
-            if not page.get("IsTruncated"):
-                return sorted(names)
-            args["ContinuationToken"] = page["NextContinuationToken"]
+        self.stats.listed()
+        try:
+            entries = self.fs.ls(self._directory(bucket, prefix.rstrip("/")), detail=True)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return sorted(
+            str(e["name"]).rstrip("/").rpartition("/")[2] for e in entries if e.get("type") == "directory"
+        )
 
     def size(self, bucket: str, key: str) -> int:
         """An object's size in bytes (ObjectNotFound when it is missing)."""
@@ -510,8 +469,8 @@ class ObjectStore:
     # -- unfinished writes -------------------------------------------------------------------------------
     def unfinished_writes(self, bucket: str, keys: Iterable[str]) -> list[UnfinishedWrite]:
         """What interrupted writes of exactly these keys left behind: temporary files beside them (file
-        store), incomplete multipart uploads of them (S3) or their staged blocks (Azure), whoever wrote them (a process killed with
-        `kill -9` runs no cleanup).
+        store), incomplete multipart uploads of them (S3) or their staged blocks (Azure), whoever wrote them
+        (a process killed with `kill -9` runs no cleanup).
 
         Only leftovers of the given keys are answered, never another object's: a file counts only when its
         name is `temp_name()`'s shape for one of the keys, an upload only when its key is one of them. A
@@ -521,114 +480,26 @@ class ObjectStore:
         wanted = sorted(set(keys))
         if not wanted:
             return []
-        if self.backend is Backend.FILE:
-            return self._temp_files(bucket, wanted)
-        return self._uploads(bucket, wanted)
-
-    def _temp_files(self, bucket: str, keys: list[str]) -> list[UnfinishedWrite]:
-        by_dir: dict[str, set[str]] = {}
-        for key in keys:
-            self.path(bucket, key)  # checks the name
-            directory, _, name = key.rpartition("/")
-            by_dir.setdefault(directory, set()).add(name)
-        found: list[UnfinishedWrite] = []
-        for directory, names in sorted(by_dir.items()):
-            try:  # names only: a partition's directory may hold thousands of objects, not worth a stat each
-                entries = self.fs.ls(self._directory(bucket, directory), detail=False)
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            for entry in entries:
-                path = str(entry)
-                target = temp_target(path.rpartition("/")[2])
-                if target not in names:
-                    continue
-                try:
-                    info = self.fs.info(path)
-                except FileNotFoundError:
-                    continue  # removed meanwhile
-                if info.get("type") == "file":
-                    key = f"{directory}/{target}" if directory else str(target)
-                    found.append(UnfinishedWrite(bucket, key, temp_path=path, started=info.get("mtime")))
-        return sorted(found, key=lambda w: (w.key, str(w.temp_path)))
-
-    def _uploads(self, bucket: str, keys: list[str]) -> list[UnfinishedWrite]:
-        for key in keys:
+        for key in wanted:
             self.path(bucket, key)  # checks the names
+        return self._leftovers(bucket, wanted)
+
+    def _leftovers(self, bucket: str, keys: list[str]) -> list[UnfinishedWrite]:
+        """`unfinished_writes` of checked keys: the uploads under their common prefix, of these keys
+        (`LocalStore`: its temporary files)."""
         wanted = set(keys)
         found = [w for w in self.uploads_under(bucket, os.path.commonprefix(keys)) if w.key in wanted]
         return sorted(found, key=lambda w: (w.key, str(w.upload_id)))
 
     def uploads_under(self, bucket: str, prefix: str, *, limit: int | None = None) -> list[UnfinishedWrite]:
-        """Every incomplete multipart upload whose key starts with `prefix` (S3; Azure: every blob of
-        uncommitted blocks alone; none on the file store, nor on GCS, which cannot list unfinished resumable
-        uploads), page by page, at most `limit` of them (one ListMultipartUploads of that size when it fits a
-        page). The one place the store's users list uploads: gc, the location records' gc and resumed jobs."""
-        if self.backend is Backend.AZURE:
-            blobs = self._remote(
-                bucket, prefix, azure.run(self.fs), azure.uncommitted_blobs, self.fs, bucket, prefix
-            )
-            found = [UnfinishedWrite(bucket, k, upload_id=azure.UNCOMMITTED, started=t) for k, t in blobs]
-            return found if limit is None else found[:limit]
-        if self.backend is not Backend.S3:
-            return []
-        found: list[UnfinishedWrite] = []
-        markers: dict[str, Any] = {} if limit is None else {"MaxUploads": min(limit, 1000)}
-        while True:
-            page = self._remote(
-                bucket,
-                prefix,
-                self.fs.call_s3,
-                "list_multipart_uploads",
-                Bucket=bucket,
-                Prefix=prefix,
-                **markers,
-            )
-            for upload in page.get("Uploads", []):
-                initiated = upload.get("Initiated")
-                found.append(
-                    UnfinishedWrite(
-                        bucket,
-                        str(upload["Key"]),
-                        upload_id=str(upload["UploadId"]),
-                        started=initiated.timestamp() if initiated is not None else None,
-                    )
-                )
-            if not page.get("IsTruncated") or (limit is not None and len(found) >= limit):
-                return found if limit is None else found[:limit]
-            markers.update(KeyMarker=page["NextKeyMarker"], UploadIdMarker=page["NextUploadIdMarker"])
+        """Every unfinished upload whose key starts with `prefix`, at most `limit` of them: S3's incomplete
+        multipart uploads, Azure's blobs of uncommitted blocks alone; none on the file store, nor on GCS,
+        which cannot list unfinished resumable uploads. The one place the store's users list uploads: gc,
+        the location records' gc and resumed jobs."""
+        return []
 
     def discard(self, write: UnfinishedWrite) -> bool:
         """Remove what an unfinished write left; False when it was already gone."""
-        if write.upload_id == azure.UNCOMMITTED and self.backend is Backend.AZURE:
-            return bool(
-                self._remote(
-                    write.bucket, write.key, azure.run(self.fs), azure.discard_uncommitted, self.fs,
-                    write.bucket, write.key,
-                )
-            )  # fmt: skip
-        if write.upload_id is not None:
-            try:
-                self._remote(
-                    write.bucket,
-                    write.key,
-                    self.fs.call_s3,
-                    "abort_multipart_upload",
-                    Bucket=write.bucket,
-                    Key=write.key,
-                    UploadId=write.upload_id,
-                )
-            except FileNotFoundError:  # s3fs's translation of NoSuchUpload
-                return False
-            return True
-        assert write.temp_path is not None
-        directory, _, filename = write.temp_path.rpartition("/")
-        key_dir = write.key.rpartition("/")[0]
-        if directory != self._directory(write.bucket, key_dir) or temp_target(filename) is None:
-            raise InvalidArgumentException(
-                f"refusing to remove {write.temp_path}: not a temporary file of {self.describe(write.bucket, write.key)}"
-            )
-        try:
-            self.fs.rm_file(write.temp_path)
-        except FileNotFoundError:
-            return False
-        return True
+        raise InvalidArgumentException(
+            f"{type(self).__name__} has no unfinished write like {self.describe(write.bucket, write.key)}'s"
+        )

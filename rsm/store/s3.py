@@ -13,9 +13,15 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from rsm.config.redact import endpoint_without_credentials, install_log_redaction, register_secrets
-from rsm.config.settings import RsmConfig
-from rsm.store.writes import IOStats
+from rsm.config.redact import (
+    endpoint_without_credentials,
+    install_log_redaction,
+    redact_url,
+    register_secrets,
+)
+from rsm.config.settings import Backend, RsmConfig
+from rsm.store.objects import ObjectInfo, ObjectStore, modified_time, register_store
+from rsm.store.writes import TEMP_MARK, IOStats, ObjectWriter, UnfinishedWrite
 
 log = logging.getLogger(__name__)
 
@@ -195,3 +201,133 @@ class S3Writer:
             log.warning(
                 "could not abort the multipart upload of s3://%s/%s", self._bucket, self._key, exc_info=True
             )
+
+
+@register_store
+class S3Store(ObjectStore):
+    """S3 (s3fs over aiobotocore): multipart uploads, ListObjectsV2 pages of 1,000 keys from a start key,
+    delimited listings, incomplete multipart uploads as unfinished writes."""
+
+    backend = Backend.S3
+
+    @classmethod
+    def open(cls, config: RsmConfig, *, create: bool = True) -> ObjectStore:
+        part_size = int(config.get("storage.s3.multipart.part.size"))  # type: ignore[arg-type]
+        fs, request_timeout, attempts = open_filesystem(config, part_size)
+        store = cls(fs, Backend.S3, None, part_size, request_timeout, attempts)
+        endpoint = config.get("storage.s3.endpoint.url")
+        region = config.get("storage.s3.region")
+        store.where = redact_url(str(endpoint)) if endpoint else f"AWS ({region or 'default region'})"
+        return store
+
+    def body_errors(self) -> tuple[type[BaseException], ...]:
+        return body_errors()
+
+    def bucket_exists(self, bucket: str) -> bool | None:
+        try:
+            self._remote(bucket, "", self.fs.call_s3, "head_bucket", Bucket=bucket)
+        except FileNotFoundError:
+            return False
+        except PermissionError:
+            return None
+        return True
+
+    def _writer(self, bucket: str, key: str) -> ObjectWriter:
+        return S3Writer(self._remote, self.fs, self.stats, self.part_size, bucket, key)
+
+    def _pages(self, listed: int) -> int:
+        return max(1, -(-listed // 1000))  # s3fs's `find` pages 1,000 keys a request, unseen
+
+    def list_from(
+        self,
+        bucket: str,
+        prefix: str,
+        *,
+        start_after: str = "",
+        limit: int | None = None,
+        include_temporary: bool = False,
+    ) -> list[ObjectInfo]:
+        """ListObjectsV2 from `start_after` on, a page (one request within the deadline) at a time, up to
+        `limit`: a planner's requests grow with its range, not with the history before it."""
+        self._directory(bucket, prefix.rpartition("/")[0])  # checks the names
+        out: list[ObjectInfo] = []
+        args: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
+        if start_after:
+            args["StartAfter"] = start_after
+        while True:
+            if limit is not None:
+                args["MaxKeys"] = max(1, min(1000, limit - len(out)))
+            self.stats.listed()
+            try:
+                page = self._remote(bucket, prefix, self.fs.call_s3, "list_objects_v2", **args)
+            except FileNotFoundError:
+                return out
+            for item in page.get("Contents", []):
+                key = str(item["Key"])
+                if include_temporary or TEMP_MARK not in key.rsplit("/", 1)[-1]:
+                    out.append(ObjectInfo(key, int(item.get("Size") or 0), modified_time(item)))
+            if not page.get("IsTruncated") or (limit is not None and len(out) >= limit):
+                return out if limit is None else out[:limit]
+            args.pop("StartAfter", None)
+            args["ContinuationToken"] = page["NextContinuationToken"]
+
+    def list_dirs(self, bucket: str, prefix: str) -> list[str]:
+        """One delimited listing (a page per 1,000 names), however many objects lie below the names."""
+        self._directory(bucket, prefix.rstrip("/"))  # checks the names
+        names: list[str] = []
+        args: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "Delimiter": "/"}
+        while True:
+            self.stats.listed()
+            try:
+                page = self._remote(bucket, prefix, self.fs.call_s3, "list_objects_v2", **args)
+            except FileNotFoundError:
+                return names
+            names += [str(p["Prefix"])[len(prefix) :].rstrip("/") for p in page.get("CommonPrefixes", [])]
+            if not page.get("IsTruncated"):
+                return sorted(names)
+            args["ContinuationToken"] = page["NextContinuationToken"]
+
+    def uploads_under(self, bucket: str, prefix: str, *, limit: int | None = None) -> list[UnfinishedWrite]:
+        """Incomplete multipart uploads, page by page (one ListMultipartUploads of `limit` when it fits)."""
+        found: list[UnfinishedWrite] = []
+        markers: dict[str, Any] = {} if limit is None else {"MaxUploads": min(limit, 1000)}
+        while True:
+            page = self._remote(
+                bucket,
+                prefix,
+                self.fs.call_s3,
+                "list_multipart_uploads",
+                Bucket=bucket,
+                Prefix=prefix,
+                **markers,
+            )
+            for upload in page.get("Uploads", []):
+                initiated = upload.get("Initiated")
+                found.append(
+                    UnfinishedWrite(
+                        bucket,
+                        str(upload["Key"]),
+                        upload_id=str(upload["UploadId"]),
+                        started=initiated.timestamp() if initiated is not None else None,
+                    )
+                )
+            if not page.get("IsTruncated") or (limit is not None and len(found) >= limit):
+                return found if limit is None else found[:limit]
+            markers.update(KeyMarker=page["NextKeyMarker"], UploadIdMarker=page["NextUploadIdMarker"])
+
+    def discard(self, write: UnfinishedWrite) -> bool:
+        if write.upload_id is None:
+            return super().discard(write)
+        try:
+            self._remote(
+                write.bucket,
+                write.key,
+                self.fs.call_s3,
+                "abort_multipart_upload",
+                Bucket=write.bucket,
+                Key=write.key,
+                UploadId=write.upload_id,
+            )
+        except FileNotFoundError:  # s3fs's translation of NoSuchUpload
+            return False
+        return True
