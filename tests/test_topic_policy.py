@@ -163,7 +163,7 @@ def test_a_secret_looking_key_is_refused_without_echoing_its_value(tmp_path: Pat
         ("-dash", "file", "must begin and end with a letter or a digit"),
         ("192.168.1.1", "file", "IP address"),
         ("x" * 64, "file", "must be 1 to 63 characters"),
-        ("ab", "s3", "of 3 to 63 characters on S3"),
+        ("ab", "s3", "must be 3 to 63 characters on S3"),
     ],
 )
 def test_buckets_follow_s3_naming_rules(

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from rsm.config.keyring import Keyring, keyring_for
-from rsm.config.settings import Backend, RsmConfig
+from rsm.config.settings import RsmConfig
 from rsm.copy.manifest import Manifest
 from rsm.copy.transform import SegmentCipher
 from rsm.fetch.reader import cipher_for
@@ -130,51 +130,24 @@ class Context:
             return None
 
     def sizes(self, location: Location, stem: str) -> dict[str, int]:
-        """The objects of one stem and their sizes: one listing on S3 (not a HEAD per object), whatever the
-        number of segments beside it; a stat per object on the file store."""
-        bucket = location.bucket
-        if self.store.backend is Backend.S3:
-            page = self.store._remote(  # noqa: SLF001 - the store's deadline wrapper around one request
-                bucket, stem, self.store.fs.call_s3, "list_objects_v2", Bucket=bucket, Prefix=stem
-            )
-            return {str(o["Key"]): int(o["Size"]) for o in page.get("Contents", [])}
-        out = {}
-        for suffix in (LOG_SUFFIX, INDEXES_SUFFIX, MANIFEST_SUFFIX, FORWARD_SUFFIX):
-            size = self.size(location, stem + suffix)
-            if size is not None:
-                out[stem + suffix] = size
-        return out
+        """The objects of one stem and their sizes (`ObjectStore.stem_sizes`: one listing on S3, not a HEAD
+        per object, whatever the number of segments beside it)."""
+        suffixes = (LOG_SUFFIX, INDEXES_SUFFIX, MANIFEST_SUFFIX, FORWARD_SUFFIX)
+        return self.store.stem_sizes(location.bucket, [stem + suffix for suffix in suffixes])
 
     def delete_many(self, location: Location, keys: list[str]) -> None:
         """Delete objects that may go in any order (one request on S3); missing ones are fine."""
-        if self.store.backend is Backend.S3 and len(keys) > 1:
-            self.store._remote(  # noqa: SLF001
-                location.bucket, keys[0], self.store.fs.call_s3, "delete_objects", Bucket=location.bucket,
-                Delete={"Objects": [{"Key": k} for k in keys], "Quiet": True},
-            )  # fmt: skip
-            for key in keys:
-                self.store.fs.invalidate_cache(f"{location.bucket}/{key}")
-            return
-        for key in keys:
-            self.store.delete(location.bucket, key)
+        self.store.delete_many(location.bucket, keys)
 
     def clean_debris(self, location: Location, stem: str) -> int:
-        """Remove what a killed write of one segment's objects left: temporary files `.<name>.tmp-<hex>`
-        beside them (file store) or incomplete multipart uploads of their keys (S3). Only for a segment
-        this job was working on when it was killed: nothing else writes those keys meanwhile (the journal's
-        lock keeps other runs out, and Kafka never copies a segment id twice). Returns how many."""
-        bucket = location.bucket
-        directory, _, name = stem.rpartition("/")
+        """Remove what a killed write of one segment's objects left (`ObjectStore.unfinished_writes`:
+        temporary files beside them, incomplete multipart uploads, staged blocks). Only for a segment this
+        job was working on when it was killed: nothing else writes those keys meanwhile (the journal's lock
+        keeps other runs out, and Kafka never copies a segment id twice). Returns how many."""
+        suffixes = (LOG_SUFFIX, INDEXES_SUFFIX, MANIFEST_SUFFIX, FORWARD_SUFFIX)
         removed = 0
-        if self.store.backend is not Backend.FILE:
-            for up in self.store.uploads_under(bucket, stem):
-                self.store.discard(up)
-                removed += 1
-            return removed
-        for key in self.store.list(bucket, f"{directory}/.{name}", include_temporary=True):
-            if ".tmp-" in key.rsplit("/", 1)[-1]:
-                self.store.delete(bucket, key)
-                removed += 1
+        for write in self.store.unfinished_writes(location.bucket, [stem + suffix for suffix in suffixes]):
+            removed += bool(self.store.discard(write))
         return removed
 
     def side(self, work: Callable[[], T]) -> Future[T]:

@@ -55,8 +55,7 @@ from typing import Any
 from rsm.api.metadata import uuid_to_base64
 from rsm.catalog import TopicCatalog
 from rsm.catalog.keys import topic_dir
-from rsm.config.redact import split_userinfo
-from rsm.config.settings import Backend, RsmConfig
+from rsm.config.settings import RsmConfig
 from rsm.copy.rekey import rekey_manifest
 from rsm.migrate.context import Context, ItemResult, Keys, MigrateError, indexes_size
 from rsm.migrate.cross_prune import check_identical, prune
@@ -65,7 +64,7 @@ from rsm.migrate.move import _committed, _sizes_match
 from rsm.migrate.plan import Plan, PlanItem, _forwards_of, _segments_and_forwards, item_for
 from rsm.store.forward import read_forward, write_forward
 from rsm.store.layout import MANIFEST_SUFFIX, Location
-from rsm.store.objects import ObjectNotFound, ObjectStore
+from rsm.store.objects import ObjectNotFound, ObjectStore, store_class
 
 log = logging.getLogger(__name__)
 
@@ -75,27 +74,11 @@ STEPS = ("planned", "copied", "committed", "verified", "done")
 _sources_lock = threading.Lock()
 
 
-def _endpoint(config: RsmConfig, key: str) -> str:
-    """An endpoint setting without user information (the stores never use it: `redact`), "None" unset."""
-    url = config.get(key)
-    return "None" if url is None else split_userinfo(str(url))[0]
-
-
 def store_identity(config: RsmConfig) -> tuple[str, str]:
-    """What tells two stores apart: the backend and where it is (root directory, endpoint, account).
-    Recorded in the journal's parameters and shown: never credentials written into an endpoint URL."""
-    backend = config.backend
-    if backend is Backend.FILE:
-        return (backend.value, str(config.file_root.resolve() if config.file_root else ""))
-    if backend is Backend.AZURE:
-        where = (
-            f"{_endpoint(config, 'storage.azure.endpoint.url')}|{config.get('storage.azure.account.name')}"
-        )
-    elif backend is Backend.GCS:
-        where = f"{_endpoint(config, 'storage.gcs.endpoint.url')}|{config.get('storage.gcs.project')}"
-    else:
-        where = _endpoint(config, "storage.s3.endpoint.url")
-    return (backend.value, where)
+    """What tells two stores apart: the backend and where it is (root directory, endpoint, account), as the
+    backend's store class says (`ObjectStore.identity`). Recorded in the journal's parameters and shown:
+    never credentials written into an endpoint URL."""
+    return (config.backend.value, store_class(config.backend).identity(config))
 
 
 def describe_store(config: RsmConfig) -> str:

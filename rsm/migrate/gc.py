@@ -34,7 +34,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from rsm.config.settings import Backend
 from rsm.store.forward import FORWARD_SUFFIX, Forward, ForwardError, chain
 from rsm.store.layout import INDEXES_SUFFIX, LOG_SUFFIX, MANIFEST_SUFFIX, Location
 from rsm.store.objects import ObjectInfo, ObjectNotFound, ObjectStore, UnfinishedWrite
@@ -88,8 +87,7 @@ def scan(store: ObjectStore, units: Iterable[tuple[str, str]]) -> list[Orphan]:
     for bucket, prefix in dict.fromkeys(units):
         objects = store.list_objects(bucket, prefix, include_temporary=True)
         found += _classify(store, bucket, objects)
-        if store.backend is not Backend.FILE:
-            found += _uploads(store, bucket, prefix)
+        found += _uploads(store, bucket, prefix)  # none on the file store: its leftovers are listed above
     return found
 
 

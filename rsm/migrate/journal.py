@@ -44,7 +44,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from rsm.config.settings import Backend
 from rsm.migrate.plan import PlanItem
 from rsm.processes import pid_alive
 from rsm.store.layout import Location
@@ -167,7 +166,7 @@ class Journal:
         doc["updated_ms"] = now
         self.run = int(doc["run"])
         self._doc = doc
-        if resumed and self.store.backend is Backend.FILE:  # a killed run's half-written journal records
+        if resumed:  # a killed run's half-written journal records (temporary files: the file store's only)
             for key in self.store.list(self.bucket, self.dir, include_temporary=True):
                 if ".tmp-" in key.rsplit("/", 1)[-1]:
                     self.store.delete(self.bucket, key)

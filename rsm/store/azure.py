@@ -35,7 +35,7 @@ from rsm.config.redact import (
 )
 from rsm.config.settings import Backend, RsmConfig
 from rsm.store.deadlines import Deadlines
-from rsm.store.objects import ObjectStore, register_store
+from rsm.store.objects import ObjectStore, endpoint_of, register_store
 from rsm.store.writes import IOStats, ObjectWriter, UnfinishedWrite
 
 log = logging.getLogger(__name__)
@@ -301,6 +301,12 @@ class AzureStore(ObjectStore):
     translated to FileNotFoundError (`_remote`), so a missing container is named like S3's bucket."""
 
     backend = Backend.AZURE
+
+    @classmethod
+    def identity(cls, config: RsmConfig) -> str:
+        return (
+            f"{endpoint_of(config, 'storage.azure.endpoint.url')}|{config.get('storage.azure.account.name')}"
+        )
 
     @classmethod
     def open(cls, config: RsmConfig, *, create: bool = True) -> ObjectStore:

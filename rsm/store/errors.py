@@ -13,7 +13,6 @@ from types import TracebackType
 from rsm.api.errors import RemoteResourceNotFoundException, RemoteStorageException
 from rsm.api.metadata import RemoteLogSegmentMetadata
 from rsm.config.redact import redact_text
-from rsm.config.settings import Backend
 from rsm.copy.manifest import ManifestError
 from rsm.copy.transform import TransformError
 from rsm.store.objects import ObjectNotFound, ObjectStore, is_missing_bucket
@@ -61,8 +60,6 @@ class StoreErrors:
 
     def _no_bucket(self) -> bool:
         """Whether the cloud says the bucket does not exist (False when it is there, or cannot be asked)."""
-        if self._store.backend is Backend.FILE:
-            return False
         try:
             return self._store.bucket_exists(self._bucket) is False
         except Exception:  # noqa: BLE001 - the not-found stands; the question was only for a better message

@@ -31,7 +31,7 @@ from urllib.parse import quote
 from rsm.config.redact import endpoint_without_credentials, install_log_redaction, redact_url
 from rsm.config.settings import Backend, RsmConfig
 from rsm.store.deadlines import Deadlines
-from rsm.store.objects import ObjectStore, register_store
+from rsm.store.objects import ObjectStore, endpoint_of, register_store
 from rsm.store.writes import IOStats, ObjectWriter
 
 log = logging.getLogger(__name__)
@@ -256,6 +256,10 @@ class GcsStore(ObjectStore):
     unfinished write to list (GCS cannot list resumable sessions: they expire by themselves)."""
 
     backend = Backend.GCS
+
+    @classmethod
+    def identity(cls, config: RsmConfig) -> str:
+        return f"{endpoint_of(config, 'storage.gcs.endpoint.url')}|{config.get('storage.gcs.project')}"
 
     @classmethod
     def open(cls, config: RsmConfig, *, create: bool = True) -> ObjectStore:

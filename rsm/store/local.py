@@ -11,6 +11,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
+import uuid
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -102,6 +105,10 @@ class LocalStore(ObjectStore):
         super().__init__(fs, backend, root, part_size, None, attempts)  # local files: no network deadline
 
     @classmethod
+    def identity(cls, config: RsmConfig) -> str:
+        return str(config.file_root.resolve() if config.file_root else "")
+
+    @classmethod
     def open(cls, config: RsmConfig, *, create: bool = True) -> ObjectStore:
         fs, root = open_filesystem(config, create)
         return cls(fs, Backend.FILE, root, int(config.get("storage.s3.multipart.part.size")))  # type: ignore[arg-type]
@@ -138,6 +145,59 @@ class LocalStore(ObjectStore):
         if got != len(out):
             raise OSError(f"short read of {self.describe(bucket, key)}: {got} of {len(out)} bytes")
         return crc
+
+    def copy_object(
+        self,
+        src_bucket: str,
+        src_key: str,
+        dst_bucket: str,
+        dst_key: str,
+        *,
+        part_size: int,
+        on_bytes: Callable[[int], None] | None = None,
+        size: int | None = None,
+        link: bool = True,
+    ) -> int:
+        """A hard link when ``link`` and one file system allows it (a new name for the same bytes: stored
+        objects are never changed in place), else the kernel's copy; either to a temporary name renamed over
+        the destination, so a killed copy leaves only a temporary file `gc` recognises."""
+        src = self.path(src_bucket, src_key)
+        dst = self.path(dst_bucket, dst_key)
+        directory, _, name = dst.rpartition("/")
+        os.makedirs(directory, exist_ok=True)
+        tmp = f"{directory}/.{name}.tmp-{uuid.uuid4().hex[:12]}"
+        try:
+            linked = False
+            if link:
+                try:
+                    os.link(src, tmp)
+                    linked = True
+                except FileNotFoundError:
+                    raise
+                except OSError:  # another file system, or one without hard links: copy
+                    pass
+            if not linked:
+                shutil.copyfile(src, tmp)
+            os.replace(tmp, dst)
+            if linked and os.path.lexists(tmp):
+                # rename() between two links of one file does nothing (POSIX): dst was already this file
+                os.unlink(tmp)
+        except FileNotFoundError:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            if not os.path.exists(src):
+                raise ObjectNotFound(self.describe(src_bucket, src_key)) from None
+            raise
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        size = os.path.getsize(dst)
+        self.stats.read(size)
+        self.stats.wrote(size, 1)
+        if on_bytes is not None:
+            on_bytes(size)
+        return size
 
     def _leftovers(self, bucket: str, keys: list[str]) -> list[UnfinishedWrite]:
         """The temporary files of unfinished writes of these keys, beside them."""

@@ -53,7 +53,7 @@ from fsspec.exceptions import FSTimeoutError
 
 from rsm.api.errors import ConfigException, InvalidArgumentException
 from rsm.config.names import bucket_problem, key_problem
-from rsm.config.redact import redact_text
+from rsm.config.redact import redact_text, split_userinfo
 from rsm.config.settings import Backend, RsmConfig
 from rsm.store.writes import (
     TEMP_MARK,
@@ -103,6 +103,12 @@ def modified_time(info: dict[str, Any]) -> float:
 
 SCHEMES = {Backend.FILE: "file:", Backend.S3: "s3://", Backend.GCS: "gs://", Backend.AZURE: "az://"}
 _STORES: dict[Backend, type[ObjectStore]] = {}
+
+
+def endpoint_of(config: RsmConfig, key: str) -> str:
+    """An endpoint setting without user information (the stores never use it: `redact`), "None" unset."""
+    url = config.get(key)
+    return "None" if url is None else split_userinfo(str(url))[0]
 
 
 def register_store(cls: type[ObjectStore]) -> type[ObjectStore]:
@@ -197,6 +203,12 @@ class ObjectStore:
     def open(cls, config: RsmConfig, *, create: bool = True) -> ObjectStore:
         """The backend's filesystem and store for the configuration (each backend's own)."""
         raise NotImplementedError(f"{cls.__name__} cannot open a configuration")
+
+    @classmethod
+    def identity(cls, config: RsmConfig) -> str:
+        """Where the configuration's store is (a root, an endpoint and account), telling two stores apart;
+        never credentials written into an endpoint URL."""
+        raise NotImplementedError
 
     # -- buckets -----------------------------------------------------------------------------------------
     def bucket_exists(self, bucket: str) -> bool | None:
@@ -465,6 +477,52 @@ class ObjectStore:
             return True
         except FileNotFoundError:
             return False
+
+    def copy_object(
+        self,
+        src_bucket: str,
+        src_key: str,
+        dst_bucket: str,
+        dst_key: str,
+        *,
+        part_size: int,
+        on_bytes: Callable[[int], None] | None = None,
+        size: int | None = None,
+        link: bool = True,
+    ) -> int:
+        """Copy one object to another key of this store; returns its size; the destination shows nothing
+        or the whole object (`rsm.migrate.transfer`). Here: streamed through this process, a part of the
+        store's upload size at a time, into the store's own writer (`LocalStore` links or copies the file,
+        `S3Store` copies server-side). ``size``: the source's size when known (spares a request)."""
+        size = self.size(src_bucket, src_key) if size is None else size
+        writer = self.open_writer(dst_bucket, dst_key)
+        try:
+            for start in range(0, size, self.part_size):
+                end = min(start + self.part_size, size)
+                writer.write(self.get_range(src_bucket, src_key, start, end))
+                if on_bytes is not None:
+                    on_bytes(end - start)
+        except BaseException:
+            writer.abort()
+            raise
+        writer.commit()
+        return size
+
+    def stem_sizes(self, bucket: str, keys: Iterable[str]) -> dict[str, int]:
+        """The sizes of those of `keys` that exist (a request each; `S3Store`: one listing of their common
+        prefix, however many objects lie beside them)."""
+        out = {}
+        for key in keys:
+            try:
+                out[key] = self.size(bucket, key)
+            except ObjectNotFound:
+                continue
+        return out
+
+    def delete_many(self, bucket: str, keys: list[str]) -> None:
+        """Delete objects that may go in any order; missing ones are fine (`S3Store`: one request)."""
+        for key in keys:
+            self.delete(bucket, key)
 
     # -- unfinished writes -------------------------------------------------------------------------------
     def unfinished_writes(self, bucket: str, keys: Iterable[str]) -> list[UnfinishedWrite]:
