@@ -16,6 +16,8 @@ counted by the planner's store (`IOStats`: GETs and listing pages, 1,000 keys a 
 - timestamp: `startingTimestamp` in the middle of the topic, endingOffsets 1% further;
 - trigger: a stream (`TieredStreamReader`) that had planned up to the end, after 10 new segments were
   tiered: `latestOffset` + `partitions` of that trigger (two planners, as Spark calls them);
+- restart: a query restarted from its checkpoint in the middle of the topic (a new reader, remembering no
+  base offset), far behind its end (`maxOffsetsPerTrigger`: one segment a partition): its first trigger;
 - du: `rsm store du` (`topic_usage`): listings, and the first and last segments' manifests.
 
 The store is recorded from its first segment, so the RSM's first copy marks the location record and no
@@ -24,7 +26,8 @@ store whose segments may predate the record until `rsm store locate --record` ru
 
 Targets (ratios within one run): at the largest size, the 1% plan makes at most 5% of the full plan's
 object reads and takes at most a tenth of its time; a trigger's requests stay flat from the smallest size
-to the largest (at most 10% more, and at most 2 more).
+to the largest (at most 10% more, and at most 2 more); a restarted query's first trigger grows at most
+as the logarithm of the history (at most twice the smallest size's requests at ten times the segments).
 
     python benchmarks/plan_scale.py [--segments 2000 8000 20000] [--json out.json]
 """
@@ -239,6 +242,27 @@ def run_size(endpoint: str, segments: int, tmp: Path, copy_path: bool) -> dict[s
 
     out["trigger"] = _measure(trigger, trigger_stats)
 
+    # a query restarted from a checkpoint in the middle: a new reader, its first trigger (one segment a
+    # partition: maxOffsetsPerTrigger), the rest of the topic still ahead of it
+    restarted = TieredStreamReader(
+        parse_options({**store, "subscribe": TOPIC, "maxOffsetsPerTrigger": str(RECORDS * PARTITIONS)})
+    )
+    checkpoint = {TOPIC: {str(p): lo for p in range(PARTITIONS)}}
+    restart_planners = []
+
+    def restart() -> None:
+        end = restarted.latestOffset(checkpoint, restarted.getDefaultReadLimit())
+        restart_planners.append(restarted.last_planner)
+        parts = restarted.partitions(checkpoint, end)
+        restart_planners.append(restarted.last_planner)
+        assert parts, (checkpoint, end)
+
+    def restart_stats() -> dict[str, int]:
+        snaps = [p.catalog.store.stats.snapshot() for p in restart_planners]
+        return {k: sum(s[k] for s in snaps) for k in ("reads", "lists")}
+
+    out["restart"] = _measure(restart, restart_stats)
+
     du_catalog = TopicCatalog(RsmConfig(store))  # type: ignore[arg-type]
     rows: list[object] = []
     out["du"] = _measure(lambda: rows.extend(topic_usage(du_catalog, TOPIC)), du_catalog.store.stats.snapshot)
@@ -295,6 +319,13 @@ def main() -> int:
             f"a trigger's requests flat from {min(args.segments):,} to {max(args.segments):,} segments",
             big["trigger"]["requests"] / max(1.0, small["trigger"]["requests"] + 2),
             1.10,
+            at_least=False,
+        ),
+        Target(
+            f"a restarted query's first trigger from {min(args.segments):,} to {max(args.segments):,} "
+            "segments: at most twice the requests",
+            big["restart"]["requests"] / max(1.0, small["restart"]["requests"]),
+            2.0,
             at_least=False,
         ),
     ]

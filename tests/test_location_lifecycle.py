@@ -326,7 +326,7 @@ def test_gc_removes_a_deleted_topics_records_and_nothing_else(
         memory.write(name, ids[name], EncryptionState("k1", "encryption.key.id", False))
         _age(root, "main", memory.key(name, ids[name]), 7200)
     records = {name: _record_keys(root, "main", name, tid) for name, tid in ids.items()}
-    assert len(records["gone"]) == 4  # two locations, the marker, the note
+    assert len(records["gone"]) == 5  # two locations, the marker, the note, the deletes' log-start mark
     for name in ("gone", "live", "forwarded", "migrating", "elsewhere"):  # "recent" stays young
         for leaf in records[name]:
             _age(root, "main", f"{REGISTRY_DIR}{name}-{uuid_to_base64(ids[name])}/{leaf}", 7200)
@@ -338,7 +338,7 @@ def test_gc_removes_a_deleted_topics_records_and_nothing_else(
     by_topic = {("gone" if "/gone-" in o["objects"][0] else "recent"): o for o in stale}
     assert by_topic["gone"]["removable"] and not by_topic["recent"]["removable"]
     assert by_topic["gone"]["objects"][0].endswith("/_complete.json")  # the marker goes first
-    assert len(by_topic["gone"]["objects"]) == 4 and "cold/c/" in by_topic["gone"]["why"]
+    assert len(by_topic["gone"]["objects"]) == 5 and "cold/c/" in by_topic["gone"]["why"]
     assert by_topic["gone"]["objects"][-1].endswith(memory.key("gone", ids["gone"]))
     assert {name: _record_keys(root, "main", name, tid) for name, tid in ids.items()} == records  # dry run
 

@@ -286,3 +286,32 @@ def test_probed_listings_find_ranges_ends_and_timestamps_in_a_long_history(tmp_p
     assert got is not None and shape([got]) == shape([full.first_at_timestamp(BASE_TS + 1000)])
     walked = catalog.ranged_histories("history", tid, probe=True)[0].walk(2000)
     assert [s.segment.start_offset for s in walked] == [s.segment.start_offset for s in full.walk(2000)]
+
+
+def test_a_probed_timestamp_lookup_lists_no_partition_whole(tmp_path: Path) -> None:
+    """Bisection over offsets, a probe of a few keys a step (S3's way), in a history of 300 segments."""
+    rsm, opts, log = _long_history(tmp_path, 300, per_segment=7)
+    rsm.close()
+    catalog = TopicCatalog(RsmConfig(opts))  # type: ignore[arg-type]
+    full = catalog.histories("history", log.tip.topic_id)[0]
+    asked: list[int] = []
+    for ts in (BASE_TS, BASE_TS + 7, BASE_TS + 1000, BASE_TS + 1049, BASE_TS + 2099, BASE_TS + 5000):
+        view = catalog.ranged_histories("history", log.tip.topic_id, probe=True)[0]
+        probe = view._probe  # noqa: SLF001 - the probes it makes, counted
+        assert probe is not None
+
+        def counted(base: int | None, limit: int, probe=probe) -> tuple[list, int]:  # noqa: ANN001
+            asked.append(limit)
+            return probe(base, limit)
+
+        view._probe = counted  # noqa: SLF001
+        got, want = view.first_at_timestamp(ts), full.first_at_timestamp(ts)
+        assert (got is None) == (want is None), ts
+        assert got is None or (got.first_offset, got.segment.start_offset) == (
+            want.first_offset,
+            want.segment.start_offset,
+        ), ts
+        assert not view.listed_from_start, ts  # the whole partition was never listed
+    # each lookup: its first copies, its last (from their end), then a probe of 60 keys a bisection step
+    # (log2 of 300 segments / 20 copies a probe): at most 8, none a whole listing
+    assert max(asked) <= 1000 and len(asked) <= 6 * 8, asked

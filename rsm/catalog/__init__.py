@@ -12,6 +12,8 @@ truncated leader-epoch branches resolved). This package answers them once, below
 - `keys`: a partition's copies as listings name them (base offsets from the keys, no manifest read);
 - `ranged`: a partition's history answered for a range from that range's manifests only (issue 27:
   planning that does not grow with history), the whole history still there for whoever asks;
+- `holes`: the offsets a partition's history lacks (between segments, before the first one), named alike
+  by every reader; `unreadable`: the known locations a plan could not read;
 - `catalog`: `TopicCatalog`, the entry point tying them to a configured store.
 """
 

@@ -7,6 +7,17 @@ ids' segments may still be in the store. Without a broker the live one is the id
 Where a topic id's segments are: the broker's default location, the location its overlay names, every
 location in its record (`rsm.store.locations`), and, unless a scan has recorded them all, every topic
 directory found by listing the buckets the configuration and the overlays name (once per catalog).
+
+What a catalog reads of a topic name it keeps: the record's entries of every id of the name (the keys under
+`<record>/<topic>-` only, `LocationRegistry.topic_lookups`) and the name's overlays are read once, however
+often a plan asks (`topic_ids`, `live_topic_id`, `locations`), and read again only after this process wrote
+to the record (`LocationRegistry.writes`: `rsm migrate` records new locations while its catalog plans). A
+plan of one topic lists nothing of another's.
+
+What a plan must not pass over in silence (`rsm.catalog.holes`, `rsm.catalog.unreadable`): a location the
+record or the overlay names that cannot be read (`unreadable`), and the holes of a partition's history,
+measured against the log-start marks the RSM's deletes left in the record (`recorded_starts`, `holes`),
+each naming where the catalog looked (`looked_in`).
 """
 
 from __future__ import annotations
@@ -15,14 +26,15 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from rsm.api.metadata import uuid_to_base64
 from rsm.catalog.history import PartitionHistory, resolve_history
+from rsm.catalog.holes import Hole, before_start, between_segments, recorded_start_why
 from rsm.catalog.keys import SegmentKey, list_partition, parse_listing, partitions_at, topic_dir
 from rsm.catalog.ranged import HEAD_OBJECTS, INF, EpochCache, Probe, RangedHistory
 from rsm.catalog.segments import CatalogError, StoredSegment, list_segments, map_concurrently, read_manifest
+from rsm.catalog.unreadable import OVERLAY, RECORD, UnreadableLocation, location_problem
 from rsm.config.overlay import TopicOverlay, TopicOverlayStore, named_buckets
 from rsm.config.settings import Backend, RsmConfig
 from rsm.store.home import CatalogHome, catalog_home, data_default
@@ -54,6 +66,19 @@ class TopicNotFound(CatalogError):
     """No committed segment of the topic anywhere the catalog looked (the message lists where)."""
 
 
+class _Seen:
+    """What the catalog learned of one topic id while listing it: where it looked, which locations the
+    record or overlay named (and how), which held something, and why some could not be listed."""
+
+    def __init__(self) -> None:
+        self.where: list[Location] = []
+        self.named: dict[Location, str] = {}
+        self.holding: set[Location] = set()
+        self.failed: dict[Location, str] = {}
+        self.record: RecordLookup | None = None
+        self.unreadable: list[UnreadableLocation] | None = None
+
+
 class TopicCatalog:
     """Read-only questions about what a store holds (see the module docstring)."""
 
@@ -83,6 +108,10 @@ class TopicCatalog:
         self._lock = threading.Lock()
         self._overlay_list: list[TopicOverlay] | None = None
         self._since: int | None | object = _UNREAD
+        # topic -> (the record's write count when read, every id of the name's record): `_record_of`
+        self._records: dict[str, tuple[int, dict[uuid.UUID, RecordLookup]]] = {}
+        self._name_overlays: dict[str, list[TopicOverlay]] = {}
+        self._seen: dict[tuple[str, uuid.UUID], _Seen] = {}
 
     # -- discovery -----------------------------------------------------------------------------------
     def _all_overlays(self) -> list[TopicOverlay]:
@@ -93,6 +122,36 @@ class TopicCatalog:
                 log.warning("cannot list topic overlays: %s", exc)
                 self._overlay_list = []
         return self._overlay_list
+
+    def _overlays_of(self, topic: str) -> list[TopicOverlay]:
+        """The overlays stored under a topic name: its own keys listed, once per catalog (every overlay,
+        when a scan has listed them all)."""
+        if self._overlay_list is not None:
+            return [o for o in self._overlay_list if o.topic == topic]
+        with self._lock:
+            hit = self._name_overlays.get(topic)
+        if hit is None:
+            try:
+                hit = self.overlays.for_topic(topic)
+            except Exception as exc:  # noqa: BLE001 - an unreadable overlay must not hide the data
+                log.warning("cannot list the topic overlays of %s: %s", topic, exc)
+                hit = []
+            with self._lock:
+                self._name_overlays[topic] = hit
+        return hit
+
+    def _record_of(self, topic: str) -> dict[uuid.UUID, RecordLookup]:
+        """Every id of the topic name in the location record (`LocationRegistry.topic_lookups`): read once
+        per catalog, and again once this process wrote to the record since (module docstring)."""
+        writes = self.registry.writes()
+        with self._lock:
+            hit = self._records.get(topic)
+        if hit is not None and hit[0] == writes:
+            return hit[1]
+        found = self.registry.topic_lookups(topic)
+        with self._lock:
+            self._records[topic] = (writes, found)
+        return found
 
     def scan_buckets(self) -> list[str]:
         """The buckets a scan lists: the configuration's, the earlier defaults' and every overlay's."""
@@ -135,7 +194,9 @@ class TopicCatalog:
 
     def topic_names(self) -> list[str]:
         """Every topic name with a location record, an overlay or (by scan) a committed segment."""
-        names = set(self._recorded_topics()) | {o.topic for o in self._all_overlays()}
+        names = set(self.registry.topic_names()) | {o.topic for o in self._all_overlays()}
+        for older in self._older:
+            names.update(_missing_ok(older.topic_names, []))
         # always scanned, marker or not: a name the record lacks (an entry `rsm migrate gc` removed while a
         # broker still remembers writing it, a topic an older release tiers during a rolling upgrade) has
         # no topic id to vouch for
@@ -150,10 +211,15 @@ class TopicCatalog:
 
     def topic_ids(self, topic: str) -> dict[uuid.UUID, int]:
         """Every id the topic name has had in the store -> when it was last written (ms; 0 if unknown)."""
-        ids: dict[uuid.UUID, int] = dict(self._recorded_topics().get(topic, {}))
-        for overlay in self._all_overlays():
-            if overlay.topic == topic:
-                ids[overlay.topic_id] = max(ids.get(overlay.topic_id, 0), overlay.updated_ms)
+        ids: dict[uuid.UUID, int] = {}
+        records = [self._record_of(topic)]
+        records += [_missing_ok(lambda r=older: r.topic_lookups(topic), {}) for older in self._older]
+        for record in records:
+            for tid, found in record.items():
+                if found.locations:
+                    ids[tid] = max(ids.get(tid, 0), found.last_written_ms or 0)
+        for overlay in self._overlays_of(topic):
+            ids[overlay.topic_id] = max(ids.get(overlay.topic_id, 0), overlay.updated_ms)
         # a scan finds ids no record names (stores older than the record); once `rsm store locate --record`
         # marked every recorded id of the topic complete, the record names them all (a later id is
         # recorded by the copy that writes it), and the buckets are not listed whole on every plan
@@ -163,7 +229,7 @@ class TopicCatalog:
         return ids
 
     def _lookup(self, topic: str, topic_id: uuid.UUID) -> RecordLookup:
-        return self.registry.lookup(topic, topic_id)
+        return self._record_of(topic).get(topic_id) or RecordLookup([], False, None)
 
     def _scanned_since(self) -> int | None:
         """The record's `_scanned.json` time (read once per catalog; None: no store-wide scan)."""
@@ -183,16 +249,6 @@ class TopicCatalog:
             return True
         since = self._scanned_since()
         return since is not None and record.first_written_ms is not None and record.first_written_ms >= since
-
-    def _recorded_topics(self) -> dict[str, dict[uuid.UUID, int]]:
-        """`LocationRegistry.topics` of the current record and of the earlier defaults' (`also`)."""
-        merged = self.registry.topics()
-        for older in self._older:
-            for topic, ids in _missing_ok(older.topics, {}).items():
-                mine = merged.setdefault(topic, {})
-                for tid, stamp in ids.items():
-                    mine[tid] = max(mine.get(tid, 0), stamp)
-        return merged
 
     def live_topic_id(self, topic: str) -> uuid.UUID:
         """The topic id written most recently under this name (the live topic, for a re-created one)."""
@@ -214,18 +270,20 @@ class TopicCatalog:
     def locations(self, topic: str, topic_id: uuid.UUID) -> list[Location]:
         """Every location that may hold segments of this topic id (see the module docstring)."""
         found = [self.default]
-        if self._overlay_list is None:  # the overlays and the location record are listed at once
-            with ThreadPoolExecutor(1, thread_name_prefix="rsm-catalog") as pool:
-                overlays = pool.submit(self._all_overlays)
-                record = self._lookup(topic, topic_id)
-                overlays.result()
-        else:
-            record = self._lookup(topic, topic_id)
+        # the name's overlays and record read at once, once per catalog (usually `topic_ids` read them)
+        map_concurrently(
+            lambda read: read(), [lambda: self._overlays_of(topic), lambda: self._record_of(topic)]
+        )
+        overlays, record = self._overlays_of(topic), self._lookup(topic, topic_id)
         recorded, complete = record.locations, self._complete(record)
-        for overlay in self._all_overlays():
-            if overlay.topic == topic and overlay.topic_id == topic_id:
+        seen = self._seen_of(topic, topic_id)
+        seen.record = record
+        for overlay in overlays:
+            if overlay.topic_id == topic_id:
                 found.append(overlay.location(self.default))
+                seen.named.setdefault(found[-1], OVERLAY)
         found += recorded
+        seen.named.update({loc: RECORD for loc in recorded})
         for older in self._older:
             found += _missing_ok(lambda r=older: r.lookup(topic, topic_id)[0], [])
         if self._scan_enabled and not complete:
@@ -239,7 +297,8 @@ class TopicCatalog:
                     uuid_to_base64(topic_id),
                 )
             found += [loc for tid, loc in self._scanned_for(topic, topic_id) if tid == topic_id]
-        return list(dict.fromkeys(found))
+        seen.where = list(dict.fromkeys(found))
+        return list(seen.where)
 
     def searched(self) -> str:
         """Where the catalog looked, for 'not found' messages."""
@@ -254,7 +313,9 @@ class TopicCatalog:
         self, topic: str, topic_id: uuid.UUID, partitions: Iterable[int] | None = None
     ) -> list[StoredSegment]:
         """Committed segments of the topic id at all its locations, sorted by partition and offset."""
-        return list_segments(self.store, topic, topic_id, self.locations(topic, topic_id), partitions)
+        found = list_segments(self.store, topic, topic_id, self.locations(topic, topic_id), partitions)
+        self._seen_of(topic, topic_id).holding.update(seg.location for seg in found)
+        return found
 
     def histories(
         self, topic: str, topic_id: uuid.UUID, partitions: Iterable[int] | None = None
@@ -296,9 +357,11 @@ class TopicCatalog:
         previous end): those partitions are listed from there on (and their first copies, for 'earliest'),
         so the listing does not grow with the history behind it; other partitions are listed whole.
         ``probe`` (default: on S3, where a listing pages 1,000 keys a request and planners would page
-        through the whole history): without ``after``, nothing is listed up front but the partitions; each
-        one lists where its ranges, its first and its last copies are (`RangedHistory`'s probes). The file
-        store lists each partition whole, once (a local directory listing).
+        through the whole history): nothing is listed up front but the partitions; each one lists where its
+        ranges, its first and its last copies are (`RangedHistory`'s probes), its last copies looked for
+        from ``after`` on when given: so neither a restarted stream (which remembers no base) nor a stream
+        far behind its topic's end (a listing from ``after`` to the end would grow with the backlog) lists
+        more than its ranges. The file store lists each partition whole, once (a local directory listing).
         """
         wanted = None if partitions is None else set(partitions)
         where = self.locations(topic, topic_id)
@@ -316,11 +379,9 @@ class TopicCatalog:
         heads: dict[int, list[SegmentKey]] = {}
         if probe is None:
             probe = self.store.backend is Backend.S3
-        if not after and probe:
+        if probe:
             # S3: nothing listed up front; each partition lists where its ranges are (`RangedHistory`)
-            found_parts = map_concurrently(
-                lambda loc: _missing_ok(lambda: partitions_at(self.store, loc, topic, topic_id), []), where
-            )
+            found_parts = map_concurrently(lambda loc: self._partitions_at(topic, topic_id, loc), where)
             every = sorted({p for parts in found_parts for p in parts})
             return {
                 p: RangedHistory(
@@ -332,15 +393,14 @@ class TopicCatalog:
                     epoch_cache=epoch_cache,
                     relist=whole(p),
                     probe=self._prober(topic, topic_id, p, where),
+                    near=(after or {}).get(p),
                 )
                 for p in every
                 if wanted is None or p in wanted
             }
         if not after:
             # each partition's directory listed on its own, at once: S3 pages a listing one after another
-            found_parts = map_concurrently(
-                lambda loc: _missing_ok(lambda: partitions_at(self.store, loc, topic, topic_id), []), where
-            )
+            found_parts = map_concurrently(lambda loc: self._partitions_at(topic, topic_id, loc), where)
             jobs = [
                 (loc, p) for loc, parts in zip(where, found_parts, strict=True) for p in parts
                 if wanted is None or p in wanted
@@ -349,9 +409,7 @@ class TopicCatalog:
             for (_, partition), found in zip(jobs, listed, strict=True):
                 keys.setdefault(partition, []).extend(found)
         else:
-            found_parts = map_concurrently(
-                lambda loc: _missing_ok(lambda: partitions_at(self.store, loc, topic, topic_id), []), where
-            )
+            found_parts = map_concurrently(lambda loc: self._partitions_at(topic, topic_id, loc), where)
             every = sorted({p for parts in found_parts for p in parts})
             for partition in every:
                 if wanted is not None and partition not in wanted:
@@ -396,6 +454,72 @@ class TopicCatalog:
                 relist=whole(partition) if suffix else None,
             )
         return out
+
+    # -- what a plan must not pass over (rsm.catalog.holes, rsm.catalog.unreadable) ----------------------
+    def _seen_of(self, topic: str, topic_id: uuid.UUID) -> _Seen:
+        with self._lock:
+            return self._seen.setdefault((topic, topic_id), _Seen())
+
+    def _partitions_at(self, topic: str, topic_id: uuid.UUID, location: Location) -> list[int]:
+        """The partitions at one location (`partitions_at`), noting whether it held any; a bucket that is
+        gone holds nothing here, and one the store refuses to list is noted as unreadable."""
+        seen = self._seen_of(topic, topic_id)
+        try:
+            found = _missing_ok(lambda: partitions_at(self.store, location, topic, topic_id), [])
+        except PermissionError as exc:
+            seen.failed[location] = f"access denied: {exc}"
+            return []
+        if found:
+            seen.holding.add(location)
+        return found
+
+    def looked_in(self, topic: str, topic_id: uuid.UUID) -> str:
+        """Where the catalog looked for the topic id's segments, for messages about what it did not find."""
+        where = self._seen_of(topic, topic_id).where or self.locations(topic, topic_id)
+        return ", ".join(self.store.describe(loc.bucket, loc.prefix) for loc in where)
+
+    def recorded_starts(self, topic: str, topic_id: uuid.UUID) -> dict[int, int]:
+        """partition -> the log start the RSM's deletes reached (`rsm.store.log_starts`), from the record
+        listing the plan made already (`locations`)."""
+        seen = self._seen_of(topic, topic_id)
+        record = seen.record if seen.record is not None else self._lookup(topic, topic_id)
+        return dict(record.log_starts)
+
+    def unreadable(
+        self, topic: str, topic_id: uuid.UUID, holding: Iterable[Location] = ()
+    ) -> list[UnreadableLocation]:
+        """The locations the record or the overlay names for the topic id that cannot be read: those
+        whose listing failed, and, of those that held nothing in this catalog's listings (nor are in
+        ``holding``), the ones whose bucket is missing or refuses access (`rsm.catalog.unreadable`)."""
+        seen = self._seen_of(topic, topic_id)
+        if seen.unreadable is not None:
+            return list(seen.unreadable)
+        if not seen.where:
+            self.locations(topic, topic_id)
+        tid = uuid_to_base64(topic_id)
+        readable = seen.holding | set(holding)
+        out = []
+        for location, named_by in seen.named.items():
+            why = seen.failed.get(location)
+            if why is None and location not in readable:
+                why = location_problem(self.store, location, f"{location.prefix}{topic}-{tid}/")
+            if why is not None:
+                where = self.store.describe(location.bucket, location.prefix)
+                out.append(UnreadableLocation(topic, topic_id, location, where, named_by, why))
+        seen.unreadable = out
+        return list(out)
+
+    def holes(self, topic: str, topic_id: uuid.UUID, history: PartitionHistory) -> list[Hole]:
+        """The holes of a whole partition history (`histories`): before its first offset, measured
+        against the partition's log-start mark, and between its segments."""
+        where = self.looked_in(topic, topic_id)
+        start = self.recorded_starts(topic, topic_id).get(history.partition)
+        first = before_start(
+            topic, history.partition, history.first_offset, start, recorded_start_why(start or 0), where
+        )
+        return ([first] if first is not None else []) + between_segments(
+            topic, history.partition, history.gaps, where
+        )
 
     def _prober(self, topic: str, topic_id: uuid.UUID, partition: int, where: list[Location]) -> Probe:
         """`RangedHistory`'s probe: a partition's copies from a base offset on at every location, and the

@@ -12,7 +12,8 @@ with the same rules (`rsm.catalog.history`), answering what planners ask:
   earlier-based copy can reach into the range: a retried copy of a longer segment, another leader's
   segment boundaries), up to `MAX_BACK` bases; what is left uncovered then is a gap as in the full history;
 - `first_at_timestamp`: bisection over base offsets (segments' max timestamps ordered, as Kafka's
-  `offsetsForTimes` assumes): O(log n) manifests;
+  `offsetsForTimes` assumes): O(log n) manifests; with probes (S3), a bisection over offsets whose every
+  step lists a few keys from an offset on, so a timestamp never lists the partition whole;
 - `walk(lo)`: slices from `lo` on, a window of bases at a time (aborted transactions stop when bounded).
 
 The lineage (epoch -> first offset) is the newest leader's, as in the full history: the newest copy is the
@@ -73,6 +74,7 @@ class RangedHistory:
         head: Iterable[SegmentKey] | None = None,
         relist: Callable[[], list[SegmentKey]] | None = None,
         probe: Probe | None = None,
+        near: int | None = None,
     ) -> None:
         """`keys`: the partition's committed copies as listed. When the listing started past the
         partition's first copy (a stream's trigger, from its previous end), `head` holds the first copies
@@ -80,7 +82,9 @@ class RangedHistory:
         `epoch_cache` reads a copy's leader-epoch checkpoint (the planner's, which holds the keyring).
         `probe` (with `relist`, `keys` empty): nothing is listed up front; `probe(base, limit)` lists the
         copies from a base offset on (at most `limit` objects) and the planner lists only where its ranges,
-        the first and the last copies are (see `_list_span`, `_ensure_tail`)."""
+        the first and the last copies are (see `_list_span`, `_ensure_tail`); `near`: a base offset the
+        caller's ranges start at or after (a stream's previous end), where the search for the last copies
+        starts."""
         self.store = store
         self.topic = topic
         self.topic_id = topic_id
@@ -96,6 +100,7 @@ class RangedHistory:
         self._first: tuple[int | None] | None = None
         self._last: tuple[SegmentSlice | None] | None = None
         self._probe = probe
+        self._near = near
         self._known: list[tuple[int, int]] = []  # base offset intervals listed whole (`probe` only)
         self._tail_known = False
         self._set_keys(keys)
@@ -194,9 +199,15 @@ class RangedHistory:
         self._tail_known = True
         lo = self._bases[-1] if self._bases else 0  # copies exist at or after it
         step, none_at = self._spacing() * 64, None
+        # listed first from a stream's previous end, else from the head's end: a short partition (most of
+        # a store's) ends within that one probe, where galloping past it would bisect back for its end
+        near: int | None = self._near if self._near is not None and self._near > lo else lo
         while self._probe is not None:
-            at = lo + step if none_at is None else (lo + none_at) // 2
-            if none_at is not None and at <= lo:
+            at = near if near is not None else lo + step if none_at is None else (lo + none_at) // 2
+            near = None
+            # the end lies in [lo, none_at): listed from lo once a page or so covers that (bisecting on to
+            # a single offset would cost a probe per halving)
+            if none_at is not None and (at <= lo or none_at - lo <= self._spacing() * LIST_PAGE // 6):
                 self._list_span(lo, INF)
                 return
             got, upto = self._probe(at, TAIL_OBJECTS)
@@ -458,21 +469,75 @@ class RangedHistory:
         """The first slice whose segment's max timestamp reaches `timestamp`, by bisection over bases."""
         if self._full is not None:
             return self._full.first_at_timestamp(timestamp)
-        if self._relist is not None:
-            self._list_all("a timestamp is looked up")  # then bisected: O(log n) manifests
-        lo, hi = 0, len(self._bases)
-        while lo < hi:  # the first base whose copies' max timestamp reaches it
-            mid = (lo + hi) // 2
-            segs = self._load(self._by_base[self._bases[mid]])
-            if segs and max(s.max_timestamp_ms for s in segs) >= timestamp:
-                hi = mid
-            else:
-                lo = mid + 1
-        start = self._bases[max(lo - 1, 0)] if self._bases else 0
+        start = self._probed_timestamp_base(timestamp) if self._probe is not None else None
+        if start is None:
+            if self._relist is not None:
+                self._list_all("a timestamp is looked up")  # then bisected: O(log n) manifests
+            lo, hi = 0, len(self._bases)
+            while lo < hi:  # the first base whose copies' max timestamp reaches it
+                mid = (lo + hi) // 2
+                if self._reaches(self._bases[mid], timestamp):
+                    hi = mid
+                else:
+                    lo = mid + 1
+            start = self._bases[max(lo - 1, 0)] if self._bases else 0
         for s in self.walk(start):  # the slice it is (a copy cut off or superseded: the next one)
             if s.segment.max_timestamp_ms >= timestamp:
                 return s
         return None
+
+    def _reaches(self, base: int, timestamp: int) -> bool:
+        """Whether the copies at a base offset hold a record with a timestamp >= `timestamp`."""
+        segs = self._load(self._by_base[base])
+        return bool(segs) and max(s.max_timestamp_ms for s in segs) >= timestamp
+
+    def _probed_timestamp_base(self, timestamp: int) -> int | None:
+        """Where a walk for `timestamp` starts (the base before the first whose copies reach it), bisecting
+        offsets between the first and last copies: each step finds the first base from an offset on (a probe
+        of a few keys) and reads its manifests. None when the partition was listed whole meanwhile (the
+        caller bisects that listing)."""
+        self._ensure_tail()
+        if self._probe is None or not self._bases:
+            return None
+        lo, last = self._bases[0], self._bases[-1]
+        if self._reaches(lo, timestamp):
+            return lo
+        if not self._reaches(last, timestamp):
+            return last
+        # lo's copies do not reach it and no base in [hi, the first base that does) is left unread: the
+        # answer (that base's predecessor) is in [lo, hi)
+        hi = last
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            base = self._next_base(mid)
+            if self._probe is None:
+                return None
+            if base is None or base >= hi:
+                hi = mid
+            elif self._reaches(base, timestamp):
+                hi = base
+            else:
+                lo = base
+        return lo
+
+    def _next_base(self, at: int) -> int | None:
+        """The least base offset >= `at`, with all its copies listed (probing from where the listed
+        intervals end); None when no copy lies at or after it."""
+        limit = TAIL_OBJECTS
+        while True:
+            i = bisect.bisect_left(self._bases, at)
+            nxt = self._bases[i] if i < len(self._bases) else None
+            if self._probe is None or self._covered(at, INF if nxt is None else nxt):
+                return nxt
+            start = at
+            for x, y in self._known:  # merged intervals, in order: skip what is listed already
+                if x <= start <= y:
+                    start = y + 1
+            got, upto = self._probe(start, limit)
+            self._add(got)
+            self._cover(start, upto)
+            if upto < start:
+                limit *= 4  # one base's objects filled the page
 
 
 def _uncovered(h: PartitionHistory, first: int, last: int) -> list[tuple[int, int]]:

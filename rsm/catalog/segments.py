@@ -9,31 +9,25 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 from rsm.api.metadata import uuid_to_base64
 from rsm.copy.manifest import Manifest, ManifestError
+from rsm.store.concurrency import map_concurrently
 from rsm.store.layout import MANIFEST_SUFFIX, Location, partition_dir
 from rsm.store.objects import ObjectNotFound, ObjectStore
 
 log = logging.getLogger(__name__)
 
-MANIFEST_READ_THREADS = 16
-
-T = TypeVar("T")
-R = TypeVar("R")
-
-
-def map_concurrently(fn: Callable[[T], R], items: Sequence[T], thread_prefix: str = "rsm-catalog") -> list[R]:
-    """`fn` over `items`, in order, up to MANIFEST_READ_THREADS at a time: listings and manifest reads
-    wait on the store, not the CPU. A single item runs on the caller's thread."""
-    if len(items) <= 1:
-        return [fn(x) for x in items]
-    with ThreadPoolExecutor(min(MANIFEST_READ_THREADS, len(items)), thread_name_prefix=thread_prefix) as pool:
-        return list(pool.map(fn, items))
+__all__ = [
+    "CatalogError",
+    "StoredSegment",
+    "list_segments",
+    "load_segment",
+    "map_concurrently",
+    "read_manifest",
+]
 
 
 class CatalogError(Exception):

@@ -121,7 +121,7 @@ def _list_topic(catalog: TopicCatalog, location: Location, base: str) -> list[Ob
     def one(part: str) -> list[ObjectInfo]:
         return store.list_from(location.bucket, f"{base}{part}/", include_temporary=True)
 
-    return [o for found in map_concurrently(one, parts, "rsm-du") for o in found]
+    return [o for found in map_concurrently(one, parts) for o in found]
 
 
 def _edges(keys: list[SegmentKey]) -> list[SegmentKey]:
@@ -147,7 +147,6 @@ def topic_usage(catalog: TopicCatalog, topic: str, *, every_manifest: bool = Fal
                 segs = map_concurrently(
                     lambda k, t=tid: load_segment(store, topic, t, k.location, k.manifest_key),
                     wanted,
-                    "rsm-du",
                 )
                 if every_manifest:
                     for seg in segs:

@@ -7,6 +7,7 @@
     rsm migrate --config server.properties gc     [--topic T] [--grace 1h] [--apply]
     rsm migrate --config server.properties import --dir /data/kafka/T-0 [--topic T] [--partition P]
     rsm migrate --config server.properties export --topic T --partition P --dir OUT
+    rsm migrate --config server.properties catalog --to-bucket B [--to-prefix P]   (the catalog home)
 
 `--config` names the broker's server.properties (its `rsm.config.*` keys) or an rsm.properties of bare
 keys: where the store is, the keyring, and the defaults a topic's overlay overrides. The topic's resolved
@@ -51,6 +52,8 @@ from rsm.api.metadata import to_uuid, uuid_to_base64
 from rsm.catalog import TopicCatalog
 from rsm.catalog.segments import CatalogError
 from rsm.cli.console import err_console, out_console
+from rsm.cli.migrate_catalog import catalog_setting, move_catalog_command
+from rsm.cli.migrate_cross import add_arguments as cross_arguments
 from rsm.cli.options import config_and_json
 from rsm.config.keyring import keyring_for
 from rsm.config.settings import RsmConfig
@@ -58,6 +61,7 @@ from rsm.metrics import serve_prometheus_from_config
 from rsm.migrate import export as export_
 from rsm.migrate import gc as gc_
 from rsm.migrate import plan as plans
+from rsm.migrate.catalog_move import CatalogMoveError
 from rsm.migrate.context import Context, ItemResult, JobSpec, MigrateError
 from rsm.migrate.engines import LocalEngine, RunReport, SparkEngine, execute
 from rsm.migrate.gc_records import KIND as RECORD_KIND
@@ -67,7 +71,7 @@ from rsm.migrate.transfer import DEFAULT_COPY_PART_SIZE
 from rsm.store.layout import Location
 from rsm.store.objects import ObjectStore
 
-COMMANDS = ("move", "rekey", "verify", "gc", "import", "export")
+COMMANDS = ("move", "rekey", "verify", "gc", "import", "export", "catalog")
 EXIT_PROBLEMS = 3
 
 
@@ -108,9 +112,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     p.add_argument("--to-bucket", help="destination bucket (default: the topic's configured bucket)")
     p.add_argument("--to-prefix", help="destination prefix (default: the topic's configured prefix)")
-    p.add_argument("--from-config", type=Path, metavar="SOURCE.properties",
-                   help="move from another store (backend) to the one --config names: the properties of the "
-                   "store the topic is in now; nothing in it is changed")  # fmt: skip
+    cross_arguments(p)  # --from-config, --prune
     p = add("rekey", "re-wrap data keys under a new key id; --reencrypt rewrites the data", topic="required")
     p.add_argument("--key-id", help="the key id to wrap under (default: the topic's configured key id)")
     p.add_argument("--reencrypt", action="store_true", help="rewrite the data under fresh data keys")
@@ -133,6 +135,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
             topic_id="the topic id (default: the directory's partition.metadata; without one, the id of the "
             "store's topic of that name, else a new one)")  # fmt: skip
     p.add_argument("--dir", type=Path, required=True, help="the partition directory (<topic>-<partition>)")
+    p = add(
+        "catalog",
+        "move the store's own documents (overlays, location records, journals) to another "
+        "bucket or prefix: the catalog home (README: Moving the default bucket)",
+        topic="none",
+    )
+    p.add_argument("--to-bucket", required=True, help="the new catalog.bucket")
+    p.add_argument("--to-prefix", help="the new catalog.prefix (default: the current one)")
     p = add("export", "write a tiered partition as a Kafka partition directory", topic="required",
             force="replace a target <topic>-<partition>/ that holds files export did not write")  # fmt: skip
     p.add_argument("--dir", type=Path, required=True, help="output: <dir>/<topic>-<partition>/ is written")
@@ -208,7 +218,10 @@ def run(args: argparse.Namespace) -> int:
             or (args.migrate_command == "gc" and not getattr(args, "apply", False))
         )
         store = ObjectStore.from_config(config, create=not read_only)
+        if args.migrate_command == "catalog":  # before the catalog is opened: a half-moved one is refused
+            return move_catalog_command(args, config, store, out)
         store.require_bucket(str(config.get("bucket")))
+        store.require_bucket(config.catalog_bucket, catalog_setting(config))
         catalog = TopicCatalog(config, store)
         if config.get("metrics.enabled"):
             # its figures (rsm_migrate_*, the store's rsm_s3_*) for a scraper while it runs; off by default
@@ -216,8 +229,8 @@ def run(args: argparse.Namespace) -> int:
         handler = {"move": _move, "rekey": _rekey, "verify": _verify, "gc": _gc, "import": _import,
                    "export": _export}[args.migrate_command]  # fmt: skip
         return handler(args, configs, catalog, out, err)
-    except (_Error, MigrateError, JournalError, CatalogError, ConfigException, RemoteStorageException,
-            ValueError, OSError) as exc:  # fmt: skip
+    except (_Error, MigrateError, JournalError, CatalogError, CatalogMoveError, ConfigException,
+            RemoteStorageException, ValueError, OSError) as exc:  # fmt: skip
         err.print(f"rsm migrate {args.migrate_command}: {escape(' '.join(str(exc).split()))}")
         return 1
 
@@ -370,7 +383,7 @@ def _print_report(report: RunReport, args: argparse.Namespace, out: Console, ela
 def _move(
     args: argparse.Namespace, configs: dict[str, str], catalog: TopicCatalog, out: Console, err: Console
 ) -> int:
-    if getattr(args, "from_config", None) is not None:
+    if getattr(args, "from_config", None) is not None or getattr(args, "prune", False):
         from rsm.cli.migrate_cross import cross_move
 
         return cross_move(args, configs, catalog, out, err, sys.modules[__name__])
@@ -455,7 +468,7 @@ def _verify(
     grace = parse_duration(args.grace)
     plan = plans.Plan("verify", args.topic, None, params={"deep": args.deep, "retire": sorted(args.retire)})
     for topic, tid in _targets(catalog, args):
-        sub = plans.plan_verify(catalog, topic, tid, args.partition, args.deep)
+        sub = plans.plan_verify(catalog, topic, tid, args.partition, args.deep, plan.findings)
         plan.items += [
             plans.with_kind(i, "verify", extra={**i.extra, "retire": sorted(args.retire)}) for i in sub.items
         ]
@@ -470,7 +483,7 @@ def _verify(
     now = time.time()
     orphans = gc_.scan(catalog.store, _units(catalog, args))
     everything = report.results + report.earlier
-    problems = [dict(p, segment=r.item.describe()) for r in everything for p in r.problems]
+    problems = plan.findings + [dict(p, segment=r.item.describe()) for r in everything for p in r.problems]
     failed = [r for r in report.results if r.status == "failed"]
     old = [o for o in orphans if o.age(now) >= grace]
     key_ids: dict[str, int] = {}
@@ -521,7 +534,7 @@ def _gc(
     orphans = gc_.scan(catalog.store, _units(catalog, args))
     # location records of topic ids with nothing left, judged before this run removes any orphan (a topic
     # id whose only objects are orphans keeps its record until a later run)
-    records = StaleRecords(catalog.store, catalog.default)
+    records = StaleRecords(catalog.store, catalog.default, catalog.home)
     orphans += records.scan(None if args.topic is None else set(_targets(catalog, args)))
     eligible = gc_.removable(orphans, grace, now)
     removed: list[gc_.Orphan] = []

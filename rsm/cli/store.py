@@ -15,6 +15,11 @@ every location a topic's segments are in; `--record` writes what a scan found in
 `--prefix`, default the configured prefix) and scans that bucket: after the brokers' default `bucket` or
 `prefix` changed, `locate --record --bucket OLD` with the new configuration records the topics found there
 in the new default's record, where the readers given the new configuration look.
+
+A location the topic's record or overlay names that cannot be read (its bucket is gone, access is denied:
+`rsm.catalog.unreadable`) is one line on stderr for each action, which then exits with status 1: what it
+shows lacks whatever that location holds. `ls` also names each hole of a partition's history
+(`rsm.catalog.holes`), the offsets before its first segment down to the RSM's log-start mark included.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from rsm.api.errors import ConfigException
 from rsm.api.metadata import to_uuid, uuid_to_base64
 from rsm.catalog import TopicCatalog
 from rsm.catalog.segments import CatalogError
+from rsm.catalog.unreadable import UnreadableLocation
 from rsm.catalog.usage import topic_usage
 from rsm.cli.console import err_console, out_console
 from rsm.cli.options import config_and_json
@@ -141,6 +147,13 @@ def _topics(catalog: TopicCatalog, topic: str | None) -> list[str]:
     return [topic]
 
 
+def _say_unreadable(found: list[UnreadableLocation]) -> int:
+    """One line on stderr per known location that cannot be read; the action's exit status (1 if any)."""
+    for lost in found:
+        err_console().print(f"rsm store: {escape(lost.message())}")
+    return 1 if found else 0
+
+
 def _when(ms: int | None) -> str:
     if ms is None or ms < 0:
         return "-"
@@ -148,14 +161,17 @@ def _when(ms: int | None) -> str:
 
 
 def _du(catalog: TopicCatalog, args: argparse.Namespace, out: Console) -> int:
-    rows = [
-        row
-        for topic in _topics(catalog, args.topic)
-        for row in topic_usage(catalog, topic, every_manifest=args.every_manifest)
-    ]
+    rows = []
+    lost: list[UnreadableLocation] = []
+    for topic in _topics(catalog, args.topic):
+        found = topic_usage(catalog, topic, every_manifest=args.every_manifest)
+        rows += found
+        for tid in catalog.topic_ids(topic):
+            lost += catalog.unreadable(topic, tid, {r.location for r in found if r.topic_id == tid})
+    status = _say_unreadable(lost)
     if args.json:
         out.print_json(json.dumps([r.to_json() for r in rows]))
-        return 0
+        return status
     table = Table(
         "topic",
         "topic id",
@@ -181,13 +197,14 @@ def _du(catalog: TopicCatalog, args: argparse.Namespace, out: Console) -> int:
     out.print(
         f"{len(rows)} partition location(s), {sum(r.segments for r in rows):,} segments, {total:,} bytes"
     )
-    return 0
+    return status
 
 
 def _ls(catalog: TopicCatalog, args: argparse.Namespace, out: Console) -> int:
     topic_id = to_uuid(args.topic_id) if args.topic_id else catalog.live_topic_id(args.topic)
     partitions = None if args.partition is None else [args.partition]
     histories = catalog.histories(args.topic, topic_id, partitions)
+    status = _say_unreadable(catalog.unreadable(args.topic, topic_id))
     items: list[dict[str, Any]] = []
     for partition, history in histories.items():
         serving = {id(s.segment): s for s in history.slices}
@@ -215,7 +232,7 @@ def _ls(catalog: TopicCatalog, args: argparse.Namespace, out: Console) -> int:
             )
     if args.json:
         out.print_json(json.dumps(items))
-        return 0
+        return status
     table = Table("part", "offsets", "segment id", "epochs", "bytes", "stored", "key", "location", "read for")
     for i in items:
         serves = (
@@ -229,10 +246,10 @@ def _ls(catalog: TopicCatalog, args: argparse.Namespace, out: Console) -> int:
             f"{i['size']:,}", f"{i['stored_bytes']:,}", i["key_id"] or "-", escape(i["location"]), serves,
         )  # fmt: skip
     out.print(table)
-    for partition, history in histories.items():
-        for a, b in history.gaps:
-            out.print(f"[yellow]partition {partition}: offsets {a:,}..{b:,} are missing from the store")
-    return 0
+    for history in histories.values():
+        for hole in catalog.holes(args.topic, topic_id, history):
+            out.print(f"[yellow]{escape(hole.message())}")
+    return status
 
 
 def _locate(catalog: TopicCatalog, args: argparse.Namespace, out: Console) -> int:
@@ -240,10 +257,12 @@ def _locate(catalog: TopicCatalog, args: argparse.Namespace, out: Console) -> in
     found = []
     stray: list[FoundTopicDir] = []
     seen: set[str] = set()  # buckets holding segments
+    lost: list[UnreadableLocation] = []
     for topic in _topics(catalog, args.topic):
         for topic_id in catalog.topic_ids(topic):
             # where segments are, in the order first seen (the default location only if it holds some)
             locations = list(dict.fromkeys(seg.location for seg in catalog.segments(topic, topic_id)))
+            lost += catalog.unreadable(topic, topic_id, locations)
             seen.update(loc.bucket for loc in locations)
             if args.record:
                 for location in locations:
@@ -277,9 +296,10 @@ def _locate(catalog: TopicCatalog, args: argparse.Namespace, out: Console) -> in
                 f"rsm store: no segment found in {escape(catalog.store.describe(old.bucket, ''))} "
                 "(--bucket): no such bucket, or nothing tiered there"
             )
+    status = _say_unreadable(lost)
     if args.json:
         out.print_json(json.dumps(found))
-        return 0
+        return status
     table = Table("topic", "topic id", "locations")
     for f in found:
         table.add_row(escape(f["topic"]), f["topic_id"], escape(", ".join(f["locations"])))
@@ -289,4 +309,4 @@ def _locate(catalog: TopicCatalog, args: argparse.Namespace, out: Console) -> in
         out.print(
             f"recorded in {catalog.registry.describe()}: readers need not scan for these topics again{later}"
         )
-    return 0
+    return status

@@ -213,12 +213,14 @@ class TopicOverlayStore:
 
     def for_topic(self, topic: str) -> list[TopicOverlay]:
         """The overlays stored under a topic name, for every id it had (tools that know only names)."""
-        return [o for o in self.list(topic) if o.topic == topic]
+        return [o for o in self.list(f"{topic}-") if o.topic == topic]
 
     def list(self, topic_prefix: str = "") -> list[TopicOverlay]:
-        """Every stored overlay (documents that fail to parse are logged and skipped)."""
+        """Every stored overlay whose topic name starts with `topic_prefix` (documents that fail to parse are
+        logged and skipped). On S3 only the keys under that prefix are listed, not every overlay's."""
         out: list[TopicOverlay] = []
-        for key in self.store.list(self.bucket, self.prefix + OVERLAY_DIR + topic_prefix):
+        listed = self.store.list_from(self.bucket, self.prefix + OVERLAY_DIR + topic_prefix)
+        for key in (o.key for o in listed):
             if not key.endswith(OVERLAY_SUFFIX):
                 continue
             where = self.store.describe(self.bucket, key)

@@ -37,6 +37,7 @@ from rsm.copy.transform import SegmentCipher
 from rsm.copy.upload import upload_indexes, upload_log
 from rsm.store import custom_metadata as cm
 from rsm.store.deletion import sweep_leftovers
+from rsm.store.first_copy import starts_the_log
 from rsm.store.home import data_default
 from rsm.store.layout import Location, SegmentKeys
 from rsm.store.objects import ObjectNotFound
@@ -103,7 +104,7 @@ def copy_segment(
             data_key, wrapped = state.keyring.new_data_key(key_id, seg.id.bytes)
         cipher = SegmentCipher(data_key, seg.id)
         encryption = Encryption(key_id, wrapped)
-    _record_location(state, metadata, location)
+    _record_location(state, metadata, segment_data, location)
     with state.errors("removal of an earlier attempt's manifest", metadata, keys.bucket, keys.manifest):
         state.store.delete(keys.bucket, keys.manifest)
     state.forget(keys)
@@ -174,8 +175,11 @@ def copy_segment(
     return custom
 
 
-def _record_location(state: RsmState, metadata: RemoteLogSegmentMetadata, location: Location) -> None:
-    """Readers without a broker find a topic's segments through this record (`rsm.store.locations`)."""
+def _record_location(
+    state: RsmState, metadata: RemoteLogSegmentMetadata, segment_data: LogSegmentData, location: Location
+) -> None:
+    """Readers without a broker find a topic's segments through this record (`rsm.store.locations`); the
+    first copy of a partition's log may vouch for it whole (`rsm.store.first_copy`)."""
     seg = metadata.remote_log_segment_id
     assert state.registry is not None
     registry = state.registry
@@ -193,7 +197,14 @@ def _record_location(state: RsmState, metadata: RemoteLogSegmentMetadata, locati
         )  # fmt: skip
     with state.errors("location record", metadata, registry.bucket, registry.prefix):
         try:
-            registry.record(seg.topic_id_partition.topic, seg.topic_id_partition.topic_id, location)
+            tip = seg.topic_id_partition
+            wrote = registry.record(tip.topic, tip.topic_id, location)
+            if (
+                wrote
+                and state.notes is not None
+                and starts_the_log(metadata.start_offset, segment_data.leader_epoch_index)
+            ):
+                state.notes.first_copy(tip.topic, tip.topic_id, scanned_buckets)
         except (ObjectNotFound, FileNotFoundError):
             # no default bucket (every topic names its own): the copy goes on, readers scan instead
             if not state.registry_warned:

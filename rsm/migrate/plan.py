@@ -27,6 +27,7 @@ from rsm.api.metadata import uuid_to_base64
 from rsm.catalog import TopicCatalog
 from rsm.catalog.segments import StoredSegment, list_segments
 from rsm.config.settings import RsmConfig, TopicSettings
+from rsm.migrate.findings import store_problems
 from rsm.store.forward import FORWARD_SUFFIX, SegmentRef
 from rsm.store.layout import Location
 
@@ -124,6 +125,8 @@ class Plan:
     items: list[PlanItem] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (what, why)
     params: dict[str, Any] = field(default_factory=dict)
+    # problems of the store itself the planner found (verify: holes, unreadable locations)
+    findings: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def bytes(self) -> int:
@@ -155,6 +158,7 @@ class Plan:
             "segments": len(self.items),
             "bytes": self.bytes,
             "skipped": [{"what": w, "why": y} for w, y in self.skipped],
+            **({"findings": self.findings} if self.findings else {}),
         }
 
 
@@ -279,10 +283,22 @@ def plan_reencrypt(
 
 
 def plan_verify(
-    catalog: TopicCatalog, topic: str, topic_id: uuid.UUID, partitions: Iterable[int] | None, deep: bool
+    catalog: TopicCatalog,
+    topic: str,
+    topic_id: uuid.UUID,
+    partitions: Iterable[int] | None,
+    deep: bool,
+    findings: list[dict[str, Any]] | None = None,
 ) -> Plan:
+    """One item per committed segment copy. The holes of the histories they make and the topic's known
+    locations that cannot be read go to the plan's `findings`, and to ``findings`` when given (the
+    caller's plan of several topics: `rsm.migrate.findings`)."""
     plan = Plan("verify", topic, uuid_to_base64(topic_id), params={"deep": deep})
-    for seg in segments(catalog, topic, topic_id, partitions):
+    listed = segments(catalog, topic, topic_id, partitions)
+    plan.findings = store_problems(catalog, topic, topic_id, listed)
+    if findings is not None:
+        findings += plan.findings
+    for seg in listed:
         plan.items.append(
             item_for("verify", seg, topic, extra={"deep": deep, "manifest_key": seg.manifest_key})
         )

@@ -19,6 +19,10 @@ With `--deep`, also every piece decoded to its original bytes, and:
   checkpoint), each offset-index entry pointing at the start of a batch holding its offset, each time-index
   entry naming an offset of the segment.
 
+Also reported, from the catalog rather than per segment, when verify is planned (`rsm.migrate.findings`):
+the holes of each verified partition's history and every location the topic's record or overlay names
+that cannot be read: a verify that saw fewer segments than the topic has must not call the topic sound.
+
 Also reported: `retiring` for copies still under a key id given with `--retire` (so it can leave the
 keyring), and orphans (`rsm.migrate.gc`) of the verified topic's locations, those younger than the grace
 period as `recent` (possibly in flight), which do not fail the run. Each item's outcome is recorded in the

@@ -6,7 +6,8 @@ retried still finds whatever the first attempt left), and whatever unfinished wr
 (`rsm.store.debris`). Why the leftovers too: Kafka deletes a segment whose copy never finished (a broker or
 bridge killed mid-copy) through this call, and nothing else would ever find its temporary files or
 incomplete multipart uploads. A failure to remove them fails the delete, so Kafka retries it. A legal hold
-(`rsm.policy.enforce`) keeps the segment.
+(`rsm.policy.enforce`) keeps the segment. Before anything is removed, the partition's log-start mark is
+raised past the segment (`rsm.store.log_starts`): readers without a broker tell retention from a hole by it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from rsm.config.names import topic_problem
 from rsm.store import forward
 from rsm.store.debris import remove_segment_leftovers
 from rsm.store.layout import SegmentKeys
+from rsm.store.objects import ObjectNotFound
 
 if TYPE_CHECKING:
     from rsm.state import RsmState
@@ -43,6 +45,7 @@ def delete_segment(
     started = time.monotonic()
     location = state.location(metadata, log_config)
     keys = SegmentKeys.of(location, metadata)
+    _note_log_start(state, metadata)
     state.forget(keys)
     if state.notes is not None:  # the topic's other segments there stay findable (rsm.store.location_notes)
         state.notes.deleted(metadata, [location])
@@ -67,6 +70,28 @@ def delete_segment(
         round(elapsed * 1000),
         state.store.describe(keys.bucket, keys.stem),
     )
+
+
+def _note_log_start(state: RsmState, metadata: RemoteLogSegmentMetadata) -> None:
+    """Raise the partition's log-start mark past the segment, before anything is deleted: a mark that ran
+    ahead of a delete cut short hides nothing that is gone, while one behind it would have readers call
+    retention a hole. A failure fails the delete (Kafka retries it); a record location whose bucket does
+    not exist has no record to keep (said once, as the copy says it)."""
+    registry = state.registry
+    tip = metadata.topic_id_partition
+    if registry is None or topic_problem(tip.topic):
+        return  # a name Kafka refuses (only a forged value gets here): the store refuses its keys below
+    with state.errors("log-start mark", metadata, registry.bucket, registry.prefix):
+        try:
+            registry.note_log_start(tip.topic, tip.topic_id, tip.partition, metadata.end_offset + 1)
+        except (ObjectNotFound, FileNotFoundError):
+            if not state.registry_warned:
+                state.registry_warned = True
+                log.warning(
+                    "the default location %s does not exist, so deletes are not recorded there; readers "
+                    "without a broker cannot tell a hole at a partition's start from retention",
+                    registry.describe(),
+                )
 
 
 def sweep_leftovers(state: RsmState, metadata: RemoteLogSegmentMetadata, keys: SegmentKeys) -> None:

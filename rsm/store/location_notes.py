@@ -14,15 +14,21 @@ Cost: nothing for segments at the default location; otherwise one set lookup per
 store (not per fetch: manifests are cached), and one HEAD (plus a PUT the first time) per topic id and
 location per process. A fetch never waits for it (a background thread does it) and never fails because of
 it (a failure is logged, and the next manifest read of that location tries again).
+
+The same thread vouches for the record of a topic id whose first copy a copy recorded
+(`rsm.store.first_copy`): that walks the buckets' directories, which a copy must not wait for.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import uuid
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 from rsm.api.metadata import RemoteLogSegmentMetadata
+from rsm.store.first_copy import vouch_for_first_copy
 from rsm.store.layout import Location
 from rsm.store.locations import FoundBy, LocationRegistry
 from rsm.store.objects import ObjectNotFound
@@ -50,12 +56,27 @@ class LocationNotes:
         tip = metadata.remote_log_segment_id.topic_id_partition
         if not self._wanted(location) or self.registry.known(tip.topic_id, location):
             return
+        self._submit(self._note, metadata, location, FoundBy.FETCH)
+
+    def first_copy(self, topic: str, topic_id: uuid.UUID, buckets: Callable[[], Iterable[str]]) -> None:
+        """A copy wrote its topic id's entry and starts its partition's log (`rsm.store.first_copy`'s
+        first step): the rest in the background, never failing nor delaying the copy."""
+        self._submit(self._vouch, topic, topic_id, buckets)
+
+    def _submit(self, fn: Callable[..., None], *args: object) -> None:
         with self._lock:
             if self._closed:
                 return
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(1, thread_name_prefix="rsm-location-notes")
-            self._pool.submit(self._note, metadata, location, FoundBy.FETCH)
+            self._pool.submit(fn, *args)
+
+    def _vouch(self, topic: str, topic_id: uuid.UUID, buckets: Callable[[], Iterable[str]]) -> None:
+        try:
+            vouch_for_first_copy(self.registry, topic, topic_id, buckets())
+        except Exception as exc:  # noqa: BLE001 - bookkeeping must not fail Kafka's operation
+            log.warning("could not tell whether the location record of %s is complete (readers scan for it "
+                        "instead): %s: %s", topic, type(exc).__name__, exc)  # fmt: skip
 
     def deleted(self, metadata: RemoteLogSegmentMetadata, locations: list[Location]) -> None:
         """A delete is about to remove the segment at these locations: record them first (the topic's

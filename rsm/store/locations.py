@@ -23,9 +23,12 @@ Kafka's custom metadata, so after the broker's default `bucket`/`prefix` changed
 recorded in the new default's record as soon as a broker touches it), or by `rsm store locate --record`
 (`scan`). Such an entry says nothing about when the topic id was written, so it never dates it.
 
+Beside a topic id's entries, `_log-start-<partition>-<offset>`: how far the RSM's deletes moved each
+partition's log start (`rsm.store.log_starts`), which readers compare with the history they find.
+
 An entry lives as long as its topic id has anything in the store: `rsm migrate gc` removes a topic id's
-entries once no recorded location holds any object of it and no unfinished migration names it
-(`rsm.migrate.gc_records`).
+entries (and log-start marks) once no recorded location holds any object of it and no unfinished
+migration names it (`rsm.migrate.gc_records`).
 
 Stores written before this record existed (or locations recorded only partly) are found by a scan: every
 manifest key in the buckets that the configuration and the topic overlays name is parsed as
@@ -49,6 +52,18 @@ A store the record was kept for from its first segment needs no scan at all: the
 itself (`by: copy`) when it records the first entry of an empty record and none of the buckets a scan
 would list (the configuration's, the overlays', the copy's own) holds a segment. Without the marker,
 every plan of a topic id not marked complete lists those buckets.
+
+In a store without it, the RSM marks a topic id complete itself (`_complete.json` with `"by": "copy"`)
+when it records the id's first copy (`rsm.store.first_copy`): a copy that wrote the id's entry for its
+location and whose segment starts where the leader-epoch checkpoint Kafka hands with it starts (the log's
+start offset: no offset of that partition was tiered before, anywhere) has the buckets a scan would list
+walked, directory names only, off the copy path; the id is marked when every directory of it found there
+lies at a location its record names. A topic id an older release wrote somewhere its record does not name
+is never marked; one it wrote only at recorded locations is marked, as `locate --record` would mark it.
+
+Readers list only what a topic name needs: the keys under `<record>/<topic>-` (`topic_lookups`: every id
+of the name, its entries read at once) rather than the whole record, and a catalog keeps what it read
+until a registry of this process writes to the record (`writes`).
 """
 
 from __future__ import annotations
@@ -61,14 +76,15 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import NamedTuple
 
 from rsm.api.metadata import to_uuid, uuid_to_base64
 from rsm.config.settings import Backend
+from rsm.store.concurrency import map_concurrently
 from rsm.store.layout import MANIFEST_SUFFIX, Location
+from rsm.store.log_starts import is_mark, parse_marks, raise_mark
 from rsm.store.objects import ObjectInfo, ObjectNotFound, ObjectStore
 
 log = logging.getLogger(__name__)
@@ -155,11 +171,20 @@ def bucket_holds_segment(store: ObjectStore, bucket: str) -> bool:
 
 class RecordLookup(NamedTuple):
     """One topic id's record: its locations in the order first recorded, whether a scan marked it
-    complete, and when its first copy entry was written (None when only found entries name it)."""
+    complete, when its first copy entry was written (None when only found entries name it), and each
+    partition's log-start mark as (partition, offset) pairs (`rsm.store.log_starts`)."""
 
     locations: list[Location]
     complete: bool
     first_written_ms: int | None
+    log_starts: tuple[tuple[int, int], ...] = ()
+    last_written_ms: int | None = None  # the newest copy entry's time (dates a re-created topic's ids)
+
+
+# record (as `LocationRegistry.describe` names it) -> writes this process made to it, through any registry
+# of it: a reader's copy of the record is stale once the count moved (`LocationRegistry.writes`)
+_WRITES: dict[str, int] = {}
+_WRITES_LOCK = threading.Lock()
 
 
 class LocationRegistry:
@@ -178,6 +203,17 @@ class LocationRegistry:
 
     def describe(self) -> str:
         return self.store.describe(self.bucket, self.prefix + REGISTRY_DIR)
+
+    def writes(self) -> int:
+        """How many writes this process has made to this record, through any registry of it (an entry, a
+        marker, a log-start mark): what a reader caching the record compares to know its copy is current
+        (`rsm migrate` records locations while its catalog plans)."""
+        with _WRITES_LOCK:
+            return _WRITES.get(self.describe(), 0)
+
+    def _wrote(self) -> None:
+        with _WRITES_LOCK:
+            _WRITES[self.describe()] = _WRITES.get(self.describe(), 0) + 1
 
     def record(
         self,
@@ -212,6 +248,7 @@ class LocationRegistry:
             if found_by is not None:
                 doc["found_by"] = found_by.value
             self.store.put(self.bucket, key, json.dumps(doc, sort_keys=True).encode() + b"\n")
+            self._wrote()
             how = "" if found_by is None else f" (found by a {found_by.value})"
             log.info("recorded location %s of topic %s (%s)%s", location, topic, uuid_to_base64(tid), how)
             wrote = True
@@ -231,37 +268,68 @@ class LocationRegistry:
         tid = to_uuid(topic_id)
         with self._lock:
             self._recorded = {ident for ident in self._recorded if ident[0] != tid}
+        self._wrote()
 
     def topics(self) -> dict[str, dict[uuid.UUID, int]]:
         """Every (topic name -> topic id -> newest recorded_ms of a copy's entry; 0 if only found) in the
         record."""
         out: dict[str, dict[uuid.UUID, int]] = {}
         base = self.prefix + REGISTRY_DIR
+        found: list[tuple[str, uuid.UUID, str]] = []
         for key in self.store.list(self.bucket, base):
             rest = key[len(base) :]
             directory, _, leaf = rest.partition("/")
             m = _TOPIC_DIR.match(directory)
-            if m is None or not leaf.endswith(".json") or leaf == COMPLETE_MARKER:
+            if m is None or not _ENTRY_LEAF.fullmatch(leaf):
                 continue
             try:
-                tid = to_uuid(m["tid"])
+                found.append((m["topic"], to_uuid(m["tid"]), key))
             except ValueError:
                 continue
-            entry = self._read(key)
+        docs = map_concurrently(self._read, [key for *_, key in found])
+        for (topic, tid, _), entry in zip(found, docs, strict=True):
             stamp = int(entry.get("recorded_ms", 0)) if entry and "found_by" not in entry else 0
-            ids = out.setdefault(m["topic"], {})
+            ids = out.setdefault(topic, {})
             ids[tid] = max(ids.get(tid, 0), stamp)
         return out
 
+    def topic_names(self) -> list[str]:
+        """Every topic name with a directory in the record: one delimited listing (names only, no entry
+        read)."""
+        names = self.store.list_dirs(self.bucket, self.prefix + REGISTRY_DIR)
+        return sorted({m["topic"] for m in map(_TOPIC_DIR.match, names) if m is not None})
+
+    def topic_lookups(self, topic: str) -> dict[uuid.UUID, RecordLookup]:
+        """`lookup` of every id the topic name has in the record, from one listing of the keys under
+        `<record>/<topic>-` (on S3 that prefix alone: no other topic's keys but those of a name that
+        extends this one after a '-'), the entries of all its ids read at once."""
+        base = self.prefix + REGISTRY_DIR
+        by_dir: dict[str, list[str]] = {}
+        for obj in self.store.list_from(self.bucket, f"{base}{topic}-"):
+            directory = obj.key[len(base) :].partition("/")[0]
+            m = _TOPIC_DIR.match(directory)
+            if m is not None and m["topic"] == topic:
+                by_dir.setdefault(directory, []).append(obj.key)
+        ids: dict[str, uuid.UUID] = {}
+        for directory in by_dir:
+            try:
+                ids[directory] = to_uuid(directory[len(topic) + 1 :])
+            except ValueError:
+                continue
+        entries = [k for d in ids for k in by_dir[d] if _ENTRY_LEAF.fullmatch(k.rpartition("/")[2])]
+        docs = dict(zip(entries, map_concurrently(self._read, entries), strict=True))
+        return {tid: self._lookup_of(f"{base}{d}/", by_dir[d], docs) for d, tid in ids.items()}
+
     def entries(self) -> dict[tuple[str, uuid.UUID], list[ObjectInfo]]:
-        """Every topic id's record objects (its entries and its `_complete.json` marker), from one listing;
+        """Every topic id's record objects (its entries, its `_complete.json` marker and its log-start
+        marks), from one listing;
         objects of other shapes under the record's directory are left out (nothing here owns them)."""
         out: dict[tuple[str, uuid.UUID], list[ObjectInfo]] = {}
         base = self.prefix + REGISTRY_DIR
         for obj in self.store.list_objects(self.bucket, base):
             directory, _, leaf = obj.key[len(base) :].partition("/")
             m = _TOPIC_DIR.match(directory)
-            if m is None or not (leaf == COMPLETE_MARKER or _ENTRY_LEAF.fullmatch(leaf)):
+            if m is None or not (leaf == COMPLETE_MARKER or _ENTRY_LEAF.fullmatch(leaf) or is_mark(leaf)):
                 continue
             try:
                 tid = to_uuid(m["tid"])
@@ -277,18 +345,22 @@ class LocationRegistry:
     def lookup(self, topic: str, topic_id: uuid.UUID | str) -> RecordLookup:
         """`locations`, `is_complete` and the first copy's time from one listing of the topic id's record
         (its entries read at once): what a planner asks first, before anything else can start."""
-        found: list[tuple[int, Location]] = []
-        written: list[int] = []
         directory = self._topic_dir(topic, topic_id)
         keys = self.store.list(self.bucket, directory)
+        records = [k for k in keys if k.endswith(".json") and not k.endswith(COMPLETE_MARKER)]
+        docs = dict(zip(records, map_concurrently(self._read, records), strict=True))
+        return self._lookup_of(directory, keys, docs)
+
+    def _lookup_of(
+        self, directory: str, keys: list[str], docs: dict[str, dict[str, object] | None]
+    ) -> RecordLookup:
+        """A topic id's `RecordLookup` from the listing of its record directory and its entries read."""
+        found: list[tuple[int, Location]] = []
+        written: list[int] = []
         complete = directory + COMPLETE_MARKER in keys
         records = [k for k in keys if k.endswith(".json") and not k.endswith(COMPLETE_MARKER)]
-        if len(records) > 1:
-            with ThreadPoolExecutor(min(8, len(records)), thread_name_prefix="rsm-locations") as pool:
-                docs = list(pool.map(self._read, records))
-        else:
-            docs = [self._read(k) for k in records]
-        for key, doc in zip(records, docs, strict=True):
+        for key in records:
+            doc = docs.get(key)
             if doc is None:
                 continue
             try:
@@ -300,21 +372,37 @@ class LocationRegistry:
             if "found_by" not in doc:
                 written.append(stamp)
         locations = [loc for _, loc in sorted(found, key=lambda x: x[0])]
-        return RecordLookup(locations, complete, min(written) if written else None)
+        starts = tuple(sorted(parse_marks(directory, keys).items()))
+        first, last = (min(written), max(written)) if written else (None, None)
+        return RecordLookup(locations, complete, first, starts, last)
+
+    def note_log_start(self, topic: str, topic_id: uuid.UUID | str, partition: int, offset: int) -> bool:
+        """Raise the partition's log-start mark to `offset` (a delete through the RSM reached it);
+        True when a mark was written (`rsm.store.log_starts`)."""
+        wrote = raise_mark(self.store, self.bucket, self._topic_dir(topic, topic_id), partition, offset)
+        if wrote:
+            self._wrote()
+        return wrote
 
     def is_complete(self, topic: str, topic_id: uuid.UUID | str) -> bool:
         """Whether a scan recorded every location of this topic id (`rsm store locate --record`)."""
         return self.store.exists(self.bucket, self._topic_dir(topic, topic_id) + COMPLETE_MARKER)
 
-    def mark_complete(self, topic: str, topic_id: uuid.UUID | str, scanned_buckets: Iterable[str]) -> None:
+    def mark_complete(
+        self, topic: str, topic_id: uuid.UUID | str, scanned_buckets: Iterable[str], by: str = "locate"
+    ) -> None:
+        """Write the topic id's `_complete.json`: its record names every location of it (module docstring;
+        `by`: `locate` after a scan, `copy` for a topic id whose first copy the RSM recorded)."""
         doc = {
             "version": RECORD_VERSION,
             "scanned_ms": int(time.time() * 1000),
             "buckets": sorted(scanned_buckets),
+            "by": by,
         }
         self.store.put(
             self.bucket, self._topic_dir(topic, topic_id) + COMPLETE_MARKER, json.dumps(doc).encode() + b"\n"
         )
+        self._wrote()
 
     def _scanned_key(self) -> str:
         return self.prefix + REGISTRY_DIR + SCANNED_MARKER
@@ -337,6 +425,7 @@ class LocationRegistry:
         """Write `_scanned.json`: a scan that began at `scanned_ms` left nothing of `buckets` unrecorded."""
         doc = {"version": RECORD_VERSION, "scanned_ms": scanned_ms, "buckets": sorted(set(buckets)), "by": by}
         self.store.put(self.bucket, self._scanned_key(), json.dumps(doc, sort_keys=True).encode() + b"\n")
+        self._wrote()
         log.info("marked %s: every topic id first written since is recorded whole", self.describe())
 
     def mark_scanned_if_fresh(self, buckets: Callable[[], Iterable[str]]) -> bool:
