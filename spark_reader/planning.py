@@ -49,7 +49,6 @@ from rsm.catalog.holes import (
 from rsm.catalog.segments import StoredSegment
 from rsm.catalog.splits import SegmentIndexes, split_slice
 from rsm.config.keyring import Keyring, keyring_for
-from rsm.config.settings import Backend
 from rsm.copy.transform import TransformError
 from rsm.store.objects import ObjectStore
 from segment_format.errors import CorruptRecordError
@@ -95,18 +94,14 @@ class Planner:
     def catalog(self) -> TopicCatalog:
         if self._catalog is None:
             config = self.opts.rsm_config()
-            root = config.file_root
-            if config.backend is Backend.FILE and root is not None and not root.expanduser().is_dir():
-                raise ReaderError(f"store root {root} (storage.file.root) is not a directory")
-            try:
-                store = ObjectStore.from_config(config)
+            try:  # read-only: a file store's missing root or bucket is refused, not made and read as empty
+                store = ObjectStore.from_config(config, create=False)
                 self._keyring = keyring_for(config)  # the keyring file's keys and KMS's
             except RemoteStorageException as exc:
                 raise ReaderError(f"store options: {exc}") from None
-            if config.backend is not Backend.FILE:
-                self._check_bucket(store, str(config.get("bucket")))
-                if config.catalog_bucket != str(config.get("bucket")):  # where the location record lives
-                    self._check_bucket(store, config.catalog_bucket, "catalog.bucket")
+            self._check_bucket(store, str(config.get("bucket")))
+            if config.catalog_bucket != str(config.get("bucket")):  # where the location record lives
+                self._check_bucket(store, config.catalog_bucket, "catalog.bucket")
             self._catalog = TopicCatalog(config, store)
         return self._catalog
 

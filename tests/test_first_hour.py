@@ -229,6 +229,7 @@ def test_bootstrap_server_without_a_broker_is_one_quick_line(tmp_path: Path) -> 
     props = properties(
         tmp_path / "p.properties", **{"storage.backend": "file", "storage.file.root": str(tmp_path)}
     )
+    (tmp_path / "kafka-tiered-storage").mkdir()  # the store's bucket: describe reads it
     started = time.monotonic()
     done = rsm("topic-config", "--config", str(props), "describe", "--topic", "t",
                "--bootstrap-server", f"127.0.0.1:{port}")  # fmt: skip

@@ -377,7 +377,11 @@ def test_the_store_options_are_checked_naming_the_key(tiered_spark, orders, tmp_
     assert "did you mean bucket?" in message
     missing = tmp_path / "no-such-store"
     message = _error(tiered_spark, {**opts, "storage.file.root": str(missing)}, subscribe="orders")
-    assert f"store root {missing} (storage.file.root) is not a directory" in message
+    assert f"config storage.file.root {missing} does not exist" in message
+    assert not missing.exists()  # a reader never makes the store it reads
+    # a bucket that is not there is named as on a cloud, not read as a topic with no data
+    message = _error(tiered_spark, {**opts, "bucket": "nosuchbucket"}, subscribe="orders")
+    assert "bucket 'nosuchbucket' (bucket) does not exist in file at" in message, message
 
 
 def test_an_s3_bucket_that_does_not_exist_is_named(tiered_spark, s3_server) -> None:  # noqa: ANN001

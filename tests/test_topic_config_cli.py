@@ -224,6 +224,10 @@ def test_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
         assert f"storage.file.root {tmp_path / 's'} does not exist" in capsys.readouterr().err
     assert not (tmp_path / "s").exists()
     (tmp_path / "s").mkdir()
+    # a bucket (a directory here) that is not there is named, as on a cloud: not read as an empty store
+    assert main(["topic-config", "--config", str(props), "list"]) == 1
+    assert "bucket 'kafka-tiered-storage' (config bucket) does not exist in file at" in capsys.readouterr().err
+    (tmp_path / "s" / "kafka-tiered-storage").mkdir()
     assert main(["topic-config", "--config", str(props), "describe", "--topic", "t"]) == 1
     assert "give --topic-id" in capsys.readouterr().err
     assert (

@@ -36,7 +36,7 @@ from rsm.catalog.ranged import HEAD_OBJECTS, INF, EpochCache, Probe, RangedHisto
 from rsm.catalog.segments import CatalogError, StoredSegment, list_segments, map_concurrently, read_manifest
 from rsm.catalog.unreadable import OVERLAY, RECORD, UnreadableLocation, location_problem
 from rsm.config.overlay import TopicOverlay, TopicOverlayStore, named_buckets
-from rsm.config.settings import Backend, RsmConfig
+from rsm.config.settings import RsmConfig
 from rsm.store.home import CatalogHome, catalog_home, data_default
 from rsm.store.layout import OBJECT_NAME, Location
 from rsm.store.locations import FoundTopicDir, LocationRegistry, RecordLookup, scan_bucket
@@ -378,7 +378,7 @@ class TopicCatalog:
         keys: dict[int, list[SegmentKey]] = {}
         heads: dict[int, list[SegmentKey]] = {}
         if probe is None:
-            probe = self.store.backend is Backend.S3
+            probe = self.store.ranged_listing
         if probe:
             # S3: nothing listed up front; each partition lists where its ranges are (`RangedHistory`)
             found_parts = map_concurrently(lambda loc: self._partitions_at(topic, topic_id, loc), where)

@@ -11,13 +11,11 @@ a plan where it was (a stat on the file store, one HEAD of a bucket on a cloud, 
 
 from __future__ import annotations
 
-import os
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from rsm.api.metadata import uuid_to_base64
-from rsm.config.settings import Backend
 from rsm.store.layout import Location
 from rsm.store.objects import ObjectStore
 
@@ -58,36 +56,7 @@ class UnreadableLocation:
 def location_problem(store: ObjectStore, location: Location, directory: str) -> str | None:
     """Why `location` cannot be read (its bucket is missing, access is denied), or None when it can.
 
-    ``directory``: the topic id's directory there (`<prefix><topic>-<topicId>/`), checked too on the file
-    store, where a directory without read permission is skipped silently by listings."""
-    if store.backend is Backend.FILE:
-        return _file_problem(store, location, directory)
-    try:
-        exists = store.bucket_exists(location.bucket)
-    except PermissionError as exc:
-        return f"access denied to bucket {location.bucket!r}: {exc}"
-    except Exception as exc:  # noqa: BLE001 - the reason is the message
-        return f"bucket {location.bucket!r} cannot be reached: {type(exc).__name__}: {exc}"
-    if exists is False:
-        return f"bucket {location.bucket!r} does not exist in {store.backend.value} at {store.where}"
-    if exists is None:
-        return f"access denied: the store would not say whether bucket {location.bucket!r} exists"
-    return None
-
-
-def _file_problem(store: ObjectStore, location: Location, directory: str) -> str | None:
-    assert store.root is not None
-    bucket = store.root / location.bucket
-    if not bucket.is_dir():
-        what = "is not a directory" if bucket.exists() else "does not exist"
-        return f"bucket {location.bucket!r} {what} (no directory {bucket})"
-    path = bucket
-    for part in [p for p in directory.split("/") if p]:
-        if not os.access(path, os.R_OK | os.X_OK):
-            return f"permission denied on {path}"
-        path = path / part
-        if not path.exists():
-            return None
-    if path.is_dir() and not os.access(path, os.R_OK | os.X_OK):
-        return f"permission denied on {path}"
-    return None
+    ``directory``: the topic id's directory there (`<prefix><topic>-<topicId>/`), which the file store
+    checks too: a directory without read permission is skipped silently by its listings
+    (`ObjectStore.access_problem`)."""
+    return store.access_problem(location.bucket, directory)

@@ -26,7 +26,6 @@ from rsm.api.metadata import uuid_to_base64
 from rsm.catalog.catalog import TopicCatalog
 from rsm.catalog.keys import SegmentKey, parse_listing, topic_dir
 from rsm.catalog.segments import StoredSegment, load_segment, map_concurrently
-from rsm.config.settings import Backend
 from rsm.store.layout import INDEXES_SUFFIX, LOG_SUFFIX, MANIFEST_SUFFIX, Location
 from rsm.store.objects import ObjectInfo
 
@@ -114,7 +113,7 @@ def _list_topic(catalog: TopicCatalog, location: Location, base: str) -> list[Ob
     """Everything under a topic's directory at one location, temporary files included: its partitions
     listed at once, page by page (each page within the store's deadline, however long the history)."""
     store = catalog.store
-    if store.backend is not Backend.S3:
+    if not store.ranged_listing:
         return store.list_objects(location.bucket, base, include_temporary=True)
     parts = store.list_dirs(location.bucket, base)
 

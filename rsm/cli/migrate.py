@@ -210,14 +210,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         configs = load_configs(args.config)
         config = RsmConfig(configs)
-        # what only reads refuses a store root that does not exist rather than make it and find nothing;
-        # and no command makes a bucket: one that does not exist is named before any work
-        read_only = (
-            args.migrate_command in ("verify", "export")
-            or getattr(args, "dry_run", False)
-            or (args.migrate_command == "gc" and not getattr(args, "apply", False))
-        )
-        store = ObjectStore.from_config(config, create=not read_only)
+        # a command that writes (dry or not) finds a file store's bucket made by its first write; one that only
+        # reads refuses a missing root or bucket rather than make it and find nothing; no cloud bucket is made
+        apply = args.migrate_command != "gc" or getattr(args, "apply", False)
+        writes = args.migrate_command not in ("verify", "export") and apply
+        store = ObjectStore.from_config(config, create=writes and not args.dry_run, writes=writes)
         if args.migrate_command == "catalog":  # before the catalog is opened: a half-moved one is refused
             return move_catalog_command(args, config, store, out)
         store.require_bucket(str(config.get("bucket")))

@@ -111,13 +111,39 @@ class LocalStore(ObjectStore):
     @classmethod
     def open(cls, config: RsmConfig, *, create: bool = True) -> ObjectStore:
         fs, root = open_filesystem(config, create)
-        return cls(fs, Backend.FILE, root, int(config.get("storage.s3.multipart.part.size")))  # type: ignore[arg-type]
+        store = cls(fs, Backend.FILE, root, int(config.get("storage.s3.multipart.part.size")))  # type: ignore[arg-type]
+        store.where = str(root)
+        return store
 
     def network_wait(self) -> AbstractContextManager[object]:
         return contextlib.nullcontext()  # a local read lends no permit: it does not wait on a network
 
     def bucket_exists(self, bucket: str) -> bool | None:
-        return True  # a directory made by the first write
+        """Whether the bucket's directory is there. A store opened to write (`creates`: the RSM, a tool that
+        writes) makes it with its first write, as a broker's first copy into a new store does; one opened
+        read-only (`ObjectStore.from_config(create=False)`: readers and inspecting tools) is told it is
+        missing, as on a cloud, rather than finding an empty store."""
+        self._directory(bucket, "")  # checks the name
+        assert self.root is not None
+        return self.creates or (self.root / bucket).is_dir()
+
+    def access_problem(self, bucket: str, directory: str) -> str | None:
+        """The bucket's directory must exist, and every directory on the way to `directory` be readable: a
+        listing skips one it may not read without a word."""
+        assert self.root is not None
+        path = self.root / bucket
+        if not path.is_dir():
+            what = "is not a directory" if path.exists() else "does not exist"
+            return f"bucket {bucket!r} {what} (no directory {path})"
+        for part in [p for p in directory.split("/") if p]:
+            if not os.access(path, os.R_OK | os.X_OK):
+                return f"permission denied on {path}"
+            path = path / part
+            if not path.exists():
+                return None
+        if path.is_dir() and not os.access(path, os.R_OK | os.X_OK):
+            return f"permission denied on {path}"
+        return None
 
     def _located(self, bucket: str, key: str) -> str:
         base = f"{self.root}/{bucket}"

@@ -81,7 +81,6 @@ from enum import StrEnum
 from typing import NamedTuple
 
 from rsm.api.metadata import to_uuid, uuid_to_base64
-from rsm.config.settings import Backend
 from rsm.store.concurrency import map_concurrently
 from rsm.store.layout import MANIFEST_SUFFIX, Location
 from rsm.store.log_starts import is_mark, parse_marks, raise_mark
@@ -157,7 +156,7 @@ def scan_bucket(store: ObjectStore, bucket: str) -> list[FoundTopicDir]:
 def bucket_holds_segment(store: ObjectStore, bucket: str) -> bool:
     """Whether any committed segment (a manifest key of any prefix) lies in the bucket: listed only until
     the first one (on S3 a page at a time; an empty or missing bucket is one request)."""
-    if store.backend is not Backend.S3:
+    if not store.ranged_listing:
         return any(_MANIFEST_KEY.match(key) for key in store.list(bucket, ""))
     after = ""
     while True:

@@ -134,6 +134,10 @@ class ObjectStore:
     ...)` builds the backend's own class."""
 
     backend: ClassVar[Backend]
+    # `list_from` asks the store for the keys from a start key on, a page at a time (S3's ListObjectsV2):
+    # planners then probe where a range lies instead of listing a partition whole
+    ranged_listing: ClassVar[bool] = False
+    creates = True  # the store is written to: a file store's bucket is made by its first write
 
     def __new__(
         cls, fs: Any = None, backend: Backend | None = None, *args: Any, **kwargs: Any
@@ -189,13 +193,17 @@ class ObjectStore:
         return hook() if hook is not None else contextlib.nullcontext()
 
     @classmethod
-    def from_config(cls, config: RsmConfig, *, create: bool = True) -> ObjectStore:
+    def from_config(cls, config: RsmConfig, *, create: bool = True, writes: bool | None = None) -> ObjectStore:
         """The store the configuration names: a local directory (`rsm.store.local`), S3 (`rsm.store.s3`),
         GCS (`rsm.store.gcs`) or Azure Blob (`rsm.store.azure`), each opened by its own class.
 
         ``create=False`` (the read-only tools): a file store's root that does not exist is refused, not made.
+        ``writes`` (default: ``create``): the store will be written to, so a file store's bucket directory
+        that is not there yet counts as there (its first write makes it): a dry run of a writing command
+        opens the store with ``create=False, writes=True``.
         """
         store = store_class(config.backend).open(config, create=create)
+        store.creates = create if writes is None else writes
         store.default_bucket = str(config.get("bucket"))
         return store
 
@@ -215,6 +223,21 @@ class ObjectStore:
         """Whether a bucket (Azure: a container) exists (one request); None when the store would not say
         (no permission). Each backend answers in its own way."""
         raise NotImplementedError
+
+    def access_problem(self, bucket: str, directory: str) -> str | None:
+        """Why a location cannot be read (its bucket is missing, access is denied), or None when it can
+        (`rsm.catalog.unreadable`); `directory` is a key prefix there (`LocalStore` checks it too)."""
+        try:
+            exists = self.bucket_exists(bucket)
+        except PermissionError as exc:
+            return f"access denied to bucket {bucket!r}: {exc}"
+        except Exception as exc:  # noqa: BLE001 - the reason is the message
+            return f"bucket {bucket!r} cannot be reached: {type(exc).__name__}: {exc}"
+        if exists is False:
+            return f"bucket {bucket!r} does not exist in {self.backend.value} at {self.where}"
+        if exists is None:
+            return f"access denied: the store would not say whether bucket {bucket!r} exists"
+        return None
 
     def missing_bucket(self, bucket: str, setting: str | None = None) -> str:
         """The one line saying a bucket does not exist: the bucket, the setting that named it, where."""

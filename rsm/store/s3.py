@@ -211,6 +211,7 @@ class S3Store(ObjectStore):
     delimited listings, incomplete multipart uploads as unfinished writes."""
 
     backend = Backend.S3
+    ranged_listing = True
 
     @classmethod
     def identity(cls, config: RsmConfig) -> str:
