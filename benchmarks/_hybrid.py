@@ -6,7 +6,7 @@ tiers): 90% of the topic is in the store only, 10% on the broker only. Then the 
 to latest, ``sum(crc32(value))``:
 
 * ``kafka-tiered`` with ``kafka.bootstrap.servers``: the history from the store, the tail from the broker
-  through a confluent-kafka consumer in the task;
+  through the brokers' fetch layer in the task (raw batches, the store's columnar decoder);
 * ``kafka``: Spark's own Kafka source, all of it through the broker (the history from its remote tier).
 
 Besides the time, the broker's CPU seconds during each read: utime + stime from /proc of the broker's JVM

@@ -11,14 +11,14 @@ Then the whole partition is read three ways, in interleaved rounds (the fastest 
 
 - ``wire``: `read_arrow` (raw record batches from Fetch responses, decoded by segment_format's columnar
   decoder, every column of RECORD_SCHEMA);
-- ``confluent (as tail)``: a librdkafka consumer set up as spark_reader.tail sets it up (8 MiB partition
+- ``confluent (as tail)``: a librdkafka consumer set up as the reader's former tail was (8 MiB partition
   fetches, librdkafka's other defaults), `consume(10000)` until the last offset, each message's value
   taken (the Python object per record the tail pays);
 - ``confluent (tuned)``: the same with `fetch.queue.backoff.ms` 10: librdkafka's default (1000 ms) pauses
   fetching for a second whenever its queue holds more than `queued.min.messages`, which an 8 MiB fetch of
   small records always does, so the consumer as the tail sets it up idles most of the time;
 - ``confluent (tuned) -> Arrow``: the tuned consumer with the messages put into Arrow columns the way
-  spark_reader.tail's `_to_batch` does (one list comprehension per field).
+  that tail did (one list comprehension per field; the tail now reads through this layer instead).
 
 Both run in this process, pinned to one CPU unless ``--no-pin`` (librdkafka's threads share it, as a
 Spark task's core would be shared). Prints rows/s and the ratios; exits 0 (no target: a measurement).
@@ -130,7 +130,7 @@ def _consumer(bootstrap: str, tuned: bool) -> Any:  # noqa: ANN401
         "group.id": "wire-bench",
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
-        # as spark_reader.tail sets it up: one partition per consumer, 8 MiB fetches
+        # as the reader's librdkafka tail was set up: one partition per consumer, 8 MiB fetches
         "max.partition.fetch.bytes": 8 << 20,
     }
     if tuned:
@@ -141,7 +141,7 @@ def _consumer(bootstrap: str, tuned: bool) -> Any:  # noqa: ANN401
 
 
 def _to_arrow(messages: list) -> pa.RecordBatch:
-    """spark_reader.tail._to_batch's conversion (before its Spark schema step)."""
+    """The librdkafka tail's conversion to Arrow (before its Spark schema step)."""
     stamps = np.array([m.timestamp() for m in messages], dtype=np.int64).reshape(-1, 2)
     return pa.RecordBatch.from_pydict(
         {

@@ -11,6 +11,9 @@ Where a header cannot say it exactly (a batch cut by the split's first or last o
 filter, partly inside an aborted transaction or holding a dropped violation, timestamp rules or filters,
 legacy magic 0/1 entries, anything malformed), the split is counted by `read_partition` itself, so the
 answer is always the reader's: `reference_count` is that path, and the tests hold the two equal.
+
+A hybrid query's live tail is counted the same way from the batch headers of the brokers' Fetch
+responses (`spark_reader.tail.count_tail`, `spark_reader.brokerwire.count`).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from segment_format.segment import leader_epoch_problem
 from spark_reader.errors import ReaderError
 from spark_reader.filters import UNBOUNDED
 from spark_reader.partition_reader import TieredPartition, _chunks, _violations, clients, read_partition
-from spark_reader.tail import BrokerTailPartition
+from spark_reader.tail import BrokerTailPartition, count_tail
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +53,8 @@ def reference_count(part: TieredPartition | BrokerTailPartition) -> int:
 
 def count_partition(part: object) -> int:
     """The rows of one input partition, from batch headers where they say it exactly (module docstring)."""
-    if isinstance(part, BrokerTailPartition):  # a hybrid query's live tail: the brokers' records, counted
-        return reference_count(part)
+    if isinstance(part, BrokerTailPartition):  # a hybrid query's live tail: the brokers' batch headers
+        return count_tail(part)
     if not isinstance(part, TieredPartition):
         return 0
     if part.start_timestamp is not None or part.end_timestamp is not None:

@@ -2,15 +2,15 @@
 
 With `kafka.bootstrap.servers`, each partition is split at the store's end. Offsets the store holds are
 read from the store (planned by `Planner` as without a broker), so the brokers serve no remote read; the
-offsets past the store's last one, up to the query's end, become one `BrokerTailPartition` read by a
-Kafka consumer in a task. `latest` (and a stream's latest offset) is the brokers' own: the high watermark,
+offsets past the store's last one, up to the query's end, become one `BrokerTailPartition` read in a
+task through the brokers' fetch layer (`spark_reader.tail`: the same columnar decoder as the store's). `latest` (and a stream's latest offset) is the brokers' own: the high watermark,
 or the last stable offset under read_committed, as in Spark's Kafka source. `earliest` is the store's
 first offset (the brokers' when the store holds nothing of a partition yet).
 
 A transaction that starts in the store and ends in the tail: the store alone cannot know how it ended
 (its marker is not tiered yet), so under read_committed the store's part stops where the planner stops
 it without a broker, at the first offset of a transaction still open at the store's end, and the tail
-starts there. The consumer then sees the whole transaction with its marker and keeps or drops it as a
+starts there. The tail then reads the whole transaction with its marker and keeps or drops it as a
 Kafka consumer does; transactions that ended inside the store keep being dropped by the store's own
 transaction indexes. The offsets between that transaction's start and the store's end are the only ones
 read from the brokers although the store holds them: they are normally still on the brokers' local disk
@@ -20,23 +20,34 @@ A topic the store holds but the brokers do not (deleted, or re-created: its part
 the store's history does) is read from the store alone, with one warning. A partition the brokers have
 and the store does not is read from the brokers alone, from their log start for `earliest`. Offsets the
 brokers no longer hold past the store's end are data loss (failOnDataLoss), found by the tail's task.
+
+A hole before the store's history (`rsm.catalog.holes`): for a partition read from its start (earliest,
+a timestamp the store's first segment answers, an offset below the store's first one) whose history does
+not begin at offset 0, the brokers' log start offset is asked (one ListOffsets request for all such
+partitions, with the partitions the store lacks), and offsets from it up to the store's first one are
+data loss: the log still has them and the store does not (segments deleted behind the RSM's back, or in a
+location the catalog does not know). A history starting at 0 needs no question. What lies between the
+store's last offset and the brokers' local log start is not asked (Kafka's earliest-local ListOffsets
+spec would tell it); such offsets are read by the tail's task, which the brokers serve from their remote
+tier: the rows are all there, at the cost of remote reads.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from pyspark.sql.datasource import InputPartition
 
-from spark_reader.broker import BrokerView, client_config, warn_once
+from spark_reader.broker import BrokerView, warn_once
+from spark_reader.brokerwire.settings import WireSettings
 from spark_reader.errors import ReaderError
 from spark_reader.filters import PushedFilters
 from spark_reader.offsets import EARLIEST, LATEST, Kind, OffsetSpec, Position
-from spark_reader.options import IsolationLevel, SourceOptions, Violations
+from spark_reader.options import SourceOptions
 from spark_reader.planning import PartitionRange, Planner
-from spark_reader.tail import DEFAULT_POLL_TIMEOUT_MS, BrokerTailPartition, TailSettings
+from spark_reader.tail import BrokerTailPartition, TailSettings
 from spark_reader.topics import SelectedPartition
 
 log = logging.getLogger(__name__)
@@ -46,15 +57,9 @@ After = Mapping[tuple[str, int], int] | None  # a stream's listing starts (`Plan
 Key = tuple[str, int]
 
 
-def tail_settings(opts: SourceOptions) -> TailSettings:
-    return TailSettings(
-        client=tuple(sorted(client_config(opts).items())),
-        read_committed=opts.isolation_level is IsolationLevel.READ_COMMITTED,
-        include_headers=opts.include_headers,
-        flag_violations=opts.violations is Violations.FLAG,
-        fail_on_data_loss=opts.fail_on_data_loss,
-        poll_timeout_ms=opts.poll_timeout_ms or DEFAULT_POLL_TIMEOUT_MS,
-    )
+def tail_settings(opts: SourceOptions, wire: WireSettings | None = None) -> TailSettings:
+    """What the query's tail tasks share (`wire`: the driver's translation of the kafka.* options)."""
+    return TailSettings.of(opts, wire)
 
 
 def _store_selection(
@@ -144,14 +149,30 @@ class HybridQuery:
                 out[k] = v
         return out
 
-    def earliest_of_broker_only(self) -> dict[Key, int]:
-        """The brokers' log start of the partitions the store holds nothing of (asked only if any:
-        `BrokerView.offsets` sends no request for none)."""
-        found = self.view.offsets({k: EARLIEST for k, s in self.splits.items() if s.store is None})
+    def earliest_of_broker_only(self, also: Iterable[Key] = ()) -> dict[Key, int]:
+        """The brokers' log start of the partitions the store holds nothing of, and of those in ``also``
+        on the brokers (`needs_log_start`), in one request (asked only if any: `BrokerView.offsets` sends
+        no request for none)."""
+        wanted = {k for k, s in self.splits.items() if s.store is None}
+        wanted |= {k for k in also if k in self.splits and self.splits[k].on_brokers}
+        found = self.view.offsets(dict.fromkeys(sorted(wanted), EARLIEST))
         return {k: v for k, v in found.items() if v is not None}
 
     def lookup_times(self, wanted: dict[Key, int]) -> dict[Key, int | None]:
         return self.view.offsets(wanted)
+
+
+def needs_log_start(split: Split, position: Position, lo: int | None = None) -> bool:
+    """Whether the brokers' log start tells about a hole before the store's history for this read: it
+    starts at the partition's start (earliest, a timestamp, or offset `lo` below the store's first one),
+    the store's history of it does not begin at 0, and the brokers have the partition."""
+    sp = split.store
+    first = None if sp is None else sp.history.first_offset
+    if not split.on_brokers or first is None or first <= 0:
+        return False
+    if position.kind is Kind.OFFSET:
+        return lo is not None and lo < first
+    return position.kind in (Kind.EARLIEST, Kind.TIMESTAMP)
 
 
 def store_holds_time(sp: SelectedPartition | None, timestamp: int) -> bool:
@@ -168,12 +189,14 @@ def split_range(
     end: Position | None,
     settings: TailSettings,
     filters: PushedFilters,
+    log_start: int | None = None,
 ) -> tuple[PartitionRange | None, list[BrokerTailPartition]]:
     """The store's part of [lo, hi) and the brokers' part after it (see the module docstring): one tail
     partition, or several of `maxRecordsPerPartition` offsets each.
 
     `start` is the position handed to the store's planner (earliest, an offset, or a timestamp the store
     answers); `end` is a timestamp end the store answers (then nothing comes from the brokers), else None.
+    `log_start`: the brokers' log start offset, when asked (`needs_log_start`).
     """
     topic, partition = split.key
     sp, pr = split.store, None
@@ -182,7 +205,7 @@ def split_range(
         store_end = sp.history.next_offset
         if start.kind is not Kind.OFFSET or lo < store_end:
             stop = end if end is not None else Position(Kind.OFFSET, min(hi, store_end))
-            pr = planner.partition_range(sp, start, stop)
+            pr = planner.partition_range(sp, start, stop, log_start)
             if end is not None:
                 return pr, []
         if pr is not None:
@@ -230,11 +253,16 @@ def _plan_batch(
     query: HybridQuery, planner: Planner, filters: PushedFilters, start: OffsetSpec, end: OffsetSpec
 ) -> list[InputPartition]:
     latest = query.latest()
-    settings = tail_settings(planner.opts)
+    settings = tail_settings(planner.opts, query.view.settings)
     starts = {k: start.position(*k) for k in query.splits}
     ends = {k: end.position(*k) for k in query.splits}
     start_hits, end_hits = _lookups(query, starts), _lookups(query, ends)
-    first = query.earliest_of_broker_only()  # no request when the store holds every partition
+    # no request when the store holds every partition and every history read from its start begins at 0
+    first = query.earliest_of_broker_only(
+        k
+        for k, split in query.splits.items()
+        if k not in start_hits and needs_log_start(split, starts[k], starts[k].value)
+    )
     ranges, tails = [], []
     for k, split in sorted(query.splits.items()):
         s_pos, e_pos, sp = starts[k], ends[k], split.store
@@ -265,7 +293,8 @@ def _plan_batch(
                     )
                 continue
             s_pos, lo = Position(Kind.OFFSET, hit), hit
-        pr, tail = split_range(planner, split, s_pos, lo, hi, store_end, settings, filters)
+        log_start = first.get(k) if sp is not None else None
+        pr, tail = split_range(planner, split, s_pos, lo, hi, store_end, settings, filters, log_start)
         if pr is not None:
             ranges.append(pr)
         tails += tail
@@ -299,13 +328,19 @@ def _stream_initial(
     latest = query.latest()
     positions = {k: spec.position(*k) for k in query.splits}
     hits = _lookups(query, positions)
-    first = query.earliest_of_broker_only()  # no request when the store holds every partition
+    # no request when the store holds every partition and every history read from its start begins at 0
+    starting = [k for k, s in query.splits.items() if positions[k].kind is Kind.EARLIEST]
+    first = query.earliest_of_broker_only(
+        k for k in starting if needs_log_start(query.splits[k], positions[k])
+    )
     out: dict[Key, int] = {}
     for k, split in query.splits.items():
         pos, sp = positions[k], split.store
         end = latest.get(k, sp.history.next_offset or 0 if sp is not None else 0)
         if pos.kind is Kind.EARLIEST:
             out[k] = (sp.history.first_offset or 0) if sp is not None else first.get(k, end)
+            if sp is not None and (hole := planner.start_hole(sp, first.get(k))) is not None:
+                planner.data_loss(hole.message())
         elif pos.kind is Kind.LATEST:
             out[k] = end
         elif pos.kind is Kind.OFFSET:
@@ -338,12 +373,19 @@ def _stream_latest(
 ) -> tuple[dict[Key, int], dict[Key, int]]:
     latest = query.latest()
     new_broker_only = any(s.store is None and k not in begin for k, s in query.splits.items())
-    first = query.earliest_of_broker_only() if new_broker_only else {}
+    # partitions new to the query are read from their start: a history not beginning at 0 is measured
+    # against the brokers' log start (asked with the brokers-only partitions' in one request)
+    new_in_store = [
+        k for k, s in query.splits.items() if k not in begin and needs_log_start(s, Position(Kind.EARLIEST))
+    ]
+    first = query.earliest_of_broker_only(new_in_store) if new_broker_only or new_in_store else {}
     begin = dict(begin)
     out: dict[Key, int] = {}
     for k, split in query.splits.items():
         sp = split.store
         earliest = (sp.history.first_offset or 0) if sp is not None else first.get(k, 0)
+        if sp is not None and k not in begin and (hole := planner.start_hole(sp, first.get(k))) is not None:
+            planner.data_loss(hole.message())
         if k in latest:
             end = latest[k]
         else:  # the store's end (reads its last copies only, as the plain stream's `_bounds`)

@@ -42,13 +42,13 @@ from rsm.copy.transform import TransformError
 from rsm.fetch.prefetch import prefetched
 from rsm.fetch.reader import SegmentReader, cipher_for
 from rsm.store.objects import ObjectNotFound, ObjectStore
-from segment_format.columnar import FULL, Projection, iter_stream_record_batches
+from segment_format.columnar import iter_stream_record_batches
 from segment_format.errors import CorruptRecordError
 from segment_format.records import NO_PARTITION_LEADER_EPOCH
 from segment_format.segment import leader_epoch_problem
 from spark_reader.errors import DataLossError, ReaderError
 from spark_reader.filters import NO_FILTERS, PushedFilters
-from spark_reader.schema import VIOLATION_COLUMN, to_spark_batch
+from spark_reader.schema import VIOLATION_COLUMN, decoder_projection, to_spark_batch
 from spark_reader.tail import BrokerTailPartition, read_tail
 
 log = logging.getLogger(__name__)
@@ -197,17 +197,6 @@ def _violations(split: ReadSplit) -> dict[int, str]:
     return out
 
 
-def _projection(columns: Sequence[str] | None, include_headers: bool) -> Projection:
-    """What the decoder must materialise for these output columns (everything when not pruned)."""
-    if columns is None:
-        return FULL
-    return Projection(
-        key_bytes=-1 if "key" in columns else 0,
-        value_bytes=-1 if "value" in columns else 0,
-        headers=include_headers and "headers" in columns,
-    )
-
-
 def read_partition(part: InputPartition, columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
     """The rows of one input partition as Arrow batches of the source's schema, or of only its `columns`
     in that order (the columnar scan's pruning: the decoder then copies no key, value or headers not
@@ -236,7 +225,7 @@ def read_partition(part: InputPartition, columns: Sequence[str] | None = None) -
         _chunks(reader, split.start_position, split.end_position),
         file=where,
         base_position=split.start_position,
-        projection=_projection(columns, settings.include_headers),
+        projection=decoder_projection(columns, settings.include_headers),
     )
     want_flag = settings.violations == "flag" and (columns is None or VIOLATION_COLUMN in columns)
     try:

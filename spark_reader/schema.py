@@ -16,6 +16,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from segment_format.projection import Projection
+
 VIOLATION_COLUMN = "violation"
 
 HEADERS_ARROW_TYPE = pa.list_(pa.field("element", pa.struct([("key", pa.string()), ("value", pa.binary())])))
@@ -67,6 +69,23 @@ def arrow_schema(include_headers: bool, with_violation: bool = False) -> pa.Sche
     if with_violation:
         fields.append(pa.field(VIOLATION_COLUMN, pa.string()))
     return pa.schema(fields)
+
+
+def decoder_projection(
+    columns: Sequence[str] | None, include_headers: bool, *, batch_fields: bool = True
+) -> Projection:
+    """What the columnar decoder must materialise for these output columns (None: every column): a key,
+    value or headers column the query does not use is never copied (the columnar scan's pruning), for a
+    store chunk and a broker range alike. `batch_fields`: whether the caller's rules read the per-row
+    batch columns (the store path's filter does; the brokers' path only for read_committed, which
+    `brokerwire.arrow` asks for itself); they are decoded anyway when the output has `timestampType`."""
+    wanted = {"key", "value", "headers", "timestampType"} if columns is None else set(columns)
+    return Projection(
+        key_bytes=-1 if "key" in wanted else 0,
+        value_bytes=-1 if "value" in wanted else 0,
+        headers=include_headers and "headers" in wanted,
+        batch_fields=batch_fields or "timestampType" in wanted,
+    )
 
 
 def constant_string(value: str, n: int) -> pa.Array:

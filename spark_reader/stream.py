@@ -3,8 +3,10 @@
 Offsets are Kafka source's checkpoint JSON (`{"topic": {"partition": next offset}}`), so a query's
 checkpoint reads like one of Spark's own Kafka source. Each trigger lists the store afresh: segments tiered
 since the last one are picked up, new partitions start at their earliest tiered offset, and a start that
-retention has since removed from the store is data loss (failOnDataLoss). `maxOffsetsPerTrigger` caps a
-micro-batch as Spark's Kafka source does, spread over partitions in proportion to their backlog.
+retention has since removed from the store is data loss (failOnDataLoss), and so is a hole: offsets
+between two segments, or, for a partition read from its start (`earliest`, a partition new to the query),
+between where its log starts and the store's first offset (`Planner.start_hole`). `maxOffsetsPerTrigger`
+caps a micro-batch as Spark's Kafka source does, spread over partitions in proportion to their backlog.
 
 With `kafka.bootstrap.servers` (`spark_reader.hybrid`) the latest offset is the brokers' and a
 micro-batch reads what the store holds of its range from the store, the rest from the brokers: a query
@@ -14,8 +16,11 @@ store by later micro-batches.
 A trigger plans from the previous batch's end (issue 27): the reader remembers, per partition, a base
 offset at or before the offset it planned up to, and the next trigger lists that partition's keys from
 there on (plus its first copies, for 'earliest') and reads only the manifests of what follows; so its
-requests do not grow with the history behind it. A reader that remembers nothing (the first trigger, a
-restarted query) lists the partitions whole once.
+requests do not grow with the history behind it. On S3 a trigger lists nothing whole: each partition's
+keys are probed from that base on (its last copies) and around the trigger's range, so neither a query
+restarted from its checkpoint (it remembers no base: it probes from the partition's first copies, then
+remembers) nor one far behind its topic's end lists more than its ranges (`TopicCatalog.ranged_histories`).
+On the file store a reader that remembers nothing lists each partition's directory once.
 """
 
 from __future__ import annotations
@@ -112,6 +117,8 @@ class TieredStreamReader(DataSourceStreamReader):
             pos = spec.position(*key)
             if pos.kind is Kind.EARLIEST:
                 offsets[key] = earliest
+                if (hole := planner.start_hole(sp)) is not None:
+                    planner.data_loss(hole.message())
             elif pos.kind is Kind.LATEST:
                 offsets[key] = latest
             elif pos.kind is Kind.OFFSET:
@@ -171,6 +178,8 @@ class TieredStreamReader(DataSourceStreamReader):
                     planner.data_loss(f"{key[0]}-{key[1]}: the partition is no longer in the store")
                 continue
             first = begin.get(key, sp.history.first_offset or 0)
+            if key not in begin and (hole := planner.start_hole(sp)) is not None:
+                planner.data_loss(hole.message())  # a partition new to the query, read from its start
             if first >= stop:
                 continue
             pr = planner.partition_range(sp, Position(Kind.OFFSET, first), Position(Kind.OFFSET, stop))

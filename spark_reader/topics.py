@@ -3,20 +3,23 @@
 Topic names are looked up in the store's catalog (location records, overlays, and a scan of the
 configured buckets for stores that keep no record). A re-created topic is read under its live (newest) id
 unless the `topicId` option names another one.
+
+A location the topic id's record or overlay names that cannot be read (a bucket that is gone, access
+denied) is data loss (`failOnDataLoss`): the query would otherwise return the rest of the topic as if it
+were all (`rsm.catalog.unreadable`).
 """
 
 from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from rsm.api.metadata import to_uuid, uuid_to_base64
 from rsm.catalog import PartitionHistory, TopicCatalog, TopicNotFound
 from rsm.catalog.ranged import EpochCache, RangedHistory
-from rsm.catalog.segments import CatalogError
+from rsm.catalog.segments import CatalogError, map_concurrently
 from spark_reader.errors import ReaderError
 from spark_reader.filters import Bound
 from spark_reader.options import OptionError, SourceOptions
@@ -30,6 +33,8 @@ class SelectedPartition:
     topic: str
     topic_id: uuid.UUID
     history: PartitionHistory | RangedHistory
+    recorded_start: int | None = None  # the log start the RSM's deletes reached (`rsm.store.log_starts`)
+    looked_in: str = ""  # where the catalog looked, for messages about holes
 
     @property
     def partition(self) -> int:
@@ -67,12 +72,14 @@ def select_partitions(
     *,
     after: Mapping[tuple[str, int], int] | None = None,
     epoch_cache: EpochCache | None = None,
+    data_loss: Callable[[str], None] | None = None,
 ) -> list[SelectedPartition]:
     """The partitions with tiered data that the options (and a pushed `partition` filter) select.
 
     Their histories are listings until a range is asked of them (`rsm.catalog.ranged`); ``after`` maps a
     partition to a base offset its ranges start at or after (a stream's previous end): only keys from
-    there on are listed for it."""
+    there on are listed for it. ``data_loss`` is told of each known location that cannot be read (the
+    planner's failOnDataLoss; without it that is a `ReaderError`)."""
     assigned: dict[str, tuple[int, ...]] | None = opts.assign
     if opts.subscribe is not None:
         topics = list(opts.subscribe)
@@ -93,12 +100,16 @@ def select_partitions(
             wanted = None if assigned is None else assigned[topic]
             hints = {p: base for (t, p), base in (after or {}).items() if t == topic}
             histories = catalog.ranged_histories(topic, tid, wanted, after=hints, epoch_cache=epoch_cache)
+            for lost in catalog.unreadable(topic, tid):
+                if data_loss is None:
+                    raise ReaderError(lost.message())
+                data_loss(lost.message())
+            starts, looked_in = catalog.recorded_starts(topic, tid), catalog.looked_in(topic, tid)
             chosen = [h for p, h in sorted(histories.items()) if partitions.contains(p)]
             # each partition's first and last copies (what every plan asks first), the partitions at once
-            with ThreadPoolExecutor(max(1, min(8, len(chosen))), thread_name_prefix="kafka-tiered") as pool:
-                ends = list(pool.map(lambda h: (h.first_offset, h.next_offset), chosen))
+            ends = map_concurrently(lambda h: (h.first_offset, h.next_offset), chosen)
             selected += [
-                SelectedPartition(topic, tid, h)
+                SelectedPartition(topic, tid, h, starts.get(h.partition), looked_in)
                 for h, (_, end) in zip(chosen, ends, strict=True)
                 if end is not None
             ]

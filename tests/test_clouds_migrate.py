@@ -125,4 +125,6 @@ def test_the_rsm_names_a_missing_bucket_and_its_setting(
         manager.close()
     message = str(caught.value)
     assert "\n" not in message
-    assert f"bucket 'tiered-gone' (config bucket) does not exist in {name} at http://127.0.0.1:" in message, message
+    assert f"bucket 'tiered-gone' (config bucket) does not exist in {name} at http://127.0.0.1:" in message, (
+        message
+    )

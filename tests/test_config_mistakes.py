@@ -246,7 +246,9 @@ def test_a_fetch_from_a_bucket_deleted_since_names_the_bucket(tmp_path: Path, s3
     )
 
 
-def test_the_cli_names_the_settings_of_refused_credentials_and_an_unreachable_endpoint(tmp_path: Path) -> None:
+def test_the_cli_names_the_settings_of_refused_credentials_and_an_unreachable_endpoint(
+    tmp_path: Path,
+) -> None:
     """`rsm store` against S3 with credentials S3 refuses, and against a closed port: one line naming the
     settings to look at, not botocore's bare sentence or its exception name."""
     from rsm.cli.main import describe_error

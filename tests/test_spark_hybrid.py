@@ -1,16 +1,20 @@
 """The hybrid read's pieces that need no broker (issue 22): options, client settings, partitions, errors.
 
-The end-to-end behaviour against a real broker and Spark's own Kafka source is tests/test_kafka_hybrid.py.
+The end-to-end behaviour against a real broker and Spark's own Kafka source is tests/test_kafka_hybrid.py
+(store and brokers) and tests/test_kafka_broker_tail.py (the brokers alone); the tail's decoding and
+counting without a broker, tests/test_tail.py.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import time
 
 import pytest
 
-from spark_reader.broker import BrokerError, BrokerView, client_config, make_client
+from spark_reader.broker import BrokerError, BrokerView
+from spark_reader.brokerwire import WireSettings
 from spark_reader.filters import PushedFilters
 from spark_reader.hybrid import tail_settings
 from spark_reader.options import OptionError, parse_options
@@ -29,20 +33,27 @@ def test_without_bootstrap_servers_kafka_options_are_ignored_as_before() -> None
     assert opts.bootstrap_servers is None and opts.kafka_params == {}
 
 
-def test_kafka_options_reach_the_client_translated_for_librdkafka() -> None:
+def test_kafka_options_reach_the_driver_and_the_tasks_as_one_translation() -> None:
+    """The Java client's names, as Spark's Kafka source takes them, translated once (`WireSettings`): the
+    tasks' client is the driver's but for how long it waits (kafkaConsumer.pollTimeoutMs, not
+    default.api.timeout.ms). A Java consumer's tuning without meaning here is ignored by name."""
     jaas = f'org.apache.kafka.common.security.plain.PlainLoginModule required username="app" password="{SECRET}";'
     opts = _opts(**{
         "bootstrap.servers": "b1:9092,b2:9092", "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
         "sasl.jaas.config": jaas, "ssl.truststore.location": "/etc/ca.pem", "ssl.truststore.type": "PEM",
         "ssl.endpoint.identification.algorithm": "", "max.poll.records": "500", "fetch.max.bytes": "1000000",
+        "no.such.setting": "1", "default.api.timeout.ms": "7000",
     })  # fmt: skip
-    conf = client_config(opts)
-    assert conf == {
-        "bootstrap.servers": "b1:9092,b2:9092", "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
-        "sasl.username": "app", "sasl.password": SECRET, "ssl.ca.location": "/etc/ca.pem",
-        "ssl.endpoint.identification.algorithm": "none", "fetch.max.bytes": "1000000",
-    }  # fmt: skip
-    assert SECRET not in repr(opts)
+    wire = tail_settings(opts).wire
+    assert (wire.bootstrap_servers, wire.security_protocol.value, wire.sasl_mechanism.value) == (
+        "b1:9092,b2:9092", "SASL_SSL", "PLAIN",
+    )  # fmt: skip
+    assert (wire.sasl_username, wire.sasl_password, wire.fetch_max_bytes) == ("app", SECRET, 1_000_000)
+    assert wire.tls is not None and wire.tls.cafile == "/etc/ca.pem" and not wire.tls.check_hostname
+    assert wire.default_api_timeout_ms == 120_000  # kafkaConsumer.pollTimeoutMs' default, as Spark's
+    driver = WireSettings.from_kafka_params(opts.kafka_params)  # what BrokerView uses
+    assert driver == dataclasses.replace(wire, default_api_timeout_ms=7000)
+    assert SECRET not in repr(opts) and SECRET not in repr(wire)
 
 
 @pytest.mark.parametrize(
@@ -52,35 +63,54 @@ def test_kafka_options_reach_the_client_translated_for_librdkafka() -> None:
             {"auto.offset.reset": "earliest"},
             "kafka.auto.offset.reset is not supported: set the source option",
         ),
-        ({"ssl.truststore.location": "/etc/ts.jks"}, "reads PEM or PKCS12 stores, not JKS"),
-        ({"sasl.jaas.config": "com.sun.security.auth.module.Krb5LoginModule required;"}, "Krb5LoginModule"),
+        (
+            {"security.protocol": "SSL", "ssl.truststore.location": "/etc/ts.jks"},
+            "reads PEM stores, not JKS",
+        ),
+        (
+            {
+                "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "PLAIN",
+                "sasl.jaas.config": "com.sun.security.auth.module.Krb5LoginModule required;",
+            },
+            "Krb5LoginModule",
+        ),
+        # librdkafka's names, which the tail's client took before: the options are the Java client's
+        (
+            {"security.protocol": "SASL_PLAINTEXT", "sasl.username": "app", "sasl.password": SECRET},
+            "kafka.sasl.password is not supported",
+        ),
     ],
 )
-def test_settings_the_client_cannot_honour_are_refused_in_one_line(kafka: dict, message: str) -> None:
+def test_settings_the_client_cannot_honour_are_refused_in_one_line_before_any_task(
+    kafka: dict, message: str
+) -> None:
+    from spark_reader.hybrid import plan_batch
+    from spark_reader.offsets import ending_spec, starting_spec
+    from spark_reader.planning import Planner
+
+    opts = _opts(**{"bootstrap.servers": "b:9092", **kafka})
     with pytest.raises(OptionError, match=message) as err:
-        client_config(_opts(**{"bootstrap.servers": "b:9092", **kafka}))
-    assert "\n" not in str(err.value)
-
-
-def test_a_setting_librdkafka_does_not_know_is_named() -> None:
-    conf = client_config(_opts(**{"bootstrap.servers": "b:9092", "no.such.setting": "1"}))
-    with pytest.raises(OptionError, match=r"option kafka\.no\.such\.setting"):
-        make_client("consumer", {**conf, "group.id": "g"})
+        tail_settings(opts)
+    assert "\n" not in str(err.value) and SECRET not in str(err.value)
+    with pytest.raises(OptionError, match=message):  # the driver's planning, before any connection
+        plan_batch(Planner(opts), PushedFilters(), starting_spec(opts, False), ending_spec(opts))
 
 
 def test_a_tail_partition_pickles_and_shows_no_secret() -> None:
     jaas = (
         f'org.apache.kafka.common.security.scram.ScramLoginModule required username="u" password="{SECRET}";'
     )
-    opts = _opts(
-        **{"bootstrap.servers": "b:9092", "sasl.jaas.config": jaas, "isolation.level": "read_committed"}
-    )
+    opts = _opts(**{
+        "bootstrap.servers": "b:9092", "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
+        "sasl.jaas.config": jaas, "isolation.level": "read_committed",
+    })  # fmt: skip
     part = BrokerTailPartition("t", 3, 100, 250, tail_settings(opts), PushedFilters())
     assert repr(part) == "BrokerTailPartition(t-3 offsets 100..249 from b:9092)"
     assert SECRET not in repr(part) and SECRET not in repr(part.settings)
     back = pickle.loads(pickle.dumps(part))
     assert (back.topic, back.partition, back.start, back.end) == ("t", 3, 100, 250)
-    assert back.settings.read_committed and dict(back.settings.client)["sasl.password"] == SECRET
+    assert back.settings.read_committed and back.settings.wire.sasl_password == SECRET
 
 
 def test_unreachable_bootstrap_servers_are_named_in_one_line() -> None:
@@ -92,6 +122,7 @@ def test_unreachable_bootstrap_servers_are_named_in_one_line() -> None:
     started = time.monotonic()
     with pytest.raises(BrokerError) as err:
         view.topics()
+    view.close()
     message = str(err.value)
     assert message.startswith(
         f"cannot reach the Kafka brokers {servers} (kafka.bootstrap.servers) within 1.5 s"
@@ -114,49 +145,3 @@ def test_a_partition_the_store_lacks_is_one_tail_or_several_of_max_records_per_p
             tail_settings(opts), PushedFilters(),
         )  # fmt: skip
         assert pr is None and [(t.start, t.end) for t in tails] == want
-
-
-class _Message:
-    """What the tail reads of a confluent-kafka `Message`, counting the payload reads."""
-
-    reads = 0
-
-    def __init__(self, offset: int) -> None:
-        self._offset = offset
-
-    def offset(self) -> int:
-        return self._offset
-
-    def timestamp(self) -> tuple[int, int]:
-        return (1, 1_700_000_000_000 + self._offset)
-
-    def key(self) -> bytes | None:
-        _Message.reads += 1
-        return None if self._offset % 3 == 0 else f"k{self._offset}".encode()
-
-    def value(self) -> bytes:
-        _Message.reads += 1
-        return b"v" * self._offset
-
-    def headers(self) -> list[tuple[str, bytes]] | None:
-        _Message.reads += 1
-        return [("h", b"x")] if self._offset % 2 else None
-
-
-@pytest.mark.parametrize("columns", [("offset",), ("value", "partition"), ("timestamp", "headers", "key")])
-def test_the_tail_builds_only_the_columns_asked_for(columns: tuple[str, ...]) -> None:
-    """The columnar scan's pruning reaches the tail: the same values as the whole row's, and a key, value
-    or headers not asked for is never read from the client's records (a count reads no payload)."""
-    from spark_reader.tail import _to_batch
-
-    opts = parse_options(
-        {**STORE, "subscribe": "t", "includeHeaders": "true", "kafka.bootstrap.servers": "b:1"}
-    )
-    part = BrokerTailPartition("t", 2, 10, 20, tail_settings(opts), PushedFilters())
-    messages = [_Message(o) for o in range(10, 20)]
-    whole = _to_batch(messages, part)
-    _Message.reads = 0
-    pruned = _to_batch(messages, part, columns)
-    assert pruned.schema.names == list(columns)
-    assert pruned.to_pydict() == whole.select(list(columns)).to_pydict()
-    assert _Message.reads == len(messages) * len({"key", "value", "headers"} & set(columns))

@@ -136,7 +136,9 @@ def test_set_dry_run_describe_unset_and_the_rsm_follows(
     try:
         seg = make_segment(tmp_path / "seg", tip, batches=30, value_size=400)
         rsm.copy_log_segment_data(seg.metadata, seg.data, LogConfig({"retention.ms": "-1"}))
-        data_keys = [k for k in broker.objects() if k != key and REGISTRY_DIR not in k and MEMORY_DIR not in k]
+        data_keys = [
+            k for k in broker.objects() if k != key and REGISTRY_DIR not in k and MEMORY_DIR not in k
+        ]
         assert len(data_keys) == 3
         # the topic's encryption (its overlay's key k2) is remembered beside the overlay (rsm.copy.downgrade)
         assert [k for k in broker.objects() if MEMORY_DIR in k] == [
@@ -226,7 +228,9 @@ def test_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     (tmp_path / "s").mkdir()
     # a bucket (a directory here) that is not there is named, as on a cloud: not read as an empty store
     assert main(["topic-config", "--config", str(props), "list"]) == 1
-    assert "bucket 'kafka-tiered-storage' (config bucket) does not exist in file at" in capsys.readouterr().err
+    assert (
+        "bucket 'kafka-tiered-storage' (config bucket) does not exist in file at" in capsys.readouterr().err
+    )
     (tmp_path / "s" / "kafka-tiered-storage").mkdir()
     assert main(["topic-config", "--config", str(props), "describe", "--topic", "t"]) == 1
     assert "give --topic-id" in capsys.readouterr().err

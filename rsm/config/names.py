@@ -110,9 +110,7 @@ def azure_container_problem(name: str) -> str | None:
     """What Azure refuses in a container name that `bucket_problem` lets through, or None: only lowercase
     letters, digits and single hyphens (no '.', no '--'), at least 3 characters."""
     if len(name) < S3_BUCKET_MIN_LENGTH:
-        return (
-            f"must be {S3_BUCKET_MIN_LENGTH} to {BUCKET_MAX_LENGTH} characters on Azure, is {len(name)}"
-        )
+        return f"must be {S3_BUCKET_MIN_LENGTH} to {BUCKET_MAX_LENGTH} characters on Azure, is {len(name)}"
     if "." in name:
         return "must not hold '.' on Azure (a container name is letters, digits and single hyphens)"
     if "--" in name:

@@ -193,7 +193,9 @@ class ObjectStore:
         return hook() if hook is not None else contextlib.nullcontext()
 
     @classmethod
-    def from_config(cls, config: RsmConfig, *, create: bool = True, writes: bool | None = None) -> ObjectStore:
+    def from_config(
+        cls, config: RsmConfig, *, create: bool = True, writes: bool | None = None
+    ) -> ObjectStore:
         """The store the configuration names: a local directory (`rsm.store.local`), S3 (`rsm.store.s3`),
         GCS (`rsm.store.gcs`) or Azure Blob (`rsm.store.azure`), each opened by its own class.
 

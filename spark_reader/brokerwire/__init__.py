@@ -1,9 +1,9 @@
 """The brokers' fetch layer: a partition's offset range from the Kafka brokers as raw record batches.
 
-The live tail of a hybrid read (`spark_reader.tail`) goes through a librdkafka consumer that makes a
-Python object per record, and that loop is its cost. This layer fetches the same records as the
-brokers' own bytes, whole record batches, and hands them to the columnar decoder the store path already
-uses (`segment_format.columnar`), so no Python code runs per record.
+A hybrid read's live tail (`spark_reader.tail`) and the driver's questions to the brokers
+(`spark_reader.broker`) go through it. It fetches the records as the brokers' own bytes, whole record
+batches, and hands them to the columnar decoder the store path already uses (`segment_format.columnar`),
+so no Python code runs per record: a broker range and a store chunk are one decoder and one set of rules.
 
 Built on kafka-python 3.x's network client and its protocol classes (`connection` says why: it already
 does ApiVersions, SASL PLAIN/SCRAM, TLS, timeouts and throttling, and its Fetch response keeps `records`
@@ -18,15 +18,16 @@ cut of a response (`batches`), the range loop (`reader`), read_committed from a 
 
 | module | job |
 | --- | --- |
-| `settings` | the `kafka.*` options (Java names) -> `WireSettings`; what cannot be honoured is refused |
+| `settings` | the `kafka.*` options (Java names) -> `WireSettings`: the one translation, the rest refused |
 | `connection` | kafka-python's network client: send one request, wait (throttles, deadlines) |
 | `redact` | keeps kafka-python's DEBUG lines from printing SASL frames |
 | `metadata`, `offsets`, `fetch` | the Metadata, ListOffsets and Fetch requests and their answers |
 | `batches` | the whole batches of a response and the offset after them (headers only) |
-| `client` | `BrokerWire`: leaders, retries, errors as a Java consumer handles them |
+| `client` | `BrokerWire`: topics, leaders, offsets, fetches; retries and errors as a Java consumer's |
 | `reader` | `read_range`: [start, end) as `WireChunk`s (raw bytes + aborted transactions) |
 | `aborts` | the Java consumer's read_committed rule over a chunk's decoded batches |
 | `arrow` | `decode_chunk` / `read_arrow`: chunks -> Arrow rows through segment_format's decoder |
+| `count` | `count_chunk`: the rows `decode_chunk` would give, from the batch headers (`count()`) |
 | `errors`, `stats` | what it raises; what it counted |
 """
 
@@ -34,7 +35,8 @@ from __future__ import annotations
 
 from spark_reader.brokerwire.arrow import decode_chunk, decode_chunks, read_arrow
 from spark_reader.brokerwire.client import BrokerWire
-from spark_reader.brokerwire.errors import OffsetOutOfRangeError, WireError, WireTimeoutError
+from spark_reader.brokerwire.count import count_chunk
+from spark_reader.brokerwire.errors import BrokerError, OffsetOutOfRangeError, WireError, WireTimeoutError
 from spark_reader.brokerwire.fetch import AbortedTransaction, FetchResult
 from spark_reader.brokerwire.metadata import PartitionLeader
 from spark_reader.brokerwire.reader import WireChunk, read_range
@@ -43,6 +45,7 @@ from spark_reader.brokerwire.stats import WireStats
 
 __all__ = [
     "AbortedTransaction",
+    "BrokerError",
     "BrokerWire",
     "FetchResult",
     "OffsetOutOfRangeError",
@@ -54,6 +57,7 @@ __all__ = [
     "WireSettings",
     "WireStats",
     "WireTimeoutError",
+    "count_chunk",
     "decode_chunk",
     "decode_chunks",
     "read_arrow",

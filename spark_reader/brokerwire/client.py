@@ -1,8 +1,10 @@
 """`BrokerWire`: the fetch layer's client of the brokers, and what each error of theirs means.
 
 Four requests, each sent to the node that must answer it: ApiVersions (on every new connection, by
-kafka-python), Metadata (one topic: leaders and leader epochs), ListOffsets (to each partition's leader)
-and Fetch (one partition, from its leader). Errors are handled as a Java consumer handles them:
+kafka-python), Metadata (leaders and leader epochs: one topic for a read, the query's topics or all of
+them for the driver's `topics`), ListOffsets (to each partition's leader, every topic's partitions led by
+one broker in one request) and Fetch (one partition, from its leader). Errors are handled as a Java
+consumer handles them:
 
 - NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, LEADER_NOT_AVAILABLE, a dropped
   connection or any other error Kafka marks retriable: forget the topic's leaders, wait
@@ -14,7 +16,9 @@ and Fetch (one partition, from its leader). Errors are handled as a Java consume
 - a throttle (`throttle_time_ms`, a quota): the next request to that broker waits it out
   (`spark_reader.brokerwire.connection`);
 - authentication or authorization refused, a TLS certificate not trusted, a version the broker does not
-  have: `BrokerError` at once, one line (retrying cannot help, and would only make the user wait).
+  have: `BrokerError` at once, one line (retrying cannot help, and would only make the user wait);
+- no bootstrap server reachable within `default.api.timeout.ms`: `WireTimeoutError` saying so
+  ("cannot reach the Kafka brokers ... (kafka.bootstrap.servers)"), the option to check named.
 
 Not thread-safe: one client per task (or thread). Close it when done (or use it as a context manager).
 """
@@ -22,17 +26,23 @@ Not thread-safe: one client per task (or thread). Close it when done (or use it 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
 
 from segment_format.errors import CorruptRecordError
-from spark_reader.broker import BrokerError
 from spark_reader.brokerwire.connection import Deadline, WireConnection
-from spark_reader.brokerwire.errors import OffsetOutOfRangeError, WireError, WireTimeoutError
+from spark_reader.brokerwire.errors import BrokerError, OffsetOutOfRangeError, WireError, WireTimeoutError
 from spark_reader.brokerwire.fetch import FetchResult, fetch_request, parse_fetch
-from spark_reader.brokerwire.metadata import NO_LEADER, PartitionLeader, metadata_request, parse_leaders
+from spark_reader.brokerwire.metadata import (
+    NO_LEADER,
+    UNKNOWN_TOPIC,
+    PartitionLeader,
+    metadata_request,
+    parse_leaders,
+    parse_topics,
+)
 from spark_reader.brokerwire.offsets import list_offsets_request, parse_list_offsets
 from spark_reader.brokerwire.settings import WireSettings
 from spark_reader.brokerwire.stats import WireStats
@@ -43,6 +53,7 @@ from spark_reader.options import IsolationLevel
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+Key = tuple[str, int]  # (topic, partition)
 
 
 @dataclass(frozen=True)
@@ -99,9 +110,14 @@ class BrokerWire:
         return Deadline(self.settings.default_api_timeout_ms)
 
     # -- retries -------------------------------------------------------------------------------------
-    def _retrying(self, what: str, topic: str, deadline: Deadline, attempt: Callable[[], T]) -> T:
-        """`attempt()` until it returns, retrying what Kafka marks retriable (see the module docstring)."""
+    def _retrying(
+        self, what: str, topics: str | Iterable[str], deadline: Deadline, attempt: Callable[[], T]
+    ) -> T:
+        """`attempt()` until it returns, retrying what Kafka marks retriable (see the module docstring);
+        an error saying the leaders moved drops `topics`' cached leaders first."""
         import kafka.errors as Errors
+
+        topics = (topics,) if isinstance(topics, str) else tuple(topics)
 
         while True:
             try:
@@ -122,7 +138,13 @@ class BrokerWire:
                 if not exc.retriable:
                     raise WireError(f"{what}: the Kafka brokers {self.servers} answered {reason}") from None
                 if getattr(exc, "invalid_metadata", False) or isinstance(exc, Errors.KafkaTimeoutError):
-                    self._leaders.pop(topic, None)
+                    for topic in topics:
+                        self._leaders.pop(topic, None)
+            if deadline.expired and not self._conn.bootstrapped:
+                raise WireTimeoutError(
+                    f"cannot reach the Kafka brokers {self.servers} (kafka.bootstrap.servers) within "
+                    f"{deadline.timeout_ms / 1000:g} s (kafka.default.api.timeout.ms): {reason}"
+                )
             if deadline.expired:
                 raise WireTimeoutError(
                     f"{what}: no answer from the Kafka brokers {self.servers} within "
@@ -170,6 +192,35 @@ class BrokerWire:
             f"{topic}: metadata", topic, deadline, lambda: self._topic_leaders(topic, deadline)
         )
 
+    def topics(self, names: Sequence[str] | None = None) -> dict[str, dict[int, PartitionLeader]]:
+        """The topics of `names` that exist (None: every topic but Kafka's internal ones), each with its
+        partitions' leaders, from one Metadata request (fresh; its leaders are kept for the requests
+        that follow, so a ListOffsets after it needs no Metadata of its own). Never creates a topic."""
+        import kafka.errors as Errors
+
+        if names is not None and not names:
+            return {}  # an empty list would be Kafka's "no topics": a request for nothing
+        deadline = self._deadline()
+
+        def attempt() -> dict[str, dict[int, PartitionLeader]]:
+            response = self._conn.request(self._conn.any_node(), metadata_request(names), deadline)
+            self.stats.metadata_refreshes += 1
+            self._conn.cluster.update_metadata(response)
+            out: dict[str, dict[int, PartitionLeader]] = {}
+            for name, answer in sorted(parse_topics(response).items()):
+                if names is None and answer.internal:
+                    continue
+                error = Errors.for_code(answer.error_code)
+                if answer.error_code in (UNKNOWN_TOPIC, Errors.InvalidTopicError.errno):
+                    continue  # not on the brokers
+                if error is not Errors.NoError:
+                    raise error(name)  # refused access: at once; a topic still being created: retried
+                out[name] = self._leaders[name] = answer.leaders
+            return out
+
+        what = "metadata of " + ("every topic" if names is None else ", ".join(names))
+        return self._retrying(what, names or (), deadline, attempt)
+
     def versions(self) -> dict[str, int]:
         """The versions of Metadata, ListOffsets and Fetch this client sends: the highest both it and the
         brokers know (ApiVersions, on connecting), Fetch capped at 12 (`spark_reader.brokerwire.fetch`)."""
@@ -184,43 +235,54 @@ class BrokerWire:
         specs: Mapping[int, int],
         isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
     ) -> dict[int, int | None]:
-        """Per partition: EARLIEST (-2), LATEST (-1: the high watermark, the last stable offset under
-        read_committed) or the first offset at or after a timestamp (None: no record that late).
+        """`offsets` for partitions of one topic, by partition."""
+        found = self.offsets({(topic, p): spec for p, spec in specs.items()}, isolation)
+        return {p: offset for (_, p), offset in found.items()}
 
-        One request per leader; partitions whose leader moved are retried against the new one."""
+    def offsets(
+        self,
+        specs: Mapping[Key, int],
+        isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+    ) -> dict[Key, int | None]:
+        """Per (topic, partition): EARLIEST (-2), LATEST (-1: the high watermark, the last stable offset
+        under read_committed) or the first offset at or after a timestamp (None: no record that late).
+
+        One request per leader, every topic's partitions it leads in it; partitions whose leader moved
+        are retried against the new one."""
         import kafka.errors as Errors
 
         deadline = self._deadline()
-        out: dict[int, int | None] = {}
+        out: dict[Key, int | None] = {}
         todo = dict(specs)
 
-        def attempt() -> dict[int, int | None]:
-            leaders = self._topic_leaders(topic, deadline)
-            by_node: dict[int, dict[int, int]] = {}
-            for p, spec in todo.items():
-                by_node.setdefault(self._leader(topic, p, deadline).node_id, {})[p] = spec
+        def attempt() -> dict[Key, int | None]:
+            by_node: dict[int, dict[Key, int]] = {}
+            epochs: dict[Key, int] = {}
+            for (t, p), spec in todo.items():
+                leader = self._leader(t, p, deadline)
+                by_node.setdefault(leader.node_id, {})[(t, p)] = spec
+                epochs[(t, p)] = leader.leader_epoch
             failed: type[Errors.KafkaError] | None = None
             for node, parts in by_node.items():
-                epochs = {p: leaders[p].leader_epoch for p in parts}
-                request = list_offsets_request(
-                    topic, parts, epochs, isolation, self.settings.request_timeout_ms
-                )
-                answers = parse_list_offsets(self._conn.request(node, request, deadline), topic)
-                for p in parts:
-                    listed = answers.get(p)
-                    error = Errors.for_code(listed.error_code if listed else 3)
+                request = list_offsets_request(parts, epochs, isolation, self.settings.request_timeout_ms)
+                answers = parse_list_offsets(self._conn.request(node, request, deadline))
+                for key in parts:
+                    listed = answers.get(key)
+                    error = Errors.for_code(listed.error_code if listed else UNKNOWN_TOPIC)
                     if listed is not None and error is Errors.NoError:
-                        out[p] = listed.offset
-                        del todo[p]
+                        out[key] = listed.offset
+                        del todo[key]
                     elif error.retriable:
                         failed = failed or error
                     else:
-                        raise error(f"{topic}-{p}")
+                        raise error(f"{key[0]}-{key[1]}")
             if todo:
-                raise (failed or Errors.UnknownTopicOrPartitionError)(f"{topic}-{min(todo)}")
+                t, p = min(todo)
+                raise (failed or Errors.UnknownTopicOrPartitionError)(f"{t}-{p}")
             return out
 
-        return self._retrying(f"{topic}: ListOffsets", topic, deadline, attempt)
+        topics = sorted({t for t, _ in specs})
+        return self._retrying(f"{', '.join(topics)}: ListOffsets", topics, deadline, attempt)
 
     # -- Fetch ---------------------------------------------------------------------------------------
     def fetch_ahead(

@@ -79,6 +79,11 @@ class WireConnection:
         """kafka-python's view of the cluster: the brokers' addresses by node id."""
         return self._client.cluster
 
+    @property
+    def bootstrapped(self) -> bool:
+        """Whether a bootstrap server answered (the brokers were reached at least once)."""
+        return self._bootstrapped
+
     def _raise_fatal(self) -> None:
         if self._manager.fatal is not None:
             raise self._manager.fatal
@@ -97,7 +102,12 @@ class WireConnection:
             self._client.poll(timeout_ms=min(100, max(1, deadline.remaining_ms())), future=future)
             self._raise_fatal()
             if deadline.expired and not future.is_done:
-                raise KafkaTimeoutError(f"Unable to bootstrap from {self.settings.bootstrap_servers}")
+                last = self._manager.last_failure
+                raise KafkaTimeoutError(
+                    f"no bootstrap server answered; the last connection: {last}"
+                    if last is not None
+                    else "no bootstrap server answered"
+                )
         if future.failed():
             raise future.exception
         self._bootstrapped = True

@@ -1,15 +1,20 @@
 """What a read from the brokers raises: one line naming the brokers, the partition and the offset.
 
-All are `spark_reader.broker.BrokerError`s (so `ReaderError`s), the family the hybrid read already
-reports. `OffsetOutOfRangeError` carries the partition's log start and end as the brokers gave them right
-after the refusal, so the caller applies failOnDataLoss (fail, or go on from the log start) without
-asking again. No message holds a credential: kafka-python's own errors are reduced to their class name
-and the broker's error message, which never echoes a password.
+All are `BrokerError`s (so `ReaderError`s, which Spark shows as one line): the driver's questions
+(`spark_reader.broker`) and the tasks' reads (`spark_reader.tail`) go through this layer, so one family
+names every failure of the brokers. `OffsetOutOfRangeError` carries the partition's log start and end
+as the brokers gave them right after the refusal, so the caller applies failOnDataLoss (fail, or go on
+from the log start) without asking again. No message holds a credential: kafka-python's own errors are
+reduced to their class name and the broker's error message, which never echoes a password.
 """
 
 from __future__ import annotations
 
-from spark_reader.broker import BrokerError
+from spark_reader.errors import ReaderError
+
+
+class BrokerError(ReaderError):
+    """The brokers cannot answer (unreachable, authentication, authorization): one line naming them."""
 
 
 class WireError(BrokerError):

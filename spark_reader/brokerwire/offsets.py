@@ -1,6 +1,6 @@
 """The ListOffsets request: earliest, latest (the high watermark, or the last stable offset under
 read_committed: the broker answers `latest` at the request's isolation level), or the first offset at or
-after a timestamp, for some partitions of one topic led by one broker.
+after a timestamp, for some partitions (of one topic or several) led by one broker.
 
 The specs are Kafka's own wire values, which `spark_reader.offsets` uses too: EARLIEST -2, LATEST -1, a
 timestamp (ms) >= 0. A timestamp past every record gives offset -1 (None here), as offsetsForTimes does.
@@ -26,39 +26,42 @@ class ListedOffset:
     timestamp: int
 
 
+Key = tuple[str, int]  # (topic, partition)
+
+
 def list_offsets_request(
-    topic: str,
-    specs: Mapping[int, int],
-    epochs: Mapping[int, int],
+    specs: Mapping[Key, int],
+    epochs: Mapping[Key, int],
     isolation: IsolationLevel,
     timeout_ms: int,
 ) -> Any:  # noqa: ANN401 - kafka.protocol.consumer.ListOffsetsRequest
-    """One ListOffsets for `specs` (partition -> EARLIEST, LATEST or a timestamp), with leader epochs."""
+    """One ListOffsets for `specs` ((topic, partition) -> EARLIEST, LATEST or a timestamp), with the
+    partitions' leader epochs."""
     from kafka.protocol.consumer import ListOffsetsRequest
 
-    parts = [
-        ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
-            partition_index=p, current_leader_epoch=epochs.get(p, -1), timestamp=spec
+    Topic = ListOffsetsRequest.ListOffsetsTopic
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, p), spec in sorted(specs.items()):
+        by_topic.setdefault(topic, []).append(
+            Topic.ListOffsetsPartition(
+                partition_index=p, current_leader_epoch=epochs.get((topic, p), -1), timestamp=spec
+            )
         )
-        for p, spec in sorted(specs.items())
-    ]
     return ListOffsetsRequest(
         replica_id=-1,
         isolation_level=WIRE_ISOLATION[isolation],
-        topics=[ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=parts)],
+        topics=[Topic(name=topic, partitions=parts) for topic, parts in by_topic.items()],
         timeout_ms=timeout_ms,
         min_version=2 if isolation is IsolationLevel.READ_COMMITTED else 1,
     )
 
 
-def parse_list_offsets(response: Any, topic: str) -> dict[int, ListedOffset]:  # noqa: ANN401
-    out: dict[int, ListedOffset] = {}
+def parse_list_offsets(response: Any) -> dict[Key, ListedOffset]:  # noqa: ANN401
+    out: dict[Key, ListedOffset] = {}
     for t in response.topics:
-        if t.name != topic:
-            continue
         for p in t.partitions:
             offset = int(p.offset)
-            out[int(p.partition_index)] = ListedOffset(
+            out[(str(t.name), int(p.partition_index))] = ListedOffset(
                 int(p.error_code), None if offset < 0 else offset, int(p.timestamp)
             )
     return out

@@ -1,44 +1,59 @@
 """The `kafka.*` options (Java client names, as Spark's Kafka source passes them) -> the wire client's settings.
 
-The wire client is kafka-python's network layer (`spark_reader.brokerwire.connection`), so the Java
-settings are translated here, once, into a `WireSettings` value:
+The one place they are translated: the driver's questions to the brokers (`spark_reader.broker`) and the
+tasks' reads of the live tail (`spark_reader.tail`) both use this client, so what one accepts the other
+does, and a setting refused is refused on the driver before any task runs. The wire client is
+kafka-python's network layer (`spark_reader.brokerwire.connection`), so the Java settings are translated
+here, once, into a `WireSettings` value:
 
 - `bootstrap.servers`, `client.id`, `security.protocol` (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL);
 - `sasl.mechanism` PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, with the username and password of
-  `sasl.jaas.config` (a PlainLoginModule or ScramLoginModule line, parsed by `spark_reader.broker`'s parser
-  so both broker paths read it alike);
-- TLS from PEM files, as `spark_reader.broker` translates them: `ssl.truststore.location` with
-  `ssl.truststore.type=PEM` (or the inline `ssl.truststore.certificates`), `ssl.keystore.location` with
-  `ssl.keystore.type=PEM` (key and certificate chain in one file; `ssl.key.password` if the key is
-  encrypted), `ssl.endpoint.identification.algorithm` ("" turns the host name check off, as in Java),
+  `sasl.jaas.config` (a PlainLoginModule or ScramLoginModule line);
+- TLS from PEM files: `ssl.truststore.location` with `ssl.truststore.type=PEM` (or the inline
+  `ssl.truststore.certificates`), `ssl.keystore.location` with `ssl.keystore.type=PEM` (key and
+  certificate chain in one file; `ssl.key.password` if the key is encrypted),
+  `ssl.endpoint.identification.algorithm` ("" turns the host name check off, as in Java),
   `ssl.enabled.protocols` / `ssl.protocol` (TLSv1.2, TLSv1.3);
 - the fetch sizes and timeouts: `max.partition.fetch.bytes`, `fetch.max.bytes`, `fetch.max.wait.ms`,
   `fetch.min.bytes`, `request.timeout.ms`, `default.api.timeout.ms`, `retry.backoff.ms`.
 
 What cannot be honoured is refused in one line naming the option, never dropped: a dropped security
-setting would connect in plaintext, or fail later with a worse message. So: any other `sasl.*` or
-`ssl.*` key, a login module or mechanism other than PLAIN/SCRAM (GSSAPI, Java's default, included), a
-JKS or PKCS12 store (Python's TLS reads PEM), and SASL or TLS settings beside a `security.protocol` that
-would not use them. Other Java consumer settings (`max.poll.records`, `group.id`, ...) are about a Java
-consumer's behaviour this client does not have and are ignored, by name only. Values are never logged or
-shown (credentials): `WireSettings` leaves the secrets out of its repr.
+setting would connect in plaintext, or fail later with a worse message. So: what Spark's Kafka source
+refuses too (`REFUSED`: the source owns offsets and deserialization), any other `sasl.*` or `ssl.*` key
+(librdkafka's own names such as `sasl.username` included: the options are the Java client's), a login
+module or mechanism other than PLAIN/SCRAM (GSSAPI, Java's default, included), a JKS or PKCS12 store
+(Python's TLS reads PEM), and SASL or TLS settings beside a `security.protocol` that would not use
+them. Other Java consumer settings (`max.poll.records`, `group.id`, ...) are about a Java consumer's
+behaviour this client does not have and are ignored by name, as the Java client ignores a setting it
+does not know. Values are never logged or shown (credentials): `WireSettings` leaves the secrets out of
+its repr.
 """
 
 from __future__ import annotations
 
 import enum
 import logging
+import re
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from spark_reader.broker import REFUSED, _jaas
 from spark_reader.options import OptionError
 
 log = logging.getLogger(__name__)
 
+# Spark's Kafka source refuses these (KafkaSourceProvider.validateGeneralOptions): the source owns them
+REFUSED = {
+    "auto.offset.reset": "set the source option startingOffsets instead",
+    "key.deserializer": "keys are always read as bytes",
+    "value.deserializer": "values are always read as bytes",
+    "enable.auto.commit": "the source commits no offsets to Kafka",
+    "interceptor.classes": "the source's consumers run no Java interceptors",
+}
+_JAAS_FIELD = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
 # Java consumer defaults, but for max.partition.fetch.bytes: one client reads one partition here, so a
-# response holds up to 8 MiB (fewer round trips), as spark_reader.tail's consumer is set up
+# response holds up to 8 MiB (fewer round trips)
 DEFAULT_PARTITION_FETCH_BYTES = 8 << 20
 DEFAULT_FETCH_MAX_BYTES = 50 << 20
 DEFAULT_FETCH_MAX_WAIT_MS = 500
@@ -270,8 +285,10 @@ def _sasl(params: Mapping[str, str], protocol: SecurityProtocol) -> tuple[SaslMe
             f"option kafka.sasl.jaas.config: login module {module} is not supported by the brokers' fetch "
             "layer (PlainLoginModule and ScramLoginModule are)"
         )
-    credentials = _jaas(jaas)
-    return mechanism, credentials["sasl.username"], credentials["sasl.password"]
+    fields = dict(_JAAS_FIELD.findall(jaas))
+    if "username" not in fields or "password" not in fields:
+        raise OptionError('option kafka.sasl.jaas.config must give username="..." and password="..."')
+    return mechanism, fields["username"], fields["password"]
 
 
 def _pem_store(params: Mapping[str, str], kind: str) -> str | None:

@@ -107,6 +107,7 @@ class WireConnectionManager(KafkaConnectionManager):
     def __init__(self, net: Any, **configs: Any) -> None:  # noqa: ANN401
         super().__init__(net, **configs)
         self.fatal: BaseException | None = None
+        self.last_failure: BaseException | None = None  # why the last connection failed, for a timeout
         self._watched: weakref.WeakSet[Any] = weakref.WeakSet()
 
     def get_connection(self, node_id: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: ANN401
@@ -117,6 +118,7 @@ class WireConnectionManager(KafkaConnectionManager):
         return conn
 
     def _failed(self, exc: BaseException) -> None:
+        self.last_failure = exc
         if self.fatal is None and is_fatal(exc):
             self.fatal = exc
 

@@ -1,0 +1,198 @@
+"""The live tail at the store's speed: a topic that never tiers, read by format("kafka-tiered") and "kafka".
+
+    python benchmarks/broker_tail.py [--records 2000000] [--partitions 2] [--value-bytes 100]
+                                     [--codec zstd] [--rounds 3] [--json out.json]
+
+One run, everything real: a Kafka 4.4 broker (tests/harness, one node, Kafka's own JVM settings, no
+tiered storage); a topic of ``--partitions`` partitions gets ``--records`` records from a confluent-kafka
+producer (``--codec``, batch.size 64 KiB, linger.ms 10): ``--value-bytes`` values (a small JSON frame
+around random base64 text), 8-byte keys. Nothing of it is tiered, so with ``kafka.bootstrap.servers`` and
+an empty store `format("kafka-tiered")` reads every record from the broker: the tail path
+(`spark_reader.tail`: Fetch responses' record batches through segment_format's columnar decoder).
+
+One ``local[2]`` Spark session (the columnar scan's jar and Spark's Kafka source's jars in spark.jars)
+runs ``count()`` and ``sum(crc32(value))`` over the same offset range (earliest to the ends produced), in
+interleaved rounds after a warm-up (the fastest round of each counts), with
+
+* ``kafka-tiered (columnar)``: the DataSource V2 scan handing Spark the decoder's Arrow batches (its
+  ``count()`` from the batch headers);
+* ``kafka-tiered (Python)``: the Python Data Source (the jar's scan turned off for that DataFrame);
+* ``kafka``: Spark's own Kafka source, spark-sql-kafka-0-10_2.13 4.2.0 (Kafka's Java consumer).
+
+Answers must agree across the three. Prints rows/s and each reader's ratio to Spark's Kafka source, as
+measured in this run; no target (a measurement), exit status 0. Needs Java 17 and Maven for the broker
+and the jars, like the test suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))  # the test harness: broker, Maven builds, Spark's Kafka jars
+
+from benchmarks._common import console, print_table  # noqa: E402
+from benchmarks.broker_wire import BROKER_JVM, value_pool  # noqa: E402
+
+TOPIC = "tail-bench"
+COLUMNAR = "spark.kafkaTiered.columnar.enabled"
+READERS = ("kafka-tiered (columnar)", "kafka-tiered (Python)", "kafka (Spark 4.2.0)")
+QUERIES = ("count()", "sum(crc32(value))")
+
+
+def produce(bootstrap: str, partitions: int, records: int, value_bytes: int, codec: str) -> dict[int, int]:
+    """`records` records spread evenly over the partitions; returns each partition's end offset."""
+    from confluent_kafka import Producer
+
+    pool = value_pool(20_000, value_bytes)
+    producer = Producer({
+        "bootstrap.servers": bootstrap, "compression.type": codec, "batch.size": 64 << 10, "linger.ms": 10,
+        "acks": "all", "queue.buffering.max.messages": 1_000_000,
+    })  # fmt: skip
+    for n in range(records):
+        while True:
+            try:
+                producer.produce(
+                    TOPIC, key=n.to_bytes(8, "big"), value=pool[n % len(pool)], partition=n % partitions
+                )
+                break
+            except BufferError:
+                producer.poll(0.1)
+        if n % 10_000 == 0:
+            producer.poll(0)
+    if producer.flush(300):
+        raise RuntimeError("records left unsent")
+    return {p: records // partitions + (1 if p < records % partitions else 0) for p in range(partitions)}
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    start = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - start, result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--records", type=int, default=2_000_000, help="records to produce (default 2 M)")
+    parser.add_argument("--partitions", type=int, default=2, help="topic partitions (default 2: local[2])")
+    parser.add_argument("--value-bytes", type=int, default=100, help="value size (default 100)")
+    parser.add_argument("--codec", default="zstd", help="producer compression.type (default zstd)")
+    parser.add_argument("--rounds", type=int, default=3, help="measured rounds per reader and query")
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    args = parser.parse_args(argv)
+    for tool in ("java", "mvn"):
+        if shutil.which(tool) is None:
+            console.print(f"broker_tail: needs Java 17 and Maven on the PATH ({tool} is missing)")
+            return 2
+    # this checkout's packages in Spark's Python workers
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(REPO), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    )
+    from harness.kafka import KafkaBroker
+    from harness.maven import build_test_java
+    from harness.spark_kafka import kafka_source_jars
+
+    import spark_reader
+    from spark_reader.session import local_session
+
+    work = Path(tempfile.mkdtemp(prefix="tailbench-", dir="/tmp"))
+    broker = spark = None
+    try:
+        jars = [*map(str, kafka_source_jars()), spark_reader.jar_path()]
+        broker = KafkaBroker(work / "broker", java_build=build_test_java(), jvm_opts=BROKER_JVM)
+        broker.start()
+        bootstrap = broker.bootstrap_servers
+        broker.create_topic(TOPIC, args.partitions, {"retention.ms": "-1"})
+        t = time.monotonic()
+        ends = produce(bootstrap, args.partitions, args.records, args.value_bytes, args.codec)
+        console.print(f"produced {args.records:,} records ({args.codec}) in {time.monotonic() - t:.1f} s")
+        (work / "store" / "tiered").mkdir(parents=True)  # an empty store: the topic never tiers
+        store = {"storage.backend": "file", "storage.file.root": str(work / "store"), "bucket": "tiered"}
+        spark = local_session("broker-tail-bench", "local[2]", {"spark.jars": ",".join(jars)})
+        offsets = {
+            "subscribe": TOPIC,
+            "startingOffsets": "earliest",
+            "endingOffsets": json.dumps({TOPIC: {str(p): e for p, e in ends.items()}}),
+            "kafka.bootstrap.servers": bootstrap,
+        }
+
+        def reader(name: str) -> Any:  # noqa: ANN401 - a DataFrame
+            if name.startswith("kafka-tiered"):
+                spark.conf.set(COLUMNAR, str("columnar" in name).lower())  # read when the DataFrame loads
+                return spark.read.format("kafka-tiered").options(**store, **offsets).load()
+            return spark.read.format("kafka").options(**offsets).load()
+
+        frames = {name: reader(name) for name in READERS}
+        run = {
+            "count()": lambda df: df.count(),
+            "sum(crc32(value))": lambda df: df.selectExpr("sum(crc32(value))").collect()[0][0],
+        }
+        times: dict[tuple[str, str], list[float]] = {(r, q): [] for r in READERS for q in QUERIES}
+        answers: dict[tuple[str, str], Any] = {}
+        for round_ in range(args.rounds + 1):  # round 0 warms up
+            for query in QUERIES:
+                for name, df in frames.items():
+                    elapsed, answers[(name, query)] = timed(lambda df=df, q=query: run[q](df))
+                    if round_:
+                        times[(name, query)].append(elapsed)
+            done = ", ".join(f"{r} {q} {v[-1]:.2f} s" for (r, q), v in times.items() if v)
+            console.print(f"  round {round_ or 'warm-up'}: {done or 'done'}", highlight=False)
+        for query in QUERIES:
+            theirs = answers[(READERS[-1], query)]
+            for name in READERS:
+                if answers[(name, query)] != theirs:
+                    raise RuntimeError(f"{name} {query} gave {answers[(name, query)]}, Spark's {theirs}")
+        if answers[(READERS[-1], "count()")] != args.records:
+            raise RuntimeError(f"count() gave {answers[(READERS[-1], 'count()')]}, not {args.records}")
+        best = {k: min(v) for k, v in times.items()}
+        ratio = {(r, q): best[(READERS[-1], q)] / best[(r, q)] for r in READERS for q in QUERIES}
+        print_table(
+            f"{args.records:,} records on the broker only, {args.value_bytes}-byte values, {args.codec}, "
+            f"{args.partitions} partitions, local[2], best of {args.rounds}",
+            ["reader", "query", "seconds", "M rows/s", "/ Spark's Kafka source"],
+            [
+                (
+                    r,
+                    q,
+                    f"{best[(r, q)]:.2f}",
+                    f"{args.records / best[(r, q)] / 1e6:.2f}",
+                    f"{ratio[(r, q)]:.2f}x",
+                )
+                for q in QUERIES
+                for r in READERS
+            ],
+        )
+        results = {
+            "records": args.records,
+            "partitions": args.partitions,
+            "value_bytes": args.value_bytes,
+            "codec": args.codec,
+            "seconds_best": {f"{r} {q}": s for (r, q), s in best.items()},
+            "ratio_vs_kafka_source": {f"{r} {q}": x for (r, q), x in ratio.items()},
+            "load_average": os.getloadavg(),
+        }
+        if args.json is not None:
+            args.json.write_text(json.dumps(results, indent=2))
+        return 0
+    finally:
+        if spark is not None:
+            spark.stop()
+        if broker is not None:
+            broker.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
