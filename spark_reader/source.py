@@ -13,9 +13,9 @@ from collections.abc import Iterator, Sequence
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
-from spark_reader.errors import one_line_errors
+from spark_reader.errors import ReaderError, one_line_errors
 from spark_reader.filters import PushedFilters, push_filters
-from spark_reader.offsets import ending_spec, starting_spec
+from spark_reader.offsets import Kind, ending_spec, starting_spec
 from spark_reader.options import SourceOptions, Violations, parse_options
 from spark_reader.partition_reader import read_partition
 from spark_reader.planning import Planner
@@ -80,17 +80,30 @@ class TieredBatchReader(DataSourceReader):
             return plan_batch(planner, self.filters, start, end)
         ranges = []
         for sp in planner.select(self.filters):
-            pr = planner.partition_range(
-                sp, start.position(sp.topic, sp.partition), end.position(sp.topic, sp.partition)
-            )
+            first = start.position(sp.topic, sp.partition)
+            pr = planner.partition_range(sp, first, end.position(sp.topic, sp.partition))
             if pr is not None:
                 ranges.append(pr)
+            elif first.kind is Kind.OFFSET and first.value is not None:
+                _check_start(
+                    sp.topic, sp.partition, first.value, sp.history.first_offset, sp.history.next_offset
+                )
         parts = planner.plan(ranges, self.filters)
         log.info("kafka-tiered: %d input partition(s) over %d topic partition(s)", len(parts), len(ranges))
         return parts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(partition)
+
+
+def _check_start(topic: str, partition: int, start: int, first: int | None, end: int | None) -> None:
+    """A batch query's starting offset past the partition's end is refused, as Spark's Kafka source refuses
+    it ("Beginning offset ... is after the ending offset"), not read as an empty partition."""
+    if end is not None and start > end:
+        raise ReaderError(
+            f"{topic}-{partition}: startingOffsets {start} is after the end of its data, offset {end} (it holds "
+            f"offsets {first}..{end - 1}): an invalid startingOffsets, or the topic lost data"
+        )
 
 
 class FilteringBatchReader(TieredBatchReader):

@@ -100,6 +100,12 @@ def select_partitions(
             wanted = None if assigned is None else assigned[topic]
             hints = {p: base for (t, p), base in (after or {}).items() if t == topic}
             histories = catalog.ranged_histories(topic, tid, wanted, after=hints, epoch_cache=epoch_cache)
+            missing = sorted(set(wanted or ()) - set(histories))
+            if missing and not opts.bootstrap_servers:  # with brokers, a partition may be theirs alone
+                raise ReaderError(
+                    f"assign: {', '.join(f'{topic}-{p}' for p in missing)} has no tiered data (the store "
+                    f"holds partitions {sorted(histories) or 'none'} of {topic})"
+                )
             for lost in catalog.unreadable(topic, tid):
                 if data_loss is None:
                     raise ReaderError(lost.message())

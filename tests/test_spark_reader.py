@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import json
 import uuid
 from pathlib import Path
 from typing import Any
@@ -428,3 +429,24 @@ def test_subscribe_pattern_and_topic_id(tiered_spark, tmp_path: Path) -> None:  
     assert sorted(r["topic"] for r in both.select("topic").distinct().collect()) == ["clicks", "views"]
     assert _read(tiered_spark, opts, subscribePattern="cl.*").count() == 8
     rsm.close()
+
+
+def test_a_start_past_the_end_and_a_partition_that_does_not_exist_are_refused(tiered_spark, orders) -> None:  # noqa: ANN001
+    """As Spark's Kafka source refuses them, never an empty result: startingOffsets past a partition's end
+    (naming the offsets it holds), and `assign` of a partition the topic does not have."""
+    opts, logs = orders
+    end = max(r.offset for r in logs[0].records) + 1
+    message = _error(
+        tiered_spark,
+        opts,
+        subscribe="orders",
+        startingOffsets=json.dumps({"orders": {"0": end + 40000, "1": -2}}),
+    )
+    assert f"orders-0: startingOffsets {end + 40000} is after the end of its data, offset {end}" in message
+    message = _error(tiered_spark, opts, assign=json.dumps({"orders": [0, 5]}))
+    assert "assign: orders-5 has no tiered data" in message and "partitions [0" in message
+    # the end itself is no error: nothing to read yet
+    at_end = _read(
+        tiered_spark, opts, subscribe="orders", startingOffsets=json.dumps({"orders": {"0": end, "1": -2}})
+    )
+    assert at_end.where("partition = 0").count() == 0
