@@ -131,9 +131,28 @@ class Planner:
         found = self._indexes.get(id(segment))
         if found is None:
             store = self.catalog.store  # also loads the keyring
+            self._check_key(segment)
             found = SegmentIndexes(store, segment, self._keyring)
             self._indexes[id(segment)] = found
         return found
+
+    def _check_key(self, segment: StoredSegment) -> None:
+        """An encrypted segment whose key the driver lacks is refused at planning, in one line naming the
+        key id and where keys come from: the executors have the same keyring, so every task would fail."""
+        encryption = segment.manifest.encryption
+        if encryption is None or (self._keyring is not None and encryption.key_id in self._keyring):
+            return
+        config = self.opts.rsm_config()
+        where = config.get("encryption.keyring.path")
+        source = (
+            f"the keyring {where} (encryption.keyring.path)"
+            if where
+            else "no keyring (encryption.keyring.path)"
+        )
+        raise ReaderError(
+            f"{segment.manifest_key} is encrypted under key id {encryption.key_id!r}, which {source} does not "
+            "hold: give the reader the brokers' keyring"
+        )
 
     def select(
         self,
