@@ -279,7 +279,7 @@ class RichReporter:
         self.done = 0
 
     def start(self, items: int, total_bytes: int) -> None:
-        if not self.enabled:
+        if not self.enabled or not items:  # nothing to do: no bar (the report says so)
             return
         self.items = items
         self.progress.start()
@@ -568,7 +568,8 @@ def _import(
 
     def without_metadata(topic: str, directory: Path) -> str:
         known = catalog.topic_ids(topic)
-        tid = catalog.live_topic_id(topic) if known else uuid.uuid4()
+        new = uuid.uuid5(uuid.NAMESPACE_URL, directory.resolve().as_uri())  # a dry run's is the run's
+        tid = catalog.live_topic_id(topic) if known else new
         what = (f"topic id {uuid_to_base64(tid)}, the store's for topic {escape(topic)}" if known
                 else f"new topic id {uuid_to_base64(tid)}")  # fmt: skip
         err.print(

@@ -143,18 +143,29 @@ def plan_import(catalog: TopicCatalog, pdir: PartitionDir) -> Plan:
             plan.skipped.append((str(log_path), "already imported"))
             continue
         upper = logs[n + 1][0] - 1 if n + 1 < len(logs) else None  # the next segment bounds this one
+        end = upper if upper is not None else last_offset_in(log_path)  # what the run will find (`run`)
         if history is not None and upper is not None and _covered(history, base, upper):
             plan.skipped.append((str(log_path), f"offsets {base}..{upper} are already in the store"))
             continue
         plan.items.append(
             PlanItem(
                 kind="import", topic=pdir.topic, topic_id=uuid_to_base64(tid), partition=pdir.partition,
-                start_offset=base, end_offset=-1, segment_id=sid, source=destination, destination=destination,
-                bytes=size, extra={"dir": str(pdir.path.resolve()), "log": log_path.name, "upper": upper,
+                start_offset=base, end_offset=end, segment_id=sid, source=destination, destination=destination,
+                bytes=size, key_id=settings.encryption_key_id if settings.encryption_enabled else None, extra={"dir": str(pdir.path.resolve()), "log": log_path.name, "upper": upper,
                                    "epochs": None if pdir.epochs is None else [list(e) for e in pdir.epochs]},
             )
         )  # fmt: skip
     return plan
+
+
+def last_offset_in(log_path: Path) -> int:
+    """The last offset of a segment file's batches (headers only), -1 for none: the plan shows the
+    range the run will tier (the file is read once more then)."""
+    last = -1
+    with log_path.open("rb") as f:
+        for _, batch in iter_batches(f, file=str(log_path), strict=False):
+            last = batch.last_offset
+    return last
 
 
 def _covered(history: PartitionHistory, first: int, last: int) -> bool:
