@@ -9,6 +9,7 @@ partition and the offsets, and never return a shorter result as if it were all.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import uuid
@@ -20,7 +21,7 @@ from migrate_helpers import write_properties
 from tiering import PartitionLog
 
 from rsm import RemoteLogSegmentMetadata, RemoteStorageManager, TopicIdPartition
-from rsm.api.metadata import uuid_to_base64
+from rsm.api.metadata import RemoteLogSegmentState, uuid_to_base64
 from rsm.catalog import TopicCatalog
 from rsm.catalog.holes import NO_SEGMENT
 from rsm.cli.main import main
@@ -169,8 +170,11 @@ def test_a_start_moved_past_the_rsms_deletes_is_a_hole_retention_is_not(
     assert _cli(tmp_path, "store", "ls", "--topic", TOPIC) == 0
     assert f"{TOPIC}-0: offsets 10..19 are missing from the store" in capsys.readouterr().out
 
-    # retention reaching those offsets through the RSM: no hole any more, and one mark per partition
-    rsm.delete_log_segment_data(log.copied[1])
+    # retention reaching those offsets through the RSM (Kafka deletes a segment it saw copied): no hole any
+    # more, and one mark per partition
+    rsm.delete_log_segment_data(
+        dataclasses.replace(log.copied[1], state=RemoteLogSegmentState.COPY_SEGMENT_FINISHED)
+    )
     assert _read(tmp_path) == list(range(20, 40))
     code, report = _verify(tmp_path, capsys)
     assert code == 0 and report["ok"] and report["problems"] == []

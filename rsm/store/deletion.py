@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from rsm.api.metadata import RemoteLogSegmentMetadata, TopicIdPartition
+from rsm.api.metadata import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
 from rsm.config.names import topic_problem
 from rsm.store import forward
 from rsm.store.debris import remove_segment_leftovers
@@ -45,7 +45,8 @@ def delete_segment(
     started = time.monotonic()
     location = state.location(metadata, log_config)
     keys = SegmentKeys.of(location, metadata)
-    _note_log_start(state, metadata)
+    if _was_committed(state, metadata, keys):  # a copy that never finished moves no log start
+        _note_log_start(state, metadata)
     state.forget(keys)
     if state.notes is not None:  # the topic's other segments there stay findable (rsm.store.location_notes)
         state.notes.deleted(metadata, [location])
@@ -70,6 +71,19 @@ def delete_segment(
         round(elapsed * 1000),
         state.store.describe(keys.bucket, keys.stem),
     )
+
+
+def _was_committed(state: RsmState, metadata: RemoteLogSegmentMetadata, keys: SegmentKeys) -> bool:
+    """Whether the segment being deleted held offsets of the log: one Kafka saw copied (retention), or one
+    whose copy Kafka never saw finish but that was committed here (its manifest, or a move's forward).
+    Kafka also deletes the copies that failed: they hold no offsets and must not raise the log-start mark."""
+    if metadata.state is not RemoteLogSegmentState.COPY_SEGMENT_STARTED:
+        return True
+    ref = forward.SegmentRef.of(metadata)
+    with state.errors("manifest check", metadata, keys.bucket, keys.manifest):
+        return state.store.exists(keys.bucket, keys.manifest) or state.store.exists(
+            keys.bucket, ref.forward_key(keys.location)
+        )
 
 
 def _note_log_start(state: RsmState, metadata: RemoteLogSegmentMetadata) -> None:
