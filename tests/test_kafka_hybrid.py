@@ -248,7 +248,10 @@ def test_a_hybrid_read_returns_what_sparks_kafka_source_returns_without_remote_r
     )
     parts = plan_batch(Planner(parsed), PushedFilters(), starting_spec(parsed, False), ending_spec(parsed))
     starts = {t.partition: t.start for t in parts if isinstance(t, BrokerTailPartition)}
-    assert all(starts[p] < nxt for p, (_, nxt) in layout.items()), (starts, layout)
+    # before the store's end where a transaction is still open there; where the broker rolled a segment past
+    # the marker meanwhile (segments roll by size here), the whole transaction is tiered and the tail starts
+    # at the store's end: either way the rows below must equal Spark's Kafka source's
+    assert all(starts[p] <= nxt for p, (_, nxt) in layout.items()), (starts, layout)
     before = _fetch_counters(jmx)
     mine = {}
     for level in ("read_uncommitted", "read_committed"):
