@@ -166,7 +166,12 @@ def test_topic_overlay_routes_each_topic_to_its_own_bucket(
     assert all(k.startswith("secure-tier/" + stems["secure"]) for k in secure_manifests)
     # nothing of the secure topic in the default bucket but its overlay and its location record (which
     # names the other bucket); nothing of plain in the other one
-    secure_in_default = [k for k in in_default if "secure" in k]
+    # its encryption memory (the topic's key k2, chosen by its overlay: rsm.copy.downgrade) beside them
+    memory = f"main/_rsm/topic-encryption/{stems['secure'][:-3]}.json"
+    assert memory in in_default
+    remembered = json.loads(s3.get_object(Bucket=default_bucket, Key=memory)["Body"].read())
+    assert (remembered["key_id"], remembered["setting"]) == ("k2", "unchecked.rsm.encryption.key.id")
+    secure_in_default = [k for k in in_default if "secure" in k and k != memory]
     assert secure_in_default[0] == f"main/_rsm/topic-configs/{stems['secure'][:-3]}.json"
     assert [k.rsplit("/", 2)[1] for k in secure_in_default[1:]] == [stems["secure"][:-3]]
     assert all(k.startswith("main/_rsm/topic-locations/") for k in secure_in_default[1:])
