@@ -320,7 +320,10 @@ def test_real_snappy_and_gzip_segments_round_trip(tmp_path: Path) -> None:
                 len(raw),
                 _leader_epochs(raw),
             )
-            data = dataclasses.replace(seg.data, log_segment=seg.data.log_segment)
+            # the checkpoint Kafka hands this copy: the log's epochs from its start (this segment's base)
+            epochs = sorted(md.segment_leader_epochs.items())
+            checkpoint = "0\n" + f"{len(epochs)}\n" + "".join(f"{e} {o}\n" for e, o in epochs)
+            data = dataclasses.replace(seg.data, leader_epoch_index=checkpoint.encode())
             md = dataclasses.replace(md, custom_metadata=rsm.copy_log_segment_data(md, data))
             assert read_all(rsm.fetch_log_segment(md, 0)) == raw
             manifest = Manifest.from_bytes(
