@@ -162,10 +162,21 @@ def main(argv: list[str] | None = None) -> int:
     # -v / -vv: every library's log; --debug: tracebacks and our own DEBUG lines, not every SDK's wire log
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # restored on return: `main` also runs inside other programs (tests, a notebook), whose logging it borrows
+    previous = {name: logging.getLogger(name).level for name in OWN_LOGGERS}
     if args.debug:
         for name in OWN_LOGGERS:
             logging.getLogger(name).setLevel(logging.DEBUG)
     install_log_redaction()  # -vv turns botocore's DEBUG on, which shows tokens and signatures
+    try:
+        return _run(parser, args)
+    finally:
+        for name, was in previous.items():
+            logging.getLogger(name).setLevel(was)
+
+
+def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """The chosen command, its errors as one line (a traceback with --debug)."""
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
