@@ -65,11 +65,10 @@ def _earlier_start(metadata: RemoteLogSegmentMetadata, segment_data: LogSegmentD
 def _topic_known(
     state: RsmState, topic: str, topic_id: uuid.UUID, partition: int, location: Location
 ) -> bool:
-    """Whether the catalog home (or the copy's own location) holds anything of this topic id."""
-    assert state.registry is not None and state.encryption_memory is not None
-    if state.registry.locations(topic, topic_id):
-        return True
-    if state.encryption_memory.exists(topic, topic_id) or state.topic_overlay_exists(topic, topic_id):
+    """Whether the catalog home (or the copy's own location) holds anything of this topic id beside its
+    encryption memory (which the caller has read already)."""
+    assert state.registry is not None
+    if state.registry.locations(topic, topic_id) or state.topic_overlay_exists(topic, topic_id):
         return True
     # a store written before location records: the partition's earlier segments where this one goes
     found = state.store.list_from(
@@ -102,10 +101,11 @@ def guard_copy(
     what = f"{tip} segment {seg.id_base64}"
     try:
         state.home.check()
+        prior = state.encryption_memory.read(topic, tid)
         known = state.known_topics
         earlier = _earlier_start(metadata, segment_data)
         if earlier is not None and tid not in known:
-            if not _topic_known(state, topic, tid, tip.partition, location):
+            if prior is None and not _topic_known(state, topic, tid, tip.partition, location):
                 raise ConfigException(
                     f"copy of {what} refused: its offsets {earlier}..{metadata.start_offset - 1} were tiered "
                     f"already, but the catalog at {state.home.describe()} knows nothing of topic {topic} "
@@ -113,7 +113,6 @@ def guard_copy(
                     f"catalog.prefix? Keep the catalog where it was ({PROCEDURE})"
                 )
             known.add(tid)
-        prior = state.encryption_memory.read(topic, tid)
     except ConfigException:
         raise
     except Exception as exc:  # noqa: BLE001 - a store failure fails the copy, never reads as "nothing there"

@@ -52,14 +52,13 @@ def _filesystem_class() -> type:
 
         async def _request(self, method: str, path: str, *args: Any, **kwargs: Any) -> Any:
             attempt = 1
-            attempts = self.rsm_attempts
             while True:
                 try:
                     return await once(self, method, path, *args, **kwargs)
                 except (FileNotFoundError, FileExistsError, ValueError):
                     raise
                 except Exception as exc:
-                    if attempt >= attempts or not _retriable(exc):
+                    if attempt >= self.rsm_attempts or not _retriable(exc):
                         raise
                     log.debug("GCS %s %s failed (%s); attempt %d", method, path, exc, attempt + 1)
                 await asyncio.sleep(min(0.1 * 2**attempt, 2.0) * (0.5 + random.random() / 2))

@@ -114,9 +114,6 @@ class EncryptionMemory:
             state.setting,
         )  # fmt: skip
 
-    def exists(self, topic: str, topic_id: uuid.UUID | str) -> bool:
-        return self.read(topic, topic_id) is not None
-
 
 def _parse(raw: bytes, where: str, topic: str, tid: uuid.UUID) -> EncryptionState:
     try:
