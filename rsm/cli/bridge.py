@@ -1,18 +1,26 @@
-"""`rsm bridge serve` (the bridge process) and `rsm bridge build-plugin` (the broker's jar)."""
+"""`rsm bridge serve` (the bridge process), `rsm bridge plugin-path` and `build-plugin` (the broker's jar).
+
+The jar's whereabouts are `rsm.bridge.plugin_jar`'s: shipped in a wheel, built with Maven in a checkout.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
-log = logging.getLogger(__name__)
+from rsm.bridge.plugin_jar import (  # noqa: F401 - the jar's helpers, as tests and tools import them
+    JAR_NAME,
+    JVM_DIR,
+    build_plugin,
+    packaged_jar,
+    plugin_jar_is_fresh,
+    plugin_jar_path,
+    plugin_path,
+)
 
-JVM_DIR = Path(__file__).resolve().parent.parent / "bridge" / "jvm"
-JAR_NAME = "rsm-bridge-plugin.jar"
+log = logging.getLogger(__name__)
 
 
 def serve_command(config: Path, socket: Path | None = None, *extra: str) -> list[str]:
@@ -22,42 +30,6 @@ def serve_command(config: Path, socket: Path | None = None, *extra: str) -> list
     if socket is not None:
         cmd += ["--socket", str(socket)]
     return [*cmd, *extra]
-
-
-def plugin_jar_path(jvm_dir: Path = JVM_DIR) -> Path:
-    """Where `mvn package` leaves the plugin jar."""
-    return jvm_dir / "target" / JAR_NAME
-
-
-def plugin_jar_is_fresh(jvm_dir: Path = JVM_DIR) -> bool:
-    """True when the jar exists and is newer than pom.xml and every Java source (tests' included)."""
-    jar = plugin_jar_path(jvm_dir)
-    if not jar.exists():
-        return False
-    built = jar.stat().st_mtime
-    sources = [jvm_dir / "pom.xml", *(jvm_dir / "src").rglob("*")]
-    return all(p.stat().st_mtime <= built for p in sources if p.is_file())
-
-
-def build_plugin(jvm_dir: Path = JVM_DIR, force: bool = False) -> Path:
-    """Build the plugin jar with Maven (skipped when fresh); returns its path."""
-    jar = plugin_jar_path(jvm_dir)
-    if not force and plugin_jar_is_fresh(jvm_dir):
-        return jar
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise RuntimeError("Maven (mvn) is not on PATH; install Maven 3.8+ and a JDK 17+ to build the plugin")
-    # `package` alone keeps an up-to-date jar as it is: --force cleans first, so it really rebuilds
-    goals = ["clean", "package"] if force else ["package"]
-    cmd = [mvn, "-B", "-q", "-f", str(jvm_dir / "pom.xml"), *goals, "-DskipTests"]
-    result = subprocess.run(cmd, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise RuntimeError(
-            f"`{' '.join(cmd)}` failed ({result.returncode}):\n{result.stdout[-4000:]}{result.stderr[-4000:]}"
-        )
-    if not jar.exists():
-        raise RuntimeError(f"Maven succeeded but {jar} is missing")
-    return jar
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -83,10 +55,25 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
+    packaged = packaged_jar()
+    if packaged is not None:  # an installed wheel: nothing to build, and no sources to build from
+        print(f"rsm bridge build-plugin: the plugin ships prebuilt at {packaged}", file=sys.stderr)
+        sys.stdout.write(f"{packaged}\n")
+        return 0
     try:
         jar = build_plugin(force=args.force)
     except RuntimeError as exc:
         print(f"rsm bridge build-plugin: {exc}", file=sys.stderr)
+        return 1
+    sys.stdout.write(f"{jar}\n")
+    return 0
+
+
+def _plugin_path(_args: argparse.Namespace) -> int:
+    try:
+        jar = plugin_path()
+    except RuntimeError as exc:
+        print(f"rsm bridge plugin-path: {exc}", file=sys.stderr)
         return 1
     sys.stdout.write(f"{jar}\n")
     return 0
@@ -105,6 +92,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--parent-pid", type=int, default=None, help="exit when this process (the broker) is gone"
     )
     serve_p.set_defaults(func=_serve)
+
+    path_p = sub.add_parser(
+        "plugin-path",
+        help="print the plugin jar's path for the broker's remote.log.storage.manager.class.path "
+        "(the wheel's prebuilt jar; in a checkout, built with Maven first if needed)",
+    )
+    path_p.set_defaults(func=_plugin_path)
 
     build_p = sub.add_parser("build-plugin", help="build the JVM plugin jar with Maven and print its path")
     build_p.add_argument("--force", action="store_true", help="rebuild even when the jar is up to date")

@@ -3,8 +3,10 @@
     spark-submit --jars "$(rsm spark jar)" app.py
 
 With the jar on Spark's class path, ``format("kafka-tiered")`` is the columnar scan (Arrow batches straight
-into Spark, column pruning, counts from batch headers); without it, the Python Data Source. The jar is
-compiled from the package's own sources against the installed pyspark's jars (a JDK 17+ is needed once).
+into Spark, column pruning, counts from batch headers); without it, the Python Data Source. An installed
+wheel ships the jar prebuilt (no compiler needed; a pyspark of another Spark line than the one it was built
+for is refused in one line); a checkout compiles it from its sources against the installed pyspark's jars
+(a JDK 17+ is needed once).
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     actions = parser.add_subparsers(dest="spark_action", metavar="ACTION")
     parser.set_defaults(func=lambda _args: (parser.print_help(), 2)[1])
-    p = actions.add_parser("jar", help="print the columnar scan's jar path (building it first if needed)")
+    p = actions.add_parser(
+        "jar",
+        help="print the columnar scan's jar path (the packaged one; in a checkout, built first if needed)",
+    )
     p.add_argument("--no-build", action="store_true", help="fail instead of building a missing jar")
     p.set_defaults(func=_jar)
 
