@@ -20,6 +20,14 @@ A location the topic's record or overlay names that cannot be read (its bucket i
 `rsm.catalog.unreadable`) is one line on stderr for each action, which then exits with status 1: what it
 shows lacks whatever that location holds. `ls` also names each hole of a partition's history
 (`rsm.catalog.holes`), the offsets before its first segment down to the RSM's log-start mark included.
+
+A manifest that cannot be read or names another segment than its key (tampered, truncated) is one line on
+stderr naming the object and what is wrong, and the action goes on with every other segment (`ls` leaves
+that segment out; `du` counts it from the listing as it counts every manifest, and leaves it out of the
+figures it reads from manifests). The exit status stays what it would be without it (0): `du` and `ls`
+are inventories, complete for everything readable and naming what is not, whereas an unreadable location
+(status 1) hides an unknown part of the store. Finding damage is `rsm migrate verify`'s job, and its exit
+status (3) is the one to alert on.
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ from rich.table import Table
 from rsm.api.errors import ConfigException
 from rsm.api.metadata import to_uuid, uuid_to_base64
 from rsm.catalog import TopicCatalog
-from rsm.catalog.segments import CatalogError
+from rsm.catalog.segments import CatalogError, reporting_damage
 from rsm.catalog.unreadable import UnreadableLocation
 from rsm.catalog.usage import topic_usage
 from rsm.cli.console import err_console, out_console
@@ -133,10 +141,14 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         catalog = _catalog(args.config, args)
-        return {"du": _du, "ls": _ls, "locate": _locate}[args.action](catalog, args, out)
+        with reporting_damage() as damaged:
+            status = {"du": _du, "ls": _ls, "locate": _locate}[args.action](catalog, args, out)
     except (CatalogError, ConfigException, ValueError, OSError) as exc:
         err.print(f"rsm store: {escape(str(exc))}")
         return 1
+    for d in damaged:  # the status stands: see the module docstring
+        err.print(f"rsm store: segment left out: {escape(d.problem)}")
+    return status
 
 
 def _topics(catalog: TopicCatalog, topic: str | None) -> list[str]:

@@ -1,7 +1,7 @@
 """Configuration: broker-level `rsm.config.*` defaults, overridden per topic by `unchecked.rsm.*` keys.
 
 Kafka hands the RSM the broker's `rsm.config.*` keys with the prefix stripped (`bucket`, `prefix`,
-`storage.backend`, ...). Seed 004 lets a topic carry unvalidated `unchecked.*` keys and passes the topic's
+`storage.backend`, ...). The RSM's topic configs proposal lets a topic carry unvalidated `unchecked.*` keys and passes the topic's
 LogConfig to every operation, so a topic can choose its own bucket, prefix, encryption, compression and
 chunk size.
 
@@ -13,10 +13,10 @@ copy, a change needs no restart, and a recreated topic does not inherit its pred
 
 Resolution order for a topic-level setting: the topic's LogConfig `unchecked.rsm.<name>` key (when the
 broker passes one, it wins), then the topic's overlay, then the broker's `<name>`, then a built-in default.
-`describe()` answers every effective value with its source, like KIP-525's config sources (seed 003),
+`describe()` answers every effective value with its source, like KIP-525's config sources,
 masking sensitive values.
 
-Record validation (seed 002) is switched on per topic by `record.validation.policy` (or its
+Record validation during offload is switched on per topic by `record.validation.policy` (or its
 `unchecked.record.validation.policy` form, for brokers that reject unknown topic keys); the policy class is
 a broker setting, `record.validation.policy.class.name`.
 """
@@ -172,6 +172,14 @@ SETTINGS: tuple[Setting, ...] = (
         lambda k, v: _size(k, v, MIN_CHUNK_SIZE, MAX_CHUNK_SIZE),
         "original bytes per chunk: the unit of ranged fetches",
         topic=True,
+    ),
+    Setting(
+        "copy.timeout.ms",
+        "240000",
+        lambda k, v: _int(k, v, 1, 3_600_000),
+        "the whole of one segment copy: its uploads and, when it fails, the removal of what it wrote (what "
+        "is left then goes with Kafka's delete of the failed segment, or rsm migrate gc); keep it below "
+        "bridge.request.timeout.ms (300000) so Kafka hears the copy's own error",
     ),
     Setting(
         "cache.manifest.bytes", str(8 << 20), lambda k, v: _size(k, v), "byte bound of the manifest cache"

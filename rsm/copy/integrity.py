@@ -50,6 +50,17 @@ class IntegritySummary:
     def compressed_batch_bytes(self) -> int:
         return sum(self.compressed_bytes_per_chunk)
 
+    def manifest_record(self) -> dict[str, int]:
+        """The manifest's `integrity` block: what readers and `rsm migrate verify` check the segment by."""
+        return {
+            "batches": self.batches,
+            "first_offset": -1 if self.first_offset is None else self.first_offset,
+            "last_offset": -1 if self.last_offset is None else self.last_offset,
+            "max_timestamp_ms": self.max_timestamp_ms,
+            "first_batch_timestamp_ms": self.first_batch_timestamp_ms,
+            "compressed_batch_bytes": self.compressed_batch_bytes,
+        }
+
 
 class SegmentIntegrityVerifier:
     """Streaming batch-by-batch check of a segment; feed bytes in order, then `finish()`.

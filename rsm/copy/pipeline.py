@@ -9,8 +9,9 @@ In order, so that nothing a reader can mistake for a segment reaches the store:
    same segment id (so readers see "missing", never a mix of two attempts), then stream the `.log` object
    chunk by chunk and the `.indexes` object (`rsm.copy.upload`);
 4. write the manifest: the commit point. On failure, every object of the segment is removed (best effort;
-   a write whose answer was lost may have landed) and a `RemoteStorageException` names the topic-partition,
-   the segment and the object;
+   a write whose answer was lost may have landed; within what is left of the copy's budget,
+   `copy.timeout.ms`: `rsm.copy.cleanup`) and a `RemoteStorageException` names the topic-partition, the
+   segment and the object;
 5. failed or not, remove what unfinished writes of the segment's keys left (`rsm.store.debris`): temporary
    files or multipart uploads of this attempt or of an earlier one killed mid-copy.
 
@@ -19,7 +20,6 @@ Memory during a copy is bounded by a few chunks plus the S3 part buffer, whateve
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 import uuid
@@ -30,12 +30,15 @@ from rsm.api.errors import ConfigException
 from rsm.api.metadata import CustomMetadata, IndexType, LogSegmentData, RemoteLogSegmentMetadata
 from rsm.config.kms import is_kms_key
 from rsm.config.overlay import named_buckets
+from rsm.config.settings import TopicSettings
 from rsm.copy.checks import verify_segment
+from rsm.copy.cleanup import remove_failed_copy
 from rsm.copy.downgrade import guard_copy
 from rsm.copy.manifest import Encryption, Manifest, SegmentInfo
 from rsm.copy.transform import SegmentCipher
 from rsm.copy.upload import upload_indexes, upload_log
 from rsm.store import custom_metadata as cm
+from rsm.store.deadlines import Budget, within
 from rsm.store.deletion import sweep_leftovers
 from rsm.store.first_copy import starts_the_log
 from rsm.store.home import data_default
@@ -54,7 +57,19 @@ def copy_segment(
     segment_data: LogSegmentData,
     log_config: Mapping[str, str] | None,
 ) -> CustomMetadata:
-    """Upload a rolled segment and its indexes (see the module docstring); returns where it went."""
+    """Upload a rolled segment and its indexes (see the module docstring); returns where it went. The
+    whole copy, its clean-up on failure included, runs within `copy.timeout.ms` (`rsm.copy.cleanup`)."""
+    seconds = int(state.config.get("copy.timeout.ms")) / 1000  # type: ignore[arg-type]
+    with within(Budget.starting_now(seconds, "copy.timeout.ms")):
+        return _copy(state, metadata, segment_data, log_config)
+
+
+def _copy(
+    state: RsmState,
+    metadata: RemoteLogSegmentMetadata,
+    segment_data: LogSegmentData,
+    log_config: Mapping[str, str] | None,
+) -> CustomMetadata:
     seg = metadata.remote_log_segment_id
     settings = state.settings(log_config, seg.topic_id_partition)
     state.policy_gate.check_copy(
@@ -63,33 +78,9 @@ def copy_segment(
     location = Location(settings.bucket, settings.prefix)
     custom = cm.encode(location)
     keys = SegmentKeys.of(location, metadata)
-    key_id = None
-    if settings.encryption_enabled:
-        key_id = settings.encryption_key_id
-        if state.keyring is None or (
-            not is_kms_key(key_id) and state.keyring.path is None and not state.keyring.key_ids()
-        ):
-            raise ConfigException(
-                f"topic {seg.topic_id_partition.topic} asks for encryption but no keyring is configured "
-                "(encryption.keyring.path) and its key id is not a KMS key (kms:...)"
-            )
-        if not key_id:
-            raise ConfigException(
-                f"topic {seg.topic_id_partition.topic} asks for encryption but no key id is set "
-                "(unchecked.rsm.encryption.key.id, its topic overlay, or encryption.key.id)"
-            )
-        if key_id not in state.keyring:
-            raise ConfigException(
-                f"topic {seg.topic_id_partition.topic}: encryption key id {key_id!r} is not in the keyring"
-            )
-    elif state.config.get("manifest.require.authenticated"):
-        raise ConfigException(
-            f"topic {seg.topic_id_partition.topic} is not encrypted, but manifest.require.authenticated=true "
-            "would refuse to fetch its segments"
-        )
+    key_id = _key_id(state, seg.topic_id_partition.topic, settings)
     # no silent downgrade: the home in use, the topic's past known to it, encryption weakened only on purpose
     guard_copy(state, metadata, segment_data, settings)
-    log_path = segment_data.log_segment
     started = time.monotonic()
 
     # 1. check the whole segment (batches, indexes, the topic's record policy) before anything is uploaded
@@ -109,7 +100,9 @@ def copy_segment(
         state.store.delete(keys.bucket, keys.manifest)
     state.forget(keys)
     try:
-        chunk_index = upload_log(state, metadata, keys, log_path, settings, summary, chunk_crcs, cipher)
+        chunk_index = upload_log(
+            state, metadata, keys, segment_data.log_segment, settings, summary, chunk_crcs, cipher
+        )
         index_entries = upload_indexes(state, metadata, keys, segment_data, settings, cipher)
         manifest = Manifest(
             copy_id=uuid.uuid4().hex,
@@ -124,36 +117,67 @@ def copy_segment(
             encryption=encryption,
             log=chunk_index,
             indexes=index_entries,
-            integrity={
-                "batches": summary.batches,
-                "first_offset": -1 if summary.first_offset is None else summary.first_offset,
-                "last_offset": -1 if summary.last_offset is None else summary.last_offset,
-                "max_timestamp_ms": summary.max_timestamp_ms,
-                "first_batch_timestamp_ms": summary.first_batch_timestamp_ms,
-                "compressed_batch_bytes": summary.compressed_batch_bytes,
-            },
+            integrity=summary.manifest_record(),
             validation=validation,
         )
         with state.errors("manifest write", metadata, keys.bucket, keys.manifest):
             state.store.put(keys.bucket, keys.manifest, manifest.to_bytes(cipher))
-        stored = chunk_index.stored_size + sum(e.stored_size for e in index_entries.values())
     except BaseException:
-        # every key of the segment, the manifest first, whether or not its write seemed to succeed: a PUT
-        # or CompleteMultipartUpload whose answer was lost (a timeout, a reset connection) may have
-        # landed although it failed here. Only this copy writes these keys (Kafka runs one copy of a
-        # segment id at a time), so nothing removed here belongs to anyone else
-        for key in keys.all():
-            with contextlib.suppress(Exception):
-                state.store.delete(keys.bucket, key)
-        sweep_leftovers(state, metadata, keys)
+        remove_failed_copy(state, metadata, keys)  # within what is left of the budget (rsm.copy.cleanup)
         raise
     # a botocore retry of CreateMultipartUpload whose first answer was lost leaves an upload nobody
     # completes, and an earlier attempt killed mid-copy leaves its own: both are this segment's
     sweep_leftovers(state, metadata, keys)
-    elapsed = time.monotonic() - started
+    stored = chunk_index.stored_size + sum(e.stored_size for e in index_entries.values())
+    _say_copied(state, metadata, keys, summary.size, stored, chunk_index.count, time.monotonic() - started,
+                key_id, validation)  # fmt: skip
+    return custom
+
+
+def _key_id(state: RsmState, topic: str, settings: TopicSettings) -> str | None:
+    """The key id wrapping the segment's data key (None: not encrypted); ConfigException when the topic
+    asks for encryption the configuration cannot give, or refuses what it would write."""
+    if not settings.encryption_enabled:
+        if state.config.get("manifest.require.authenticated"):
+            raise ConfigException(
+                f"topic {topic} is not encrypted, but manifest.require.authenticated=true "
+                "would refuse to fetch its segments"
+            )
+        return None
+    key_id = settings.encryption_key_id
+    if state.keyring is None or (
+        not is_kms_key(key_id) and state.keyring.path is None and not state.keyring.key_ids()
+    ):
+        raise ConfigException(
+            f"topic {topic} asks for encryption but no keyring is configured "
+            "(encryption.keyring.path) and its key id is not a KMS key (kms:...)"
+        )
+    if not key_id:
+        raise ConfigException(
+            f"topic {topic} asks for encryption but no key id is set "
+            "(unchecked.rsm.encryption.key.id, its topic overlay, or encryption.key.id)"
+        )
+    if key_id not in state.keyring:
+        raise ConfigException(f"topic {topic}: encryption key id {key_id!r} is not in the keyring")
+    return key_id
+
+
+def _say_copied(
+    state: RsmState,
+    metadata: RemoteLogSegmentMetadata,
+    keys: SegmentKeys,
+    size: int,
+    stored: int,
+    chunks: int,
+    elapsed: float,
+    key_id: str | None,
+    validation: Mapping[str, object] | None,
+) -> None:
+    """The copy's metrics and its one line, the same fields as the delete's, to search for (never one per
+    fetch at INFO)."""
+    seg = metadata.remote_log_segment_id
     tip = seg.topic_id_partition
-    state.metrics.copied(tip.topic, tip.partition, summary.size, stored, 3, elapsed)
-    # one line per copy, the same fields as the delete's, to search for (never one per fetch at INFO)
+    state.metrics.copied(tip.topic, tip.partition, size, stored, 3, elapsed)
     log.info(
         "copied segment topic=%s partition=%d segment=%s offsets=%d..%d bytes=%d stored_bytes=%d "
         "chunks=%d time_ms=%d location=%s key_id=%s%s",
@@ -162,9 +186,9 @@ def copy_segment(
         seg.id_base64,
         metadata.start_offset,
         metadata.end_offset,
-        summary.size,
+        size,
         stored,
-        chunk_index.count,
+        chunks,
         round(elapsed * 1000),
         state.store.describe(keys.bucket, keys.stem),
         key_id or "-",
@@ -172,7 +196,6 @@ def copy_segment(
         if validation is None
         else f" validated_records={validation['records']} violations={validation['violation_count']}",
     )
-    return custom
 
 
 def _record_location(

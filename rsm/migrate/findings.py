@@ -7,7 +7,8 @@ histories its segments make (`rsm.catalog.holes`: offsets no segment holds betwe
 the first one down to the log start the RSM's deletes recorded) and asks the catalog for the locations the
 topic's record or overlay names that it cannot read (`rsm.catalog.unreadable`). Each is one of verify's
 problems (`kind` `hole` or `unreadable-location`, with the offsets or the location as fields of their
-own), so the run reports `ok: false` and exits with status 3.
+own), so the run reports `ok: false` and exits with status 3. So is a manifest the listing cannot read or
+match to its key (`corrupt`, `damaged_manifests`): the other segments are verified all the same.
 """
 
 from __future__ import annotations
@@ -18,10 +19,21 @@ from typing import Any
 
 from rsm.api.metadata import uuid_to_base64
 from rsm.catalog import TopicCatalog, resolve_history
-from rsm.catalog.segments import StoredSegment
+from rsm.catalog.segments import DamagedManifest, StoredSegment
 
 HOLE = "hole"
 UNREADABLE = "unreadable-location"
+CORRUPT = "corrupt"
+
+
+def damaged_manifests(damaged: Iterable[DamagedManifest]) -> list[dict[str, Any]]:
+    """Verify's problem rows (`corrupt`) for the manifests the plan's listing could not read or match to
+    their keys (`rsm.catalog.segments.reporting_damage`): each is one problem, and the run goes on to
+    verify the other segments."""
+    return [
+        {"kind": CORRUPT, "segment": d.object.rpartition("/")[2], "object": d.object, "detail": d.problem}
+        for d in damaged
+    ]
 
 
 def store_problems(

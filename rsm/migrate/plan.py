@@ -25,9 +25,9 @@ from typing import Any
 
 from rsm.api.metadata import uuid_to_base64
 from rsm.catalog import TopicCatalog
-from rsm.catalog.segments import StoredSegment, list_segments
+from rsm.catalog.segments import StoredSegment, list_segments, reporting_damage
 from rsm.config.settings import RsmConfig, TopicSettings
-from rsm.migrate.findings import store_problems
+from rsm.migrate.findings import damaged_manifests, store_problems
 from rsm.store.forward import FORWARD_SUFFIX, SegmentRef
 from rsm.store.layout import Location
 
@@ -294,8 +294,9 @@ def plan_verify(
     locations that cannot be read go to the plan's `findings`, and to ``findings`` when given (the
     caller's plan of several topics: `rsm.migrate.findings`)."""
     plan = Plan("verify", topic, uuid_to_base64(topic_id), params={"deep": deep})
-    listed = segments(catalog, topic, topic_id, partitions)
-    plan.findings = store_problems(catalog, topic, topic_id, listed)
+    with reporting_damage() as damaged:  # a damaged manifest is one problem, not the end of the run
+        listed = segments(catalog, topic, topic_id, partitions)
+    plan.findings = damaged_manifests(damaged) + store_problems(catalog, topic, topic_id, listed)
     if findings is not None:
         findings += plan.findings
     for seg in listed:

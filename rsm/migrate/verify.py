@@ -23,6 +23,9 @@ Also reported, from the catalog rather than per segment, when verify is planned 
 the holes of each verified partition's history and every location the topic's record or overlay names
 that cannot be read: a verify that saw fewer segments than the topic has must not call the topic sound.
 
+A manifest the plan's listing cannot read, or that names another segment than its key, is one `corrupt`
+problem of the run (naming the object and what is wrong); the other segments are verified all the same.
+
 Also reported: `retiring` for copies still under a key id given with `--retire` (so it can leave the
 keyring), and orphans (`rsm.migrate.gc`) of the verified topic's locations, those younger than the grace
 period as `recent` (possibly in flight), which do not fail the run. Each item's outcome is recorded in the

@@ -18,6 +18,7 @@ child drops its copy of the pool (`os.register_at_fork`) and starts its own on f
 
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -61,7 +62,8 @@ def map_concurrently(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
     if len(items) <= 1:
         return [fn(x) for x in items]
     pool = shared_pool()
-    futures: list[Future[R]] = [pool.submit(fn, x) for x in items]
+    # each task in a copy of the caller's context (its store budget, `rsm.catalog.segments`' damage log)
+    futures: list[Future[R]] = [pool.submit(contextvars.copy_context().run, fn, x) for x in items]
     out: list[R] = []
     try:
         for x, future in zip(items, futures, strict=True):

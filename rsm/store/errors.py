@@ -55,8 +55,13 @@ class StoreErrors:
             raise RemoteResourceNotFoundException(f"{where}: not found") from None
         if isinstance(exc, (TransformError, ManifestError)):
             raise RemoteStorageException(f"{where}: {exc}") from None
-        # every other storage failure becomes Kafka's exception too
-        raise RemoteStorageException(f"{where}: {type(exc).__name__}: {safe_message(exc)}") from exc
+        # every other storage failure becomes Kafka's exception too; on a cloud, after the attempts its
+        # setting allows (a timeout names its own setting already; a refusal is not tried again)
+        tried = ""
+        if self._store.request_timeout is not None and not isinstance(exc, (TimeoutError, PermissionError)):
+            cloud = self._store.backend.value
+            tried = f" (after up to {self._store.attempts} attempt(s): storage.{cloud}.retry.max.attempts)"
+        raise RemoteStorageException(f"{where}: {type(exc).__name__}: {safe_message(exc)}{tried}") from exc
 
     def _no_bucket(self) -> bool:
         """Whether the cloud says the bucket does not exist (False when it is there, or cannot be asked)."""

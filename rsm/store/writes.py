@@ -3,6 +3,7 @@ background writer that overlaps an upload with the caller's next chunk."""
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import re
 import threading
@@ -111,7 +112,9 @@ class BackgroundWriter:
         self._queue: queue.Queue[object] = queue.Queue(maxsize=depth)
         self._error: BaseException | None = None
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="rsm-upload", daemon=True)
+        # the caller's context: its operation's budget bounds the uploads too (`rsm.store.deadlines`)
+        context = contextvars.copy_context()
+        self._thread = threading.Thread(target=context.run, args=(self._run,), name="rsm-upload", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:

@@ -25,6 +25,12 @@ stalls.
 `fail_next(kind, method, suffix, times)` scripts faults on top of the schedule: the next ``times``
 requests of ``method`` whose path ends with ``suffix`` meet ``kind`` (a targeted test).
 
+`black_hole(methods)` swallows every request of those methods from then on: read, never forwarded, never
+answered, the connection held open (a firewall dropping packets, an endpoint that stopped answering
+writes), or from the first request of a method and path suffix on (`starting_at`: the data upload, so
+the clean-up after it meets the hole too); `lift_black_hole()` closes the held connections without an answer (what was swallowed never
+reaches the endpoint) and lets requests through again. Each swallowed request counts as a `black_hole`.
+
 `stats` counts requests, faults by kind and the retries seen: a request identical (method, path, query,
 Range) to one that met a fault and has not been sent again yet.
 """
@@ -166,6 +172,9 @@ class FaultProxy:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._passing = threading.Event()
+        self._holed: frozenset[str] = frozenset()  # methods the black hole swallows
+        self._lifted = threading.Event()
+        self._hole_start: tuple[str, str] | None = None  # the request that opens the black hole
         self._sock: socket.socket | None = None
         self._conns: set[socket.socket] = set()
         self.port = 0
@@ -191,6 +200,47 @@ class FaultProxy:
         with self._lock:
             forward = forward or kind in ("reset_after", "truncate", "stall_body")
             self._scripted += [(method, suffix, Fault(kind, forward))] * times
+
+    def drop_scripted(self) -> None:
+        """Forget the scripted faults not met yet (a request retried fewer times than scripted)."""
+        with self._lock:
+            self._scripted.clear()
+
+    def black_hole(
+        self,
+        methods: tuple[str, ...] = ("PUT", "POST", "DELETE", "PATCH"),
+        starting_at: tuple[str, str] | None = None,
+    ) -> None:
+        """From now on requests of ``methods`` are swallowed (see the module); with ``starting_at``
+        (method, path suffix), from the first such request on (it is swallowed too)."""
+        with self._lock:
+            self._lifted.clear()
+            self._holed = frozenset(methods)
+            self._hole_start = starting_at
+
+    def lift_black_hole(self) -> None:
+        """Close the swallowed requests' connections unanswered; requests pass again."""
+        with self._lock:
+            self._holed = frozenset()
+            self._hole_start = None
+            self._lifted.set()
+
+    def _swallowed(self, request: _Request) -> bool:
+        """Whether the black hole takes ``request``; if so, wait until it is lifted (or the proxy stops)."""
+        with self._lock:
+            if request.method not in self._holed:
+                return False
+            if self._hole_start is not None:
+                method, suffix = self._hole_start
+                if request.method != method or not urlsplit(request.target).path.endswith(suffix):
+                    return False
+                self._hole_start = None  # the hole is open from here on
+            self.stats.requests += 1
+            self.stats.faults["black_hole"] += 1
+            self.log.append((request.method, request.target, "black_hole"))
+        while not (self._lifted.is_set() or self._stop.is_set()):
+            self._lifted.wait(0.2)
+        return True
 
     def stop(self) -> None:
         self._stop.set()
@@ -228,7 +278,7 @@ class FaultProxy:
         try:
             while not self._stop.is_set():
                 request = self._read_request(conn, reader)
-                if request is None:
+                if request is None or self._swallowed(request):
                     return
                 fault = self._decide(request)
                 if fault.kind is None or fault.forward:
