@@ -421,3 +421,21 @@ def stream_partitions(
             ranges.append(pr)
         tails += tail
     return tails + list(planner.plan(ranges, PushedFilters())), current
+
+
+def stream_target(planner: Planner) -> dict[Key, int]:
+    """Trigger.AvailableNow's end (`TieredStreamReader.prepareForTriggerAvailableNow`): the brokers' latest
+    of every partition they have, the store's end of those only the store holds. No data-loss check here:
+    the micro-batches that read up to it check what they read."""
+    query = HybridQuery(planner, PushedFilters())
+    try:
+        latest = query.latest()
+        out: dict[Key, int] = {}
+        for k, split in query.splits.items():
+            if k in latest:
+                out[k] = latest[k]
+            elif split.store is not None and (found := planner.bounds(split.store)) is not None:
+                out[k] = found[1]
+        return out
+    finally:
+        query.close()

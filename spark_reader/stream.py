@@ -13,6 +13,11 @@ micro-batch reads what the store holds of its range from the store, the rest fro
 catches up at store speed, then follows the topic live, and segments tiered meanwhile are read from the
 store by later micro-batches.
 
+`Trigger.AvailableNow` (PySpark 4.2+, `SupportsTriggerAvailableNow`): the query's end is each partition's
+latest offset when it starts (the brokers' with `kafka.bootstrap.servers`), reached in micro-batches of
+`maxOffsetsPerTrigger`; records that arrive meanwhile are left to the next run. An older PySpark runs it
+as one micro-batch, without a limit (`spark_reader.streaming_api` says what each line lacks).
+
 A trigger plans from the previous batch's end (issue 27): the reader remembers, per partition, a base
 offset at or before the offset it planned up to, and the next trigger lists that partition's keys from
 there on (plus its first copies, for 'earliest') and reads only the manifests of what follows; so its
@@ -31,7 +36,6 @@ from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
 from spark_reader.errors import one_line_errors
 from spark_reader.filters import PushedFilters
@@ -39,6 +43,13 @@ from spark_reader.offsets import Kind, Position, from_stream_offset, starting_sp
 from spark_reader.options import SourceOptions
 from spark_reader.partition_reader import read_partition
 from spark_reader.planning import Planner
+from spark_reader.streaming_api import (
+    AVAILABLE_NOW_BASES,
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    note_missing,
+)
 from spark_reader.topics import SelectedPartition
 
 log = logging.getLogger(__name__)
@@ -46,9 +57,15 @@ log = logging.getLogger(__name__)
 Offsets = dict[tuple[str, int], int]
 
 
-class TieredStreamReader(DataSourceStreamReader):
+class TieredStreamReader(DataSourceStreamReader, *AVAILABLE_NOW_BASES):
+    """The stream reader; with PySpark 4.2+ also `SupportsTriggerAvailableNow` (`spark_reader.streaming_api`)."""
+
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
+        # Trigger.AvailableNow: each partition's latest offset when the query started (none: follow the topic)
+        self._target: Offsets | None = None
+        # the end of the last micro-batch planned: the start when Spark asks latestOffset() without one
+        self._last_end: Offsets = {}
         # (topic, partition) -> (a listed base offset, the offset it is at or before): where the next
         # trigger's listing of the partition may start (see the module docstring)
         self._listed_from: dict[tuple[str, int], tuple[int, int]] = {}
@@ -129,6 +146,7 @@ class TieredStreamReader(DataSourceStreamReader):
                 found = self._first_offset_at(planner, sp, pos.value)
                 offsets[key] = latest if found is None else found
         self._remember(current, offsets)
+        self._last_end = dict(offsets)
         return to_stream_offset(offsets)
 
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
@@ -137,20 +155,15 @@ class TieredStreamReader(DataSourceStreamReader):
         return ReadAllAvailable()
 
     @one_line_errors
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:  # noqa: N802
-        begin = from_stream_offset(start) if start else {}
-        latest: Offsets = {}
-        if self.opts.bootstrap_servers:
-            from spark_reader.hybrid import stream_latest
-
-            planner = self._planner()
-            latest, begin, current = stream_latest(planner, begin, self._after(begin))
-        else:
-            planner, current = self._partitions(begin)
-            for key, sp in current.items():
-                earliest, last = self._bounds(planner, sp)
-                latest[key] = max(last, begin.get(key, earliest))
-                begin.setdefault(key, earliest)
+    def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:  # noqa: N802
+        """The end of the next micro-batch. PySpark before 4.2 calls this without a start or a limit
+        (`spark_reader.streaming_api`): the start is then where the last micro-batch planned ended."""
+        if start is None:  # Spark's streaming worker, once per query (Spark plans elsewhere too)
+            note_missing(bool(self.opts.max_offsets_per_trigger))
+        begin = from_stream_offset(start) if start else dict(self._last_end)
+        latest, begin, current = self._latest(begin)
+        if self._target is not None:  # Trigger.AvailableNow: nothing past the end when the query started
+            latest = {k: max(begin[k], min(v, self._target.get(k, begin[k]))) for k, v in latest.items()}
         if isinstance(limit, ReadMaxRows):
             latest = rate_limit(begin, latest, limit.max_rows)
         # partitions that left the store keep their last offset (nothing more to read there)
@@ -158,6 +171,35 @@ class TieredStreamReader(DataSourceStreamReader):
             latest.setdefault(key, offset)
         self._remember(current, begin)
         return to_stream_offset(latest)
+
+    def _latest(self, begin: Offsets) -> tuple[Offsets, Offsets, dict[tuple[str, int], SelectedPartition]]:
+        """(each partition's latest offset, `begin` completed with new partitions' earliest, the store's
+        partitions): the brokers' latest with `kafka.bootstrap.servers`, else the store's."""
+        if self.opts.bootstrap_servers:
+            from spark_reader.hybrid import stream_latest
+
+            return stream_latest(self._planner(), begin, self._after(begin))
+        planner, current = self._partitions(begin)
+        begin, latest = dict(begin), {}
+        for key, sp in current.items():
+            earliest, last = self._bounds(planner, sp)
+            latest[key] = max(last, begin.get(key, earliest))
+            begin.setdefault(key, earliest)
+        return latest, begin, current
+
+    @one_line_errors
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - Spark's name (PySpark 4.2+)
+        """Trigger.AvailableNow: fix the query's end, each partition's latest offset now. latestOffset never
+        goes past it (a partition that appears later stays at its start), so the query runs micro-batches
+        of maxOffsetsPerTrigger up to it and stops there, as Spark's Kafka source does."""
+        if self.opts.bootstrap_servers:
+            from spark_reader.hybrid import stream_target
+
+            self._target = stream_target(self._planner())
+        else:
+            planner, current = self._partitions()
+            self._target = {key: self._bounds(planner, sp)[1] for key, sp in current.items()}
+        log.info("kafka-tiered: Trigger.AvailableNow reads up to %s", to_stream_offset(self._target))
 
     @one_line_errors
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
@@ -168,6 +210,7 @@ class TieredStreamReader(DataSourceStreamReader):
             planner = self._planner()
             parts, current = stream_partitions(planner, begin, finish, self._after(begin))
             self._remember(current, finish)
+            self._last_end = dict(finish)
             return parts
         planner, current = self._partitions(begin)
         ranges = []
@@ -187,6 +230,7 @@ class TieredStreamReader(DataSourceStreamReader):
                 ranges.append(pr)
         parts = planner.plan(ranges, PushedFilters())
         self._remember(current, finish)  # the next batch starts where this one ends
+        self._last_end = dict(finish)
         return parts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

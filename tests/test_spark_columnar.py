@@ -169,8 +169,8 @@ def test_a_dataframe_queried_again_plans_afresh(both, store) -> None:  # noqa: A
 
 def test_available_now_honours_max_offsets_per_trigger(both, tmp_path: Path) -> None:  # noqa: ANN001
     """A backfill with Trigger.AvailableNow runs in micro-batches of maxOffsetsPerTrigger on the columnar
-    scan (SupportsTriggerAvailableNow) and stops at the end it saw when it started; the rows are the same
-    on both paths (the Python API runs it as one micro-batch)."""
+    scan and on the Python Data Source (both SupportsTriggerAvailableNow) and stops at the end it saw when
+    it started; the rows and the micro-batches are the same on both paths."""
     from harness.spark import use_path
 
     rsm = RemoteStorageManager()
@@ -200,8 +200,7 @@ def test_available_now_honours_max_offsets_per_trigger(both, tmp_path: Path) -> 
         written[path] = sorted(tuple(r) for r in both.read.parquet(str(out)).collect())
     assert written["python"] == written["columnar"]
     assert [w[0] for w in written["columnar"]] == list(range(300))
-    assert batches["columnar"] == [70, 70, 70, 70, 20], batches
-    assert batches["python"] == [300], batches  # Spark's Python API: one micro-batch, whatever the limit
+    assert batches["columnar"] == batches["python"] == [70, 70, 70, 70, 20], batches
 
 
 def test_violations_and_corrupt_data_are_the_same_on_both_paths(both, tmp_path: Path) -> None:  # noqa: ANN001

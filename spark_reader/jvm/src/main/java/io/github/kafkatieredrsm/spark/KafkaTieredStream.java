@@ -14,9 +14,11 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 /**
  * Micro-batches over what the RSM keeps tiering: every offset decision is {@code TieredStreamReader}'s
  * (the Python Data Source's stream reader), so the checkpoint holds the same offsets JSON on both paths.
- * Added here: {@code Trigger.AvailableNow} honouring {@code maxOffsetsPerTrigger}. The Python API runs
- * such a backfill as one micro-batch; this stream fixes the end when the trigger starts (the latest
- * offsets then) and walks to it in rate-limited micro-batches, as Spark's Kafka source does.
+ * Added here: {@code Trigger.AvailableNow} honouring {@code maxOffsetsPerTrigger}: this stream fixes the
+ * end when the trigger starts (the latest offsets then) and walks to it in rate-limited micro-batches, as
+ * Spark's Kafka source does. Spark's JVM interfaces for it are older than every PySpark line the reader
+ * supports, so this holds on PySpark 4.1 too, where the Python Data Source runs such a backfill as one
+ * micro-batch (its SupportsTriggerAvailableNow came with PySpark 4.2).
  */
 final class KafkaTieredStream implements MicroBatchStream, SupportsTriggerAvailableNow {
   private final CaseInsensitiveStringMap options;
