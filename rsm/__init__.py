@@ -1,6 +1,6 @@
 """A tiered-storage RemoteStorageManager for Apache Kafka, in Python.
 
-The public API mirrors Kafka's Java `RemoteStorageManager` in snake_case, extended as seed 004 proposes so
+The public API mirrors Kafka's Java `RemoteStorageManager` in snake_case, extended as the RSM's topic configs proposal does so
 every operation receives the topic's `LogConfig` (whose `unchecked.rsm.*` keys pick bucket, prefix,
 encryption, compression and chunk size per topic).
 """

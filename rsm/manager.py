@@ -1,6 +1,6 @@
 """The RemoteStorageManager: Kafka's contract (configure, copy, fetch, fetch index, delete, close).
 
-The interface is Kafka's `RemoteStorageManager` in snake_case with seed 004's extension: every operation
+The interface is Kafka's `RemoteStorageManager` in snake_case with the topic configs extension: every operation
 receives the topic's LogConfig, whose `unchecked.rsm.*` keys choose bucket, prefix, encryption,
 compression and chunk size (see `rsm.config.settings`).
 

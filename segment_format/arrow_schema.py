@@ -5,7 +5,7 @@ holds the record (what a reader needs to filter control records, aborted transac
 Control records are rows too (``is_control`` True) so callers decide whether to drop them.
 
 Why these types: ``binary`` / ``string`` with 32-bit offsets, not the ``large_`` variants, because
-Spark's Arrow reader wants exactly ``binary`` (see DESIGN.md), so a decoder splits its output into
+Spark's Arrow reader wants exactly ``binary`` (its Arrow-to-Spark type mapping), so a decoder splits its output into
 several record batches before any column passes 2 GiB. Timestamps stay Kafka's int64 milliseconds;
 the Spark reader converts to ``timestamp('us', tz='UTC')`` itself.
 """

@@ -1,6 +1,6 @@
 """A segment's ``.index`` and ``.timeindex`` checked against its batches, batch by batch in file order.
 
-What Kafka's own indexes of a closed segment always satisfy (FORMATS.md, ``segment_format.indexes``), so
+What Kafka's own indexes of a closed segment always satisfy (``segment_format.indexes`` builds them alike), so
 anything else is a damaged index that would send readers to the wrong place:
 
 * offset index: entries are well formed (size a multiple of 8, offsets strictly increasing, positions

@@ -199,69 +199,9 @@ def _load_properties(path: str) -> dict[str, str]:
 def parse_options(raw: Mapping[str, str]) -> SourceOptions:
     """Check every option and parse the ones this source uses; OptionError names the first bad one."""
     opts = {str(k).lower(): str(v) for k, v in raw.items()}
-    rsm: dict[str, str] = {}
-    if "rsm.properties" in opts:
-        rsm.update(_load_properties(opts["rsm.properties"]))
-    for key, value in opts.items():
-        name = key[len(BROKER_PREFIX) :] if key.startswith(BROKER_PREFIX) else key
-        if name in SETTINGS_BY_NAME or name.startswith("bridge.") and key.startswith(BROKER_PREFIX):
-            rsm[name] = value
-        elif (
-            key.startswith("kafka.")
-            and key != ISOLATION
-            and difflib.get_close_matches(key, [ISOLATION], 1, 0.85)
-        ):
-            # the one kafka.* option that means something here: a typo must not read uncommitted data
-            raise OptionError(f"unknown option {key!r} for format kafka-tiered: did you mean {ISOLATION}?")
-        elif key.startswith("kafka.") or key in IGNORED_SPARK_OPTIONS or key in SPARK_OPTIONS:
-            continue
-        elif key not in OWN_OPTIONS:
-            raise OptionError(unknown_option(key))
-    rsm = {k: v for k, v in rsm.items() if not k.startswith("bridge.")}
-    if not rsm:
-        raise OptionError(
-            "no store given: set the option rsm.properties (the broker's server.properties or an "
-            "rsm.properties file) or the store keys (storage.backend with storage.file.root, or "
-            "storage.backend=s3 with bucket and storage.s3.*)"
-        )
-    unknown = sorted(k for k in rsm if k not in SETTINGS_BY_NAME)
-    if unknown and len(unknown) == len(rsm):
-        raise OptionError(
-            f"option rsm.properties: {opts['rsm.properties']} names no store: it has neither rsm.config.* keys "
-            "(a broker's server.properties) nor RSM keys such as storage.backend (an rsm.properties)"
-        )
-    if unknown:  # only a properties file can bring one: an option with an unknown name is refused above
-        raise OptionError(f"in rsm.properties {opts['rsm.properties']}: " + unknown_option(unknown[0]))
-
-    selectors = [k for k in ("subscribe", "subscribepattern", "assign") if k in opts]
-    if len(selectors) != 1:
-        raise OptionError(
-            "exactly one of the options subscribe, subscribePattern, assign must be given"
-            + (f" (got {', '.join(selectors)})" if selectors else "")
-        )
-    subscribe = None
-    if "subscribe" in opts:
-        subscribe = tuple(t.strip() for t in opts["subscribe"].split(",") if t.strip())
-        if not subscribe:
-            raise OptionError("option subscribe names no topic")
-    isolation = opts.get("kafka.isolation.level", "read_uncommitted").strip().lower()
-    try:
-        isolation_level = IsolationLevel(isolation)
-    except ValueError:
-        raise OptionError(
-            f"option kafka.isolation.level must be read_uncommitted or read_committed, got {isolation!r}"
-        ) from None
-    try:
-        violations = Violations(opts.get("violations", "include").strip().lower())
-    except ValueError:
-        raise OptionError(
-            f"option violations must be include, drop or flag, got {opts['violations']!r}"
-        ) from None
-    strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
-    if strategy not in ("error", "latest"):
-        raise OptionError(
-            f"option startingOffsetsByTimestampStrategy must be error or latest, got {strategy!r}"
-        )
+    rsm = _store_configs(opts)
+    subscribe = _subscribe(opts)
+    isolation_level, violations, strategy = _choices(opts)
     parsed = SourceOptions(
         subscribe=subscribe,
         subscribe_pattern=opts.get("subscribepattern"),
@@ -305,3 +245,83 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
         )
     parsed.rsm_config()  # refuse a bad store option on the driver, before any task
     return parsed
+
+
+def _store_configs(opts: Mapping[str, str]) -> dict[str, str]:
+    """The RSM keys the options give (``rsm.properties``'s file, then store keys and ``rsm.config.*``
+    ones), after refusing every option this source does not know; OptionError when they name no store."""
+    rsm: dict[str, str] = {}
+    if "rsm.properties" in opts:
+        rsm.update(_load_properties(opts["rsm.properties"]))
+    for key, value in opts.items():
+        name = key[len(BROKER_PREFIX) :] if key.startswith(BROKER_PREFIX) else key
+        if name in SETTINGS_BY_NAME or name.startswith("bridge.") and key.startswith(BROKER_PREFIX):
+            rsm[name] = value
+        elif (
+            key.startswith("kafka.")
+            and key != ISOLATION
+            and difflib.get_close_matches(key, [ISOLATION], 1, 0.85)
+        ):
+            # the one kafka.* option that means something here: a typo must not read uncommitted data
+            raise OptionError(f"unknown option {key!r} for format kafka-tiered: did you mean {ISOLATION}?")
+        elif key.startswith("kafka.") or key in IGNORED_SPARK_OPTIONS or key in SPARK_OPTIONS:
+            continue
+        elif key not in OWN_OPTIONS:
+            raise OptionError(unknown_option(key))
+    rsm = {k: v for k, v in rsm.items() if not k.startswith("bridge.")}
+    if not rsm:
+        raise OptionError(
+            "no store given: set the option rsm.properties (the broker's server.properties or an "
+            "rsm.properties file) or the store keys (storage.backend with storage.file.root, or "
+            "storage.backend=s3 with bucket and storage.s3.*)"
+        )
+    unknown = sorted(k for k in rsm if k not in SETTINGS_BY_NAME)
+    if unknown and len(unknown) == len(rsm):
+        raise OptionError(
+            f"option rsm.properties: {opts['rsm.properties']} names no store: it has neither rsm.config.* keys "
+            "(a broker's server.properties) nor RSM keys such as storage.backend (an rsm.properties)"
+        )
+    if unknown:  # only a properties file can bring one: an option with an unknown name is refused above
+        raise OptionError(f"in rsm.properties {opts['rsm.properties']}: " + unknown_option(unknown[0]))
+    return rsm
+
+
+def _subscribe(opts: Mapping[str, str]) -> tuple[str, ...] | None:
+    """The topics of ``subscribe`` (None with ``subscribePattern`` or ``assign``), exactly one of the three
+    given."""
+    selectors = [k for k in ("subscribe", "subscribepattern", "assign") if k in opts]
+    if len(selectors) != 1:
+        raise OptionError(
+            "exactly one of the options subscribe, subscribePattern, assign must be given"
+            + (f" (got {', '.join(selectors)})" if selectors else "")
+        )
+    subscribe = None
+    if "subscribe" in opts:
+        subscribe = tuple(t.strip() for t in opts["subscribe"].split(",") if t.strip())
+        if not subscribe:
+            raise OptionError("option subscribe names no topic")
+    return subscribe
+
+
+def _choices(opts: Mapping[str, str]) -> tuple[IsolationLevel, Violations, str]:
+    """The options that pick one of a few values: the isolation level, what to do with violations, the
+    strategy for a starting timestamp past a partition's records."""
+    isolation = opts.get("kafka.isolation.level", "read_uncommitted").strip().lower()
+    try:
+        isolation_level = IsolationLevel(isolation)
+    except ValueError:
+        raise OptionError(
+            f"option kafka.isolation.level must be read_uncommitted or read_committed, got {isolation!r}"
+        ) from None
+    try:
+        violations = Violations(opts.get("violations", "include").strip().lower())
+    except ValueError:
+        raise OptionError(
+            f"option violations must be include, drop or flag, got {opts['violations']!r}"
+        ) from None
+    strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
+    if strategy not in ("error", "latest"):
+        raise OptionError(
+            f"option startingOffsetsByTimestampStrategy must be error or latest, got {strategy!r}"
+        )
+    return isolation_level, violations, strategy

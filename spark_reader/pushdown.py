@@ -16,7 +16,9 @@ and that says enough:
 - anyone else (a caller of `DataSource.reader()` outside Spark) gets the filtering reader.
 
 Should a later Spark rename its workers, the pushdown worker is the one matched by name and any other
-Spark worker gets the plain reader, which is correct in every session.
+Spark worker gets the plain reader, which is correct in every session. The callers are found through the
+interpreter's public frame API (`inspect.currentframe`); the worker module names are Spark's internals,
+listed in docs/INTERNALS.md and checked against the installed PySpark by tests/test_internals.py.
 
 Why the setting stays the user's (`spark_reader.register` leaves it alone): Spark 4.3.0 stores the plan
 that filter pushdown returns (partitions and read function) on the loaded DataFrame's data source, and a
@@ -29,7 +31,7 @@ query (a temporary view over one DataFrame is one DataFrame too).
 
 from __future__ import annotations
 
-import sys
+import inspect
 from enum import Enum
 
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
@@ -50,10 +52,9 @@ class ReaderKind(Enum):
 
 def reader_kind(depth: int = 2) -> ReaderKind:
     """The reader the caller `depth` frames up (and its callers) can take (see the module docstring)."""
-    try:
-        frame = sys._getframe(depth)
-    except ValueError:
-        return ReaderKind.FILTERING
+    frame = inspect.currentframe()  # None on an interpreter without frames: the filtering reader
+    for _ in range(depth):
+        frame = frame.f_back if frame is not None else None
     for _ in range(MAX_DEPTH):
         if frame is None:
             break

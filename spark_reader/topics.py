@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from rsm.api.metadata import to_uuid, uuid_to_base64
-from rsm.catalog import PartitionHistory, TopicCatalog, TopicNotFound
-from rsm.catalog.ranged import EpochCache, RangedHistory
+from rsm.catalog import History, TopicCatalog, TopicNotFound
+from rsm.catalog.ranged import EpochCache
 from rsm.catalog.segments import CatalogError, map_concurrently
 from spark_reader.errors import ReaderError
 from spark_reader.filters import Bound
@@ -32,7 +32,7 @@ class SelectedPartition:
 
     topic: str
     topic_id: uuid.UUID
-    history: PartitionHistory | RangedHistory
+    history: History
     recorded_start: int | None = None  # the log start the RSM's deletes reached (`rsm.store.log_starts`)
     looked_in: str = ""  # where the catalog looked, for messages about holes
 

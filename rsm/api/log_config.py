@@ -1,4 +1,4 @@
-"""The topic configuration Kafka passes to every RSM operation (seed 004, KIP "topic configs for the RSM").
+"""The topic configuration Kafka passes to every RSM operation (the KIP "topic configs for the RSM").
 
 Kafka's `LogConfig` gains `uncheckedConfigs()`: the topic's keys prefixed `unchecked.`, stored by the
 controller without validation so a plugin can define its own per-topic settings. Here a `LogConfig` is an

@@ -41,15 +41,11 @@ from rsm.bridge.protocol import (
     DEFAULT_DATA_FRAME_BYTES,
     MAX_DATA_FRAME_BYTES,
     MIN_DATA_FRAME_BYTES,
-    BridgeError,
-    ConnectionClosed,
     ErrorCode,
-    FrameTooLarge,
     FrameType,
     Op,
-    ProtocolError,
-    ReceiveTimeout,
 )
+from rsm.bridge.session import SERVER_NAME, ConnectionSession
 from rsm.config.properties import load_properties, mask_configs, split_rsm_configs
 from rsm.processes import pid_alive
 from rsm.store.objects import ObjectStore
@@ -69,7 +65,6 @@ __all__ = [
     "tune_allocator",
 ]
 
-SERVER_NAME = "rsm-bridge-python/0.1.0"
 DEFAULT_INITIAL_FRAME_BYTES = 256 * 1024
 DEFAULT_SEND_BUFFER_BYTES = 1024 * 1024  # the first MiB of a fetch goes out without waiting for the reader
 HEAP_TRIM_QUIET_S = 1.0  # no request for this long after some: the heap's free memory goes back (trim_heap)
@@ -314,7 +309,7 @@ class BridgeServer:
                 with contextlib.suppress(OSError):
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer_bytes)
             conn = Connection(sock=sock, peer=f"fd{sock.fileno()}")
-            thread = threading.Thread(target=self._serve_connection, args=(conn,), daemon=True)
+            thread = threading.Thread(target=ConnectionSession(self, conn).run, daemon=True)
             conn.thread = thread
             with self._conns_lock:
                 self._conns.add(conn)
@@ -374,165 +369,23 @@ class BridgeServer:
         with contextlib.suppress(OSError):
             conn.sock.shutdown(socket.SHUT_RDWR)
 
-    # -- connection loop --------------------------------------------------------------------------
+    # -- requests (a connection's session, its handshake and frames: rsm.bridge.session) -----------
 
-    def _serve_connection(self, conn: Connection) -> None:
-        sock = conn.sock
-        try:
-            hello = self._receive_hello(conn)
-            if hello is None:
-                return
-            if hello.type != FrameType.HELLO:
-                self.send_error(
-                    conn, hello.request_id, ErrorCode.VERSION_MISMATCH, "first frame must be HELLO"
-                )
-                return
-            try:
-                version = protocol.negotiate_version(hello.header)
-            except BridgeError as exc:
-                self.send_error(conn, 0, exc.code, exc.message)
-                return
-            conn.peer = str(hello.header.get("client", conn.peer))
-            answer: dict[str, Any] = {
-                "magic": protocol.MAGIC,
-                "version": version,
-                "server": SERVER_NAME,
-                "ops": self.ops,
-                "max_frame_bytes": protocol.MAX_FRAME_BYTES,
-                "data_frame_bytes": self.frame_bytes,
-                "pid": os.getpid(),
-                # a client pooling connections retires idle ones before this (0: never closed when idle)
-                "idle_timeout_ms": round(self.limits.idle_timeout_s * 1000),
-            }
-            offered = hello.header.get("capabilities")
-            if self.shm_enabled and isinstance(offered, list) and protocol.CAP_SHM in offered:
-                try:
-                    conn.ring = shm.ShmRing.create(self.shm_dir, self.shm_slots, self.shm_slot_bytes)
-                except (OSError, ValueError) as exc:
-                    log.warning(
-                        "no shared-memory ring for %s (socket data frames instead): %s", conn.peer, exc
-                    )
-                if conn.ring is not None:
-                    answer["capabilities"] = [protocol.CAP_SHM]
-                    answer["shm"] = conn.ring.describe()
-                    if self.arena is not None:
-                        answer["arena"] = self.arena.describe()
-            protocol.send_frame(sock, FrameType.HELLO, 0, answer)
-            conn.reader.max_frame_bytes = protocol.MAX_FRAME_BYTES
-            while True:
-                frame = self._next_frame(conn)
-                if frame is None:
-                    return
-                if conn.ring is not None and not conn.ring.unlinked:
-                    conn.ring.unlink()  # the client mapped it (or gave up) before sending anything else
-                if frame.type == FrameType.CANCEL:
-                    continue  # a late cancel of a stream that had already ended
-                if frame.type == FrameType.SHM_RELEASE:
-                    streaming.on_release(conn, frame)
-                    continue
-                if frame.type != FrameType.REQUEST:
-                    self.send_error(
-                        conn,
-                        frame.request_id,
-                        ErrorCode.INVALID_REQUEST,
-                        f"unexpected {frame.type.name} frame",
-                    )
-                    return
-                with conn.lock:
-                    conn.busy = True
-                try:
-                    self._dispatch(conn, frame)
-                finally:
-                    with conn.lock:
-                        conn.busy = False
-                    self._last_request_end = time.monotonic()
-                    self._heap_used = True
-                if self.stopping.is_set():
-                    return
-        except ConnectionClosed:
-            pass
-        except ReceiveTimeout as exc:  # a frame begun and not finished in time (idle ones end quietly)
-            self.warnings.warning(
-                "slow",
-                "closing the connection of %s: a frame not complete within %.1f s (bridge.read.timeout.ms; %s)",
-                conn.peer,
-                self.limits.read_timeout_s,
-                exc,
-            )
-        except ProtocolError as exc:
-            self.warnings.warning("protocol", "protocol error from %s: %s", conn.peer, exc)
-        except OSError as exc:
-            if not conn.closed:
-                log.debug("connection %s ended: %s", conn.peer, exc)
-        finally:
-            conn.closed = True
-            with contextlib.suppress(OSError):
-                sock.close()
-            conn.pieces.clear()  # the client is gone: the arena blocks it was reading may be reused
-            if conn.ring is not None:
-                conn.ring.close()
-            with self._conns_lock:
-                self._conns.discard(conn)
+    def request_ended(self) -> None:
+        """A request of some connection ended (the heap is trimmed once the bridge has been quiet)."""
+        self._last_request_end = time.monotonic()
+        self._heap_used = True
 
-    def _receive_hello(self, conn: Connection) -> protocol.Frame | None:
-        """The connection's first frame, within ``bridge.handshake.timeout.ms`` of its accept and at most
-        ``HANDSHAKE_MAX_FRAME_BYTES``; None (after one rate-limited warning) when it is not."""
-        timeout = self.limits.handshake_timeout_s
-        try:
-            return conn.reader.recv_frame(idle_until=conn.accepted + timeout, within=timeout)
-        except FrameTooLarge as exc:
-            message = f"frame of {exc.length} bytes before the handshake (a HELLO is at most {exc.limit})"
-            self.warnings.warning("hello.size", "closing the connection of %s: %s", conn.peer, message)
-            with contextlib.suppress(OSError):
-                self.send_error(conn, 0, ErrorCode.INVALID_REQUEST, message)
-        except ReceiveTimeout:
-            self.warnings.warning(
-                "hello.time",
-                "closing the connection of %s: no HELLO within %.1f s (bridge.handshake.timeout.ms)",
-                conn.peer,
-                timeout,
-            )
-        return None
-
-    def _next_frame(self, conn: Connection) -> protocol.Frame | None:
-        """The connection's next frame, or None when it stayed idle for ``bridge.idle.timeout.ms``.
-
-        A frame that has begun must complete within ``bridge.read.timeout.ms`` (ReceiveTimeout). A ring
-        idle for ``bridge.shm.idle.release.ms`` gives its free slots' memory back meanwhile.
-        """
-        reader, limits = conn.reader, self.limits
-        if reader.buffered():
-            return reader.recv_frame()
-        now = time.monotonic()
-        idle_until = now + limits.idle_timeout_s if limits.idle_timeout_s else None
-        ring = conn.ring
-        if ring is not None and ring.reserved and limits.shm_idle_release_s:
-            release_at = now + limits.shm_idle_release_s
-            if idle_until is None or release_at < idle_until:
-                try:
-                    return reader.recv_frame(release_at, limits.read_timeout_s)
-                except ReceiveTimeout as exc:
-                    if exc.started:
-                        raise
-                held = sum(1 for _, views in conn.pieces if views is None)  # slots the client holds
-                given = ring.give_back(held)
-                log.debug("%s idle: %d bytes of its ring given back", conn.peer, given)
-        try:
-            return reader.recv_frame(idle_until, limits.read_timeout_s)
-        except ReceiveTimeout as exc:
-            if exc.started:
-                raise
-        log.info(
-            "closing the idle connection of %s after %.0f s (bridge.idle.timeout.ms)",
-            conn.peer,
-            limits.idle_timeout_s,
-        )
-        return None
+    def forget(self, conn: Connection) -> None:
+        """A connection's session ended: it no longer counts among the bridge's connections."""
+        with self._conns_lock:
+            self._conns.discard(conn)
 
     def send_error(self, conn: Connection, request_id: int, code: ErrorCode | str, message: str) -> None:
         protocol.send_frame(conn.sock, FrameType.ERROR, request_id, {"code": str(code), "message": message})
 
-    def _dispatch(self, conn: Connection, frame: protocol.Frame) -> None:
+    def dispatch(self, conn: Connection, frame: protocol.Frame) -> None:
+        """Answer one REQUEST frame: a fetch streamed, any other operation by its handler."""
         op = frame.header.get("op")
         rid = frame.request_id
         self._requests += 1
@@ -592,7 +445,7 @@ class BridgeServer:
             "shm_bytes_streamed": self._shm_bytes_streamed,
             "arena_bytes_streamed": self._arena_bytes_streamed,
             "arena_free_blocks": None if self.arena is None else self.arena.free_blocks,
-            # per topic: segments validated, records checked, violations, refusals, seconds (issue 14)
+            # per topic: segments validated, records checked, violations, refusals, seconds
             "record_validation": validation_stats(self.rsm),
         }
 

@@ -31,14 +31,15 @@ from typing import TypeVar
 from rsm.api.metadata import uuid_to_base64
 from rsm.catalog.history import PartitionHistory, resolve_history
 from rsm.catalog.holes import Hole, before_start, between_segments, recorded_start_why
-from rsm.catalog.keys import SegmentKey, list_partition, parse_listing, partitions_at, topic_dir
-from rsm.catalog.ranged import HEAD_OBJECTS, INF, EpochCache, Probe, RangedHistory
+from rsm.catalog.keys import partitions_at
+from rsm.catalog.ranged import EpochCache, RangedHistory
 from rsm.catalog.segments import CatalogError, StoredSegment, list_segments, map_concurrently, read_manifest
+from rsm.catalog.topic_listing import TopicLister
 from rsm.catalog.unreadable import OVERLAY, RECORD, UnreadableLocation, location_problem
 from rsm.config.overlay import TopicOverlay, TopicOverlayStore, named_buckets
 from rsm.config.settings import RsmConfig
 from rsm.store.home import CatalogHome, catalog_home, data_default
-from rsm.store.layout import OBJECT_NAME, Location
+from rsm.store.layout import Location
 from rsm.store.locations import FoundTopicDir, LocationRegistry, RecordLookup, scan_bucket
 from rsm.store.objects import ObjectNotFound, ObjectStore
 
@@ -340,7 +341,7 @@ class TopicCatalog:
             out[partition] = history
         return out
 
-    # -- ranged histories (issue 27) -----------------------------------------------------------------
+    # -- ranged histories ------------------------------------------------------------------------------
     def ranged_histories(
         self,
         topic: str,
@@ -363,97 +364,19 @@ class TopicCatalog:
         far behind its topic's end (a listing from ``after`` to the end would grow with the backlog) lists
         more than its ranges. The file store lists each partition whole, once (a local directory listing).
         """
-        wanted = None if partitions is None else set(partitions)
-        where = self.locations(topic, topic_id)
-
-        def whole(partition: int) -> Callable[[], list[SegmentKey]]:
-            def relist() -> list[SegmentKey]:
-                listed = map_concurrently(
-                    lambda loc: list_partition(self.store, loc, topic, topic_id, partition), where
-                )
-                return [k for keys in listed for k in keys]
-
-            return relist
-
-        keys: dict[int, list[SegmentKey]] = {}
-        heads: dict[int, list[SegmentKey]] = {}
-        if probe is None:
-            probe = self.store.ranged_listing
-        if probe:
-            # S3: nothing listed up front; each partition lists where its ranges are (`RangedHistory`)
-            found_parts = map_concurrently(lambda loc: self._partitions_at(topic, topic_id, loc), where)
-            every = sorted({p for parts in found_parts for p in parts})
-            return {
-                p: RangedHistory(
-                    self.store,
-                    topic,
-                    topic_id,
-                    p,
-                    [],
-                    epoch_cache=epoch_cache,
-                    relist=whole(p),
-                    probe=self._prober(topic, topic_id, p, where),
-                    near=(after or {}).get(p),
-                )
-                for p in every
-                if wanted is None or p in wanted
-            }
-        if not after:
-            # each partition's directory listed on its own, at once: S3 pages a listing one after another
-            found_parts = map_concurrently(lambda loc: self._partitions_at(topic, topic_id, loc), where)
-            jobs = [
-                (loc, p) for loc, parts in zip(where, found_parts, strict=True) for p in parts
-                if wanted is None or p in wanted
-            ]  # fmt: skip
-            listed = map_concurrently(lambda j: list_partition(self.store, j[0], topic, topic_id, j[1]), jobs)
-            for (_, partition), found in zip(jobs, listed, strict=True):
-                keys.setdefault(partition, []).extend(found)
-        else:
-            found_parts = map_concurrently(lambda loc: self._partitions_at(topic, topic_id, loc), where)
-            every = sorted({p for parts in found_parts for p in parts})
-            for partition in every:
-                if wanted is not None and partition not in wanted:
-                    continue
-                if partition not in after:
-                    keys[partition] = whole(partition)()
-                    continue
-                hint = after[partition]
-                keys[partition] = [
-                    k
-                    for ks in map_concurrently(
-                        lambda loc, p=partition, h=hint: list_partition(
-                            self.store, loc, topic, topic_id, p, from_base=h
-                        ),
-                        where,
-                    )
-                    for k in ks
-                ]
-                heads[partition] = [
-                    k
-                    for ks in map_concurrently(
-                        lambda loc, p=partition: list_partition(
-                            self.store, loc, topic, topic_id, p, limit=HEAD_OBJECTS
-                        ),
-                        where,
-                    )
-                    for k in ks
-                ]
-        out = {}
-        for partition, found in sorted(keys.items()):
-            if (wanted is not None and partition not in wanted) or not (found or heads.get(partition)):
-                continue
-            suffix = partition in heads
-            out[partition] = RangedHistory(
-                self.store,
-                topic,
-                topic_id,
-                partition,
-                found,
-                epoch_cache=epoch_cache,
-                head=heads.get(partition) if suffix else None,
-                relist=whole(partition) if suffix else None,
-            )
-        return out
+        lister = TopicLister(
+            self.store,
+            topic,
+            topic_id,
+            self.locations(topic, topic_id),
+            lambda loc: self._partitions_at(topic, topic_id, loc),
+        )
+        return lister.histories(
+            None if partitions is None else set(partitions),
+            after=after,
+            epoch_cache=epoch_cache,
+            probe=self.store.ranged_listing if probe is None else probe,
+        )
 
     # -- what a plan must not pass over (rsm.catalog.holes, rsm.catalog.unreadable) ----------------------
     def _seen_of(self, topic: str, topic_id: uuid.UUID) -> _Seen:
@@ -520,29 +443,3 @@ class TopicCatalog:
         return ([first] if first is not None else []) + between_segments(
             topic, history.partition, history.gaps, where
         )
-
-    def _prober(self, topic: str, topic_id: uuid.UUID, partition: int, where: list[Location]) -> Probe:
-        """`RangedHistory`'s probe: a partition's copies from a base offset on at every location, and the
-        base up to which all of them are listed (the least of the locations')."""
-
-        def probe(from_base: int | None, limit: int) -> tuple[list[SegmentKey], int]:
-            keys: list[SegmentKey] = []
-            upto = INF
-            for loc in where:
-                base = topic_dir(loc, topic, topic_id)
-                pdir = f"{base}{partition}/"
-                after = "" if from_base is None else f"{pdir}{from_base:020d}"
-                objs = _missing_ok(
-                    lambda loc=loc, pdir=pdir, after=after: self.store.list_from(
-                        loc.bucket, pdir, start_after=after, limit=limit
-                    ),
-                    [],
-                )
-                keys += parse_listing(loc, base, objs).get(partition, [])
-                if len(objs) >= limit:
-                    m = OBJECT_NAME.match(objs[-1].key.rsplit("/", 1)[-1])
-                    last = int(m.group(1)) if m else (from_base or 0)
-                    upto = min(upto, last - 1)  # the last base's copies may go on past the limit
-            return [k for k in keys if k.base <= upto], upto
-
-        return probe

@@ -13,7 +13,7 @@ log only inside the lineage's range of E, so a truncated branch (records of E pa
 began, or of an epoch the lineage does not contain) is cut off exactly. What is left is covered greedily
 by offset: each offset comes from one copy (the one reaching furthest, the newest among equals).
 
-Compacted history (issue 21). A segment's slice ends at its last batch (`StoredSegment.last_record_offset`),
+Compacted history. A segment's slice ends at its last batch (`StoredSegment.last_record_offset`),
 not at Kafka's `endOffset`, which is the next segment's base - 1 and can lie past it in a log compacted
 before it was tiered. The offsets between a used copy's last batch and its `endOffset` were compacted away
 (Kafka's log has no record there either; a consumer skips them), so they are no gap: readers return no
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from rsm.catalog.segments import StoredSegment
 
@@ -43,6 +44,45 @@ class SegmentSlice:
             self.first_offset <= self.segment.start_offset
             and self.last_offset >= self.segment.last_record_offset
         )
+
+
+@runtime_checkable
+class History(Protocol):
+    """What a reader asks of a partition's history, whichever it holds: the whole `PartitionHistory`
+    (every manifest read) or a `rsm.catalog.ranged.RangedHistory` (only the manifests a range needs).
+
+    The ends of what is tiered and the questions about a range of offsets; both answer them alike (the
+    ranged one is tested against the whole one). Whole-history views (`slices`, `gaps`, `lineage`,
+    `superseded`) are not part of it: callers that need them (migrate, `rsm store`) take a
+    `PartitionHistory` from `TopicCatalog.histories`.
+    """
+
+    @property
+    def partition(self) -> int: ...
+
+    @property
+    def first_offset(self) -> int | None:
+        """The first offset in the store (Kafka's 'earliest' for what is tiered)."""
+
+    @property
+    def next_offset(self) -> int | None:
+        """One past the last offset in the store (Kafka's 'latest' for what is tiered)."""
+
+    @property
+    def last_slice(self) -> SegmentSlice | None:
+        """The slice holding the last offset in the store (its producer snapshot gives the LSO)."""
+
+    def between(self, first: int, last: int) -> list[SegmentSlice]:
+        """The slices narrowed to offsets [first, last]."""
+
+    def gaps_between(self, first: int, last: int) -> list[tuple[int, int]]:
+        """The gaps that touch offsets [first, last]."""
+
+    def first_at_timestamp(self, timestamp: int) -> SegmentSlice | None:
+        """The first slice whose segment's max timestamp reaches `timestamp` (Kafka's offsetsForTimes)."""
+
+    def walk(self, first: int) -> Iterator[SegmentSlice]:
+        """The slices holding offsets >= `first`, in order (a caller stops when it has what it needs)."""
 
 
 @dataclass(frozen=True)

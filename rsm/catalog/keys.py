@@ -59,7 +59,7 @@ def parse_listing(
         m = OBJECT_NAME.match(name)
         if part.isdigit() and m is None and name.endswith(MANIFEST_SUFFIX) and "/" not in name:
             # a manifest whose name carries no base offset: its copy cannot be placed by its key
-            # (`RangedHistory` then plans the partition from every manifest, as before issue 27)
+            # (`RangedHistory` then plans the partition from every manifest, as unranged planning does)
             manifests.append((int(part), obj.key, UNPLACED, "", obj.modified))
             continue
         if not part.isdigit() or m is None:

@@ -1,7 +1,7 @@
 """A partition's history answered for a range of offsets from that range's manifests only.
 
 Why: `resolve_history` over every copy costs one manifest GET per segment, on every query, however narrow
-(issue 27: a year of segments planned for minutes). Keys carry base offsets (`rsm.catalog.keys`), so a
+(a year of segments took minutes to plan). Keys carry base offsets (`rsm.catalog.keys`), so a
 listing tells which copies can hold a range; `RangedHistory` reads those manifests only and resolves them
 with the same rules (`rsm.catalog.history`), answering what planners ask:
 
@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable, Iterator
 from rsm.api.metadata import uuid_to_base64
 from rsm.catalog.history import PartitionHistory, SegmentSlice, resolve_history, unclaimed
 from rsm.catalog.keys import UNPLACED, SegmentKey
+from rsm.catalog.listing import INF, PartitionListing, Probe
 from rsm.catalog.segments import StoredSegment, load_segment, map_concurrently
 from rsm.store.objects import ObjectStore
 
@@ -48,15 +49,6 @@ TOP_BASES = 2  # the last base offsets' copies, read for the same
 WALK_BASES = 16  # the most base offsets `walk` resolves at a time
 
 EpochCache = Callable[[StoredSegment], tuple[tuple[int, int], ...]]
-# lists a partition's copies from a base offset on (None: from the first), about `limit` objects; returns
-# them and the base offset up to which every copy is among them (`INF`: the partition's end was reached)
-Probe = Callable[[int | None, int], tuple[list[SegmentKey], int]]
-
-INF = 1 << 63
-LIST_PAGE = 1000  # objects a listing asks for at a time (an S3 page)
-HEAD_OBJECTS = 30  # objects listed from a partition's start for its earliest offset (ten copies)
-TAIL_OBJECTS = 60  # objects a probe for the partition's end asks for
-RECORDS_GUESS = 1000  # offsets between base offsets assumed before any is listed
 
 
 class RangedHistory:
@@ -82,7 +74,7 @@ class RangedHistory:
         `epoch_cache` reads a copy's leader-epoch checkpoint (the planner's, which holds the keyring).
         `probe` (with `relist`, `keys` empty): nothing is listed up front; `probe(base, limit)` lists the
         copies from a base offset on (at most `limit` objects) and the planner lists only where its ranges,
-        the first and the last copies are (see `_list_span`, `_ensure_tail`); `near`: a base offset the
+        the first and the last copies are (`rsm.catalog.listing`); `near`: a base offset the
         caller's ranges start at or after (a stream's previous end), where the search for the last copies
         starts."""
         self.store = store
@@ -91,39 +83,38 @@ class RangedHistory:
         self.partition = partition
         self._tid = uuid_to_base64(topic_id)
         self._epoch_cache = epoch_cache
-        self._relist = relist
-        self._head = sorted(head, key=lambda k: k.order) if head is not None else None
         self._segs: dict[tuple[str, str], StoredSegment | None] = {}
         self._full: PartitionHistory | None = None
         self._windows: dict[tuple[int, int], PartitionHistory] = {}
         self._newest: tuple[list[StoredSegment], tuple[tuple[int, int], ...]] | None = None
         self._first: tuple[int | None] | None = None
         self._last: tuple[SegmentSlice | None] | None = None
-        self._probe = probe
-        self._near = near
-        self._known: list[tuple[int, int]] = []  # base offset intervals listed whole (`probe` only)
-        self._tail_known = False
-        self._set_keys(keys)
-        if self._head is not None and self.keys and self._head[-1].base >= self.keys[0].base:
-            # the first copies reach the listed ones: together they are the whole partition
-            self._set_keys({*self._head, *self.keys})
-            self._head, self._relist = None, None
+        self._listing = PartitionListing(
+            topic,
+            partition,
+            keys,
+            head=head,
+            relist=relist,
+            probe=probe,
+            near=near,
+            on_unplaced=self._unplaced_listed,
+        )
         if any(k.base == UNPLACED for k in self.keys):
             self._unplaced()
 
-    def _set_keys(self, keys: Iterable[SegmentKey]) -> None:
-        self.keys = sorted(keys, key=lambda k: k.order)
-        self._by_base: dict[int, list[SegmentKey]] = {}
-        for k in self.keys:
-            self._by_base.setdefault(k.base, []).append(k)
-        self._bases = sorted(self._by_base)
+    # -- the listing (`rsm.catalog.listing`) ---------------------------------------------------------
+    @property
+    def keys(self) -> list[SegmentKey]:
+        """The partition's copies listed so far, in order."""
+        return self._listing.keys
 
-    # -- listing where ranges are (`probe`) ---------------------------------------------------------
-    def _add(self, keys: Iterable[SegmentKey]) -> None:
-        self._set_keys({*self.keys, *keys})
-        if self._probe is not None and self._bases and self._bases[0] == UNPLACED:
-            self._list_all("some manifests' names carry no base offset")
-            self._unplaced()
+    @property
+    def _probe(self) -> Probe | None:
+        return self._listing.probe
+
+    @_probe.setter
+    def _probe(self, probe: Probe | None) -> None:
+        self._listing.probe = probe
 
     def _unplaced(self) -> None:
         log.warning(
@@ -133,122 +124,25 @@ class RangedHistory:
         )
         self.full()
 
-    def _cover(self, a: int, b: int) -> None:
-        if a > b:
-            return
-        merged: list[tuple[int, int]] = []
-        for x, y in sorted([*self._known, (a, b)]):
-            if merged and x <= merged[-1][1] + 1:
-                merged[-1] = (merged[-1][0], max(merged[-1][1], y))
-            else:
-                merged.append((x, y))
-        self._known = merged
-
-    def _covered(self, a: int, b: int) -> bool:
-        return self._probe is None or any(x <= a and b <= y for x, y in self._known)
-
-    def _spacing(self) -> int:
-        """Offsets between base offsets, as far as listed (for a first guess of where to list)."""
-        if len(self._bases) < 2:
-            return RECORDS_GUESS
-        return max(1, (self._bases[-1] - self._bases[0]) // (len(self._bases) - 1))
-
-    def _list_span(self, a: int, b: int) -> None:
-        """List the copies with a base in [a, b] and those of the next base after b (paged from a)."""
-        start, limit = a, LIST_PAGE
-        while self._probe is not None:
-            got, upto = self._probe(start, limit)
-            self._add(got)
-            self._cover(start, upto)
-            if upto >= INF or any(b < x <= upto for x in self._bases):
-                return
-            if upto < start:
-                limit *= 4  # one base's objects filled the page
-                continue
-            start = upto + 1
-
-    def _ensure_head(self) -> None:
-        """The first copies listed (for the earliest offset), and an idea of the offsets between bases."""
-        if self._probe is None or self._head is not None:
-            return
-        got, upto = self._probe(None, HEAD_OBJECTS)
-        self._head = sorted(got, key=lambda k: k.order)
-        self._add(got)
-        self._cover(0, upto)
-        if upto >= INF and self._probe is not None:  # the whole partition fitted
-            self._head, self._relist, self._probe = None, None, None
-
-    def _ensure_back(self, x: int, n: int) -> None:
-        """At least `n` base offsets <= x listed with everything between them and x (or all from 0)."""
-        if self._probe is None:
-            return
-        d = self._spacing() * (n + 1)
-        while self._probe is not None:
-            a = max(0, x - d)
-            if not self._covered(a, x):
-                self._list_span(a, x)
-            if a == 0 or sum(1 for b in self._bases if a <= b <= x) >= n:
-                return
-            d *= 4
-
-    def _ensure_tail(self) -> None:
-        """The last copies listed (to the end): galloping, then bisecting, probes of a few keys each."""
-        self._ensure_head()
-        if self._probe is None or self._tail_known:
-            return
-        self._tail_known = True
-        lo = self._bases[-1] if self._bases else 0  # copies exist at or after it
-        step, none_at = self._spacing() * 64, None
-        # listed first from a stream's previous end, else from the head's end: a short partition (most of
-        # a store's) ends within that one probe, where galloping past it would bisect back for its end
-        near: int | None = self._near if self._near is not None and self._near > lo else lo
-        while self._probe is not None:
-            at = near if near is not None else lo + step if none_at is None else (lo + none_at) // 2
-            near = None
-            # the end lies in [lo, none_at): listed from lo once a page or so covers that (bisecting on to
-            # a single offset would cost a probe per halving)
-            if none_at is not None and (at <= lo or none_at - lo <= self._spacing() * LIST_PAGE // 6):
-                self._list_span(lo, INF)
-                return
-            got, upto = self._probe(at, TAIL_OBJECTS)
-            self._add(got)
-            self._cover(at, upto)
-            if got and upto >= INF:
-                return
-            if not got:
-                none_at = at
-                continue
-            lo = max(lo, max(k.base for k in got))
-            if none_at is None:
-                step *= 4
-
-    def _tail_bases(self, n: int) -> list[int]:
-        """The last `n` base offsets (fewer in a shorter partition), listed whole."""
-        if self._probe is not None:
-            self._ensure_tail()
-            if self._bases:
-                self._ensure_back(self._bases[-1], n)
-        return self._bases[-n:]
+    def _unplaced_listed(self) -> None:
+        """A probe listed a manifest whose name carries no base offset: the partition is listed whole."""
+        self._list_all("some manifests' names carry no base offset")
+        self._unplaced()
 
     def base_before(self, offset: int, back: int = 1) -> int | None:
         """A base offset of a listed copy at or before `offset`, `back` more bases before the greatest
         one (a range from `offset` reads from there: see `window`); None when none is listed there."""
-        self._ensure_back(offset, back + 1)
-        i = bisect.bisect_right(self._bases, offset) - 1 - back
-        return self._bases[i] if i >= 0 else None
+        self._listing.ensure_back(offset, back + 1)
+        bases = self._listing.bases
+        i = bisect.bisect_right(bases, offset) - 1 - back
+        return bases[i] if i >= 0 else None
 
     @property
     def listed_from_start(self) -> bool:
-        return self._relist is None
+        return self._listing.relist is None
 
     def _list_all(self, why: str) -> None:
-        if self._relist is not None:
-            if self._probe is None:
-                log.info("%s-%d: listing the whole partition (%s)", self.topic, self.partition, why)
-            self._set_keys(self._relist())
-            self._relist = None
-            self._probe = None
-            self._head = None
+        if self._listing.list_all(why):
             self._windows.clear()
             self._newest = None
 
@@ -267,12 +161,12 @@ class RangedHistory:
         return [s for s in out if s is not None]
 
     def _keys_of(self, bases: Iterable[int]) -> list[SegmentKey]:
-        return [k for b in bases for k in self._by_base.get(b, [])]
+        return [k for b in bases for k in self._listing.by_base.get(b, [])]
 
     def newest(self) -> tuple[list[StoredSegment], tuple[tuple[int, int], ...]]:
         """The newest leader's copy (as a list of none or one) and its leader-epoch checkpoint."""
         if self._newest is None:
-            candidates = self._keys_of(self._tail_bases(TOP_BASES))
+            candidates = self._keys_of(self._listing.tail_bases(TOP_BASES))
             candidates += sorted(self.keys, key=lambda k: (k.modified, k.order))[-NEWEST_BY_TIME:]
             segs = self._load(candidates)
             best = max(segs, key=lambda s: (s.max_epoch, s.end_offset, s.manifest.created_ms), default=None)
@@ -324,8 +218,8 @@ class RangedHistory:
         return self._first[0]
 
     def _find_first(self) -> int | None:
-        self._ensure_head()
-        keys = self._head if self._head is not None else self.keys
+        self._listing.ensure_head()
+        keys = self._listing.head if self._listing.head is not None else self.keys
         by_base: dict[int, list[SegmentKey]] = {}
         for k in keys:
             by_base.setdefault(k.base, []).append(k)
@@ -336,10 +230,10 @@ class RangedHistory:
             first = resolve_history(self.partition, segs, lineage_from=top, epoch_cache=cache).first_offset
             if first is None or (i + 1 < len(bases) and first > bases[i + 1]):
                 continue  # cut short (a truncated branch, all compacted): a later base may hold earlier
-            if i + 1 == len(bases) and self._head is not None:
+            if i + 1 == len(bases) and self._listing.head is not None:
                 break  # the head listing ends here: what lies after it is not known
             return first
-        if self._head is not None:
+        if self._listing.head is not None:
             self._list_all("the first listed copies hold nothing of the final log")
             return self._find_first()
         return None
@@ -356,14 +250,14 @@ class RangedHistory:
     def _find_last(self) -> SegmentSlice | None:
         n = 1
         while True:
-            bases = self._tail_bases(n)
+            bases = self._listing.tail_bases(n)
             h = self._resolve(bases)
             if h.slices:
                 return h.slices[-1]
             if len(bases) < n:
                 break
             n += 1
-        if self._relist is not None:
+        if self._listing.relist is not None:
             self._list_all("the listed copies hold nothing of the final log")
             return self._find_last()
         return None
@@ -388,25 +282,30 @@ class RangedHistory:
         return found
 
     def _window(self, first: int, last: int) -> PartitionHistory:
-        if self._bases and first < self._bases[0] and self._relist is not None and self._probe is None:
+        if (
+            self._listing.bases
+            and first < self._listing.bases[0]
+            and self._listing.relist is not None
+            and self._listing.probe is None
+        ):
             self._list_all(f"offset {first} lies before the copies listed")
         # the bases up to `last` and the next one (where a hole at the range's end ends, as in the full
         # history), from the base holding `first` and one more before it
         need, back = 2, 0
         while True:
-            if self._probe is not None:
-                self._ensure_back(first, need)
-                nxt = next((b for b in self._bases if b > last), INF)
-                if not self._covered(first, nxt):
-                    self._list_span(first, last)
-            hi = bisect.bisect_right(self._bases, last) + 1
-            lo = max(0, bisect.bisect_right(self._bases, first) - need)
-            h = self._resolve(self._bases[lo:hi])
+            if self._listing.probe is not None:
+                self._listing.ensure_back(first, need)
+                nxt = next((b for b in self._listing.bases if b > last), INF)
+                if not self._listing.covered(first, nxt):
+                    self._listing.list_span(first, last)
+            hi = bisect.bisect_right(self._listing.bases, last) + 1
+            lo = max(0, bisect.bisect_right(self._listing.bases, first) - need)
+            h = self._resolve(self._listing.bases[lo:hi])
             missing = _uncovered(h, first, last)
             if not missing:
                 break
             if lo == 0:
-                if self._relist is not None and self._probe is None:
+                if self._listing.relist is not None and self._listing.probe is None:
                     self._list_all(
                         f"offsets {missing[0][0]}..{missing[0][1]} may lie before the copies listed"
                     )
@@ -443,11 +342,11 @@ class RangedHistory:
         cur = first
         pending: SegmentSlice | None = None  # a slice cut by a window's end goes on in the next window
         while end is not None and cur < end:
-            if self._probe is not None:  # bases past `cur` are not all listed: a guess in offsets
-                upto = min(end - 1, cur + self._spacing() * step)
+            if self._listing.probe is not None:  # bases past `cur` are not all listed: a guess in offsets
+                upto = min(end - 1, cur + self._listing.spacing() * step)
             else:
-                i = bisect.bisect_right(self._bases, cur)
-                upto = end - 1 if i + step >= len(self._bases) else self._bases[i + step] - 1
+                i = bisect.bisect_right(self._listing.bases, cur)
+                upto = end - 1 if i + step >= len(self._listing.bases) else self._listing.bases[i + step] - 1
             upto = max(upto, cur)
             for s in self.between(cur, upto):
                 if (
@@ -469,18 +368,18 @@ class RangedHistory:
         """The first slice whose segment's max timestamp reaches `timestamp`, by bisection over bases."""
         if self._full is not None:
             return self._full.first_at_timestamp(timestamp)
-        start = self._probed_timestamp_base(timestamp) if self._probe is not None else None
+        start = self._probed_timestamp_base(timestamp) if self._listing.probe is not None else None
         if start is None:
-            if self._relist is not None:
+            if self._listing.relist is not None:
                 self._list_all("a timestamp is looked up")  # then bisected: O(log n) manifests
-            lo, hi = 0, len(self._bases)
+            lo, hi = 0, len(self._listing.bases)
             while lo < hi:  # the first base whose copies' max timestamp reaches it
                 mid = (lo + hi) // 2
-                if self._reaches(self._bases[mid], timestamp):
+                if self._reaches(self._listing.bases[mid], timestamp):
                     hi = mid
                 else:
                     lo = mid + 1
-            start = self._bases[max(lo - 1, 0)] if self._bases else 0
+            start = self._listing.bases[max(lo - 1, 0)] if self._listing.bases else 0
         for s in self.walk(start):  # the slice it is (a copy cut off or superseded: the next one)
             if s.segment.max_timestamp_ms >= timestamp:
                 return s
@@ -488,7 +387,7 @@ class RangedHistory:
 
     def _reaches(self, base: int, timestamp: int) -> bool:
         """Whether the copies at a base offset hold a record with a timestamp >= `timestamp`."""
-        segs = self._load(self._by_base[base])
+        segs = self._load(self._listing.by_base[base])
         return bool(segs) and max(s.max_timestamp_ms for s in segs) >= timestamp
 
     def _probed_timestamp_base(self, timestamp: int) -> int | None:
@@ -496,10 +395,10 @@ class RangedHistory:
         offsets between the first and last copies: each step finds the first base from an offset on (a probe
         of a few keys) and reads its manifests. None when the partition was listed whole meanwhile (the
         caller bisects that listing)."""
-        self._ensure_tail()
-        if self._probe is None or not self._bases:
+        self._listing.ensure_tail()
+        if self._listing.probe is None or not self._listing.bases:
             return None
-        lo, last = self._bases[0], self._bases[-1]
+        lo, last = self._listing.bases[0], self._listing.bases[-1]
         if self._reaches(lo, timestamp):
             return lo
         if not self._reaches(last, timestamp):
@@ -509,8 +408,8 @@ class RangedHistory:
         hi = last
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            base = self._next_base(mid)
-            if self._probe is None:
+            base = self._listing.next_base(mid)
+            if self._listing.probe is None:
                 return None
             if base is None or base >= hi:
                 hi = mid
@@ -519,25 +418,6 @@ class RangedHistory:
             else:
                 lo = base
         return lo
-
-    def _next_base(self, at: int) -> int | None:
-        """The least base offset >= `at`, with all its copies listed (probing from where the listed
-        intervals end); None when no copy lies at or after it."""
-        limit = TAIL_OBJECTS
-        while True:
-            i = bisect.bisect_left(self._bases, at)
-            nxt = self._bases[i] if i < len(self._bases) else None
-            if self._probe is None or self._covered(at, INF if nxt is None else nxt):
-                return nxt
-            start = at
-            for x, y in self._known:  # merged intervals, in order: skip what is listed already
-                if x <= start <= y:
-                    start = y + 1
-            got, upto = self._probe(start, limit)
-            self._add(got)
-            self._cover(start, upto)
-            if upto < start:
-                limit *= 4  # one base's objects filled the page
 
 
 def _uncovered(h: PartitionHistory, first: int, last: int) -> list[tuple[int, int]]:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from rsm.api.metadata import uuid_to_base64
@@ -22,11 +24,13 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "CatalogError",
+    "DamagedManifest",
     "StoredSegment",
     "list_segments",
     "load_segment",
     "map_concurrently",
     "read_manifest",
+    "reporting_damage",
 ]
 
 
@@ -66,7 +70,7 @@ class StoredSegment:
     @property
     def last_record_offset(self) -> int:
         """The last offset a batch of this copy holds (`Manifest.last_batch_offset`): the metadata's end
-        offset can lie past it (a compacted tail, issue 21), and the offsets between are no record's."""
+        offset can lie past it (a compacted tail), and the offsets between are no record's."""
         return self.manifest.last_batch_offset
 
     @property
@@ -107,11 +111,50 @@ def read_manifest(store: ObjectStore, bucket: str, key: str) -> Manifest:
         raise CatalogError(f"cannot read manifest {where}: {exc}") from None
 
 
+@dataclass(frozen=True)
+class DamagedManifest:
+    """A listed manifest that cannot be read or does not match its key: the object and what is wrong."""
+
+    object: str
+    problem: str
+
+
+_DAMAGE: ContextVar[list[DamagedManifest] | None] = ContextVar("rsm_catalog_damage", default=None)
+
+
+@contextmanager
+def reporting_damage() -> Iterator[list[DamagedManifest]]:
+    """``with``: a damaged manifest (`load_segment`) is recorded in the list this yields and its segment
+    left out, instead of failing the whole listing. Why: the tools that report on a store (`rsm store du`,
+    `ls`, `rsm migrate verify`) exist to show what is there, a tampered manifest included, and one such
+    object stopped them for every other segment. Readers stay strict: they never enter this."""
+    found: list[DamagedManifest] = []
+    token = _DAMAGE.set(found)
+    try:
+        yield found
+    finally:
+        _DAMAGE.reset(token)
+
+
 def load_segment(
     store: ObjectStore, topic: str, tid: str, location: Location, key: str
 ) -> StoredSegment | None:
     """One listed copy's manifest, checked against its key; None when it was deleted since the listing
-    (retention), a one-line CatalogError when it names another topic id or partition than its key."""
+    (retention), a one-line CatalogError when it cannot be read or names another topic id or partition
+    than its key (within `reporting_damage`: recorded there, and None)."""
+    try:
+        return _load_segment(store, topic, tid, location, key)
+    except CatalogError as exc:
+        damage = _DAMAGE.get()
+        if damage is None:
+            raise
+        damage.append(DamagedManifest(store.describe(location.bucket, key), str(exc)))
+        return None
+
+
+def _load_segment(
+    store: ObjectStore, topic: str, tid: str, location: Location, key: str
+) -> StoredSegment | None:
     try:
         manifest = read_manifest(store, location.bucket, key)
     except ObjectNotFound:

@@ -1,7 +1,7 @@
 """What the store holds per topic, partition and location: the figures `rsm store du` shows.
 
 Segment counts and stored bytes (the `.log` and `.indexes` objects as stored: what the RSM's
-`object-upload-bytes` counts) come from one listing per location (issue 27: a listing pages 1,000 keys, a
+`object-upload-bytes` counts) come from one listing per location (a listing pages 1,000 keys, a
 manifest is one GET per segment), and so do orphans: segment objects without a committed manifest (an
 interrupted copy, a delete cut short) and temporary files of writes that never finished (the file store's
 `.<name>.tmp-<hex>`): readers never see them, `rsm migrate gc` removes them.

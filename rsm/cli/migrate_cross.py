@@ -70,29 +70,8 @@ def cross_move(
 ) -> int:
     """`move --from-config`; ``cli`` is `rsm.cli.migrate`, which calls this, passed in rather than imported
     (its plan printing, run and report, its one-line error): imports go one way only (tests/test_layout.py)."""
-    _Error, load_configs = cli._Error, cli.load_configs  # noqa: N806, SLF001
-    path = args.from_config
-    if path is None:  # --prune alone
-        raise _Error(
-            "--prune is for a move across stores (with --from-config): a move within one store always deletes "
-            "its source once the copy is verified"
-        )
-    if not path.is_file():
-        raise _Error(f"--from-config {path}: no such file (the properties of the store the topic is in now)")
-    if not os.access(path, os.R_OK):
-        raise _Error(f"--from-config {path}: cannot be read")
-    source_configs = load_configs(path)
-    source_config = RsmConfig(source_configs)
-    if cross.store_identity(source_config) == cross.store_identity(catalog.config):
-        raise _Error(
-            f"--from-config {path} names the same store as --config ({cross.describe_store(source_config)}): "
-            "to move within one store, run move without --from-config"
-        )
-    source_store = ObjectStore.from_config(source_config, create=False)
-    source_store.require_bucket(str(source_config.get("bucket")), f"bucket in {path}")
-    if source_config.catalog_bucket != source_config.get("bucket"):  # where its overlays are
-        source_store.require_bucket(source_config.catalog_bucket, f"catalog.bucket in {path}")
-    source = TopicCatalog(source_config, source_store)
+    _Error = cli._Error  # noqa: N806, SLF001
+    source_configs, source_config, source_store, source = _open_source(args.from_config, catalog, cli)
     tid = cli._topic_id(source, args)  # noqa: SLF001
     keyring = keyring_for(catalog.config)
     prune = bool(getattr(args, "prune", False))
@@ -114,25 +93,7 @@ def cross_move(
     plan = cross.plan_cross_move(
         source, catalog.store, args.topic, tid, args.partition, destination, params, prune=prune
     )
-    missing_keys = sorted(
-        {
-            i.key_id
-            for i in plan.items
-            if i.key_id is not None and (keyring is None or i.key_id not in keyring)
-        }
-    )
-    if missing_keys:
-        raise _Error(
-            f"key id(s) {', '.join(missing_keys)} of the topic's segments are not in the destination's keyring "
-            "(encryption.keyring.path in --config): the brokers reading from it need them"
-        )
-    for bucket in dict.fromkeys(loc.bucket for i in plan.items for loc in cross.forwards_needed(i)):
-        if catalog.store.bucket_exists(bucket) is False:
-            raise _Error(
-                f"bucket {bucket!r}, which Kafka's metadata names for segments of {args.topic!r}, does not exist "
-                f"in the destination store ({catalog.store.backend.value} at {catalog.store.where}): create it "
-                f"there (it will hold only forwards to {destination})"
-            )
+    _refuse_unreadable_plan(plan, keyring, catalog, args.topic, destination, _Error)
     # a separate job from the move without it: its finished items are not pruned ones
     spec = cli._spec(args, configs, plan, {"prune": True} if prune else {})  # noqa: SLF001
     spec = dataclasses.replace(spec, source_configs=tuple(sorted(source_configs.items())))
@@ -140,22 +101,7 @@ def cross_move(
     kept = SOURCE_KEPT.format(source=source_name)
     said = [d for c in (overlay, pending) if (d := c.describe(args.topic, dry_run=args.dry_run))]
     if args.dry_run:
-        doomed = describe_prune(source_store, plan.items) if prune else []
-        if args.json and prune:  # the plan's document, and what would be deleted
-            found = {"from": source_name, "segments": len(plan.items), "objects": doomed}
-            out.print_json(json.dumps({**plan.to_json(), "job": spec.job, "dry_run": True, "prune": found}))
-        else:
-            cli._print_plan(plan, args, out, spec.job)  # noqa: SLF001
-        if not args.json:
-            out.print(f"from {escape(source_name)} to {escape(cross.describe_store(catalog.config))}; "
-                      + escape(PRUNE_WARNING.format(source=source_name) if prune else kept))  # fmt: skip
-            if prune:
-                out.print(f"with --prune, each segment's copy verified byte for byte, {len(doomed)} object(s) "
-                          f"would be deleted from the source:")  # fmt: skip
-                for line in doomed[:20]:
-                    out.print(f"[dim]  {escape(line)}")
-                if len(doomed) > 20:
-                    out.print(f"[dim]  ... and {len(doomed) - 20} more")
+        _show_dry_run(args, cli, plan, spec.job, source_store, source_name, catalog, out, prune=prune)
         for line in said:
             (err if args.json else out).print(escape(line))
         return 0
@@ -178,3 +124,92 @@ def cross_move(
     closing = SOURCE_PRUNED.format(count=pruned, source=source_name) if prune else kept
     (err if args.json else out).print(escape(closing))
     return int(cli.EXIT_PROBLEMS) if report.failed else 0
+
+
+def _open_source(
+    path: Path | None, catalog: TopicCatalog, cli: ModuleType
+) -> tuple[dict[str, str], RsmConfig, ObjectStore, TopicCatalog]:
+    """The source store `--from-config` names, read-only, after every refusal of it (a missing or unreadable
+    file, the destination's own store, a missing bucket): its configs, config, store and catalog."""
+    _Error = cli._Error  # noqa: N806, SLF001
+    if path is None:  # --prune alone
+        raise _Error(
+            "--prune is for a move across stores (with --from-config): a move within one store always deletes "
+            "its source once the copy is verified"
+        )
+    if not path.is_file():
+        raise _Error(f"--from-config {path}: no such file (the properties of the store the topic is in now)")
+    if not os.access(path, os.R_OK):
+        raise _Error(f"--from-config {path}: cannot be read")
+    source_configs = cli.load_configs(path)
+    source_config = RsmConfig(source_configs)
+    if cross.store_identity(source_config) == cross.store_identity(catalog.config):
+        raise _Error(
+            f"--from-config {path} names the same store as --config ({cross.describe_store(source_config)}): "
+            "to move within one store, run move without --from-config"
+        )
+    source_store = ObjectStore.from_config(source_config, create=False)
+    source_store.require_bucket(str(source_config.get("bucket")), f"bucket in {path}")
+    if source_config.catalog_bucket != source_config.get("bucket"):  # where its overlays are
+        source_store.require_bucket(source_config.catalog_bucket, f"catalog.bucket in {path}")
+    return source_configs, source_config, source_store, TopicCatalog(source_config, source_store)
+
+
+def _refuse_unreadable_plan(
+    plan: Any, keyring: Any, catalog: TopicCatalog, topic: str, destination: Location, error: type[Exception]
+) -> None:
+    """Refuses a plan whose copies the destination's brokers could not read: a key id its keyring lacks, a
+    bucket Kafka's metadata names (where forwards go) that the destination store does not have."""
+    missing_keys = sorted(
+        {
+            i.key_id
+            for i in plan.items
+            if i.key_id is not None and (keyring is None or i.key_id not in keyring)
+        }
+    )
+    if missing_keys:
+        raise error(
+            f"key id(s) {', '.join(missing_keys)} of the topic's segments are not in the destination's keyring "
+            "(encryption.keyring.path in --config): the brokers reading from it need them"
+        )
+    for bucket in dict.fromkeys(loc.bucket for i in plan.items for loc in cross.forwards_needed(i)):
+        if catalog.store.bucket_exists(bucket) is False:
+            raise error(
+                f"bucket {bucket!r}, which Kafka's metadata names for segments of {topic!r}, does not exist "
+                f"in the destination store ({catalog.store.backend.value} at {catalog.store.where}): create it "
+                f"there (it will hold only forwards to {destination})"
+            )
+
+
+def _show_dry_run(
+    args: argparse.Namespace,
+    cli: ModuleType,
+    plan: Any,
+    job: str,
+    source_store: ObjectStore,
+    source_name: str,
+    catalog: TopicCatalog,
+    out: Console,
+    *,
+    prune: bool,
+) -> None:
+    """What `--dry-run` prints: the plan (its JSON document, with what `--prune` would delete), and where
+    it goes from and to."""
+    doomed = describe_prune(source_store, plan.items) if prune else []
+    if args.json and prune:  # the plan's document, and what would be deleted
+        found = {"from": source_name, "segments": len(plan.items), "objects": doomed}
+        out.print_json(json.dumps({**plan.to_json(), "job": job, "dry_run": True, "prune": found}))
+    else:
+        cli._print_plan(plan, args, out, job)  # noqa: SLF001
+    if args.json:
+        return
+    kept = SOURCE_KEPT.format(source=source_name)
+    out.print(f"from {escape(source_name)} to {escape(cross.describe_store(catalog.config))}; "
+              + escape(PRUNE_WARNING.format(source=source_name) if prune else kept))  # fmt: skip
+    if prune:
+        out.print(f"with --prune, each segment's copy verified byte for byte, {len(doomed)} object(s) "
+                  f"would be deleted from the source:")  # fmt: skip
+        for line in doomed[:20]:
+            out.print(f"[dim]  {escape(line)}")
+        if len(doomed) > 20:
+            out.print(f"[dim]  ... and {len(doomed) - 20} more")

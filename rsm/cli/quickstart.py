@@ -120,15 +120,6 @@ def _write_keyring(path: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rsm import (
-        IndexType,
-        LogConfig,
-        LogSegmentData,
-        RemoteLogSegmentId,
-        RemoteLogSegmentMetadata,
-        RemoteStorageManager,
-        TopicIdPartition,
-    )
     from rsm.cli.demo import write_demo_partition
 
     console = out_console(RULED_PIPE_WIDTH)
@@ -144,109 +135,21 @@ def run(args: argparse.Namespace) -> int:
 
     console.rule("[bold]1. A demo partition written with segment_format")
     segments = write_demo_partition(partition_dir, records_per_segment=args.records)
-    table = _table("segment", "codec", "offsets", "batches", "records", "bytes", "verified")
-    for seg in segments:
-        summary = LogSegment(seg.log).verify(seg.base_offset, seg.end_offset)
-        table.add_row(
-            seg.log.name,
-            seg.codec.name.lower(),
-            f"{summary.base_offset}..{summary.last_offset}",
-            str(summary.batch_count),
-            str(summary.record_count),
-            f"{summary.size_in_bytes:,}",
-            "[green]ok",
-        )
-    console.print(table)
+    _show_segments(console, segments)
 
     console.rule("[bold]2. Tier it through the RemoteStorageManager (local directory store)")
     if not keyring_path.exists():
         _write_keyring(keyring_path)
-    rsm = RemoteStorageManager()
-    rsm.configure(
-        {
-            "storage.backend": "file",
-            "storage.file.root": str(store_root),
-            "bucket": "tiered",
-            "encryption.keyring.path": str(keyring_path),
-            "encryption.key.id": "demo-k1",
-        }
-    )
-    topics = {
-        "orders": LogConfig({"remote.storage.enable": "true"}),
-        "payments": LogConfig(
-            {
-                "remote.storage.enable": "true",
-                "unchecked.rsm.bucket": "secure",
-                "unchecked.rsm.prefix": "pci/",
-                "unchecked.rsm.encryption.enabled": "true",
-                # no compression, so only encryption stands between the plaintext and the store
-                "unchecked.rsm.compression.enabled": "false",
-            }
-        ),
-    }
-    rng = random.Random(1)
-    tiered: list[tuple[str, RemoteLogSegmentMetadata, object]] = []
-    table = _table("topic", "base offset", "custom metadata", "bucket/prefix (effective config)")
+    rsm = _demo_rsm(store_root, keyring_path)
+    topics = _demo_topics()
     try:
-        for topic, log_config in topics.items():
-            tip = TopicIdPartition(uuid.UUID(int=rng.getrandbits(128), version=4), topic, 0)
-            settings = rsm.config.resolve(log_config)
-            for seg in segments:
-                metadata = RemoteLogSegmentMetadata(
-                    RemoteLogSegmentId(tip, uuid.UUID(int=rng.getrandbits(128), version=4)),
-                    start_offset=seg.base_offset,
-                    end_offset=seg.end_offset,
-                    max_timestamp_ms=seg.max_timestamp_ms,
-                    broker_id=0,
-                    event_timestamp_ms=seg.max_timestamp_ms,
-                    segment_size_in_bytes=seg.size_in_bytes,
-                    segment_leader_epochs={0: 0},
-                )
-                data = LogSegmentData(
-                    seg.log,
-                    seg.offset_index,
-                    seg.time_index,
-                    seg.transaction_index,
-                    seg.producer_snapshot,
-                    seg.leader_epoch_checkpoint,
-                )
-                custom = rsm.copy_log_segment_data(metadata, data, log_config)
-                metadata = replace(metadata, custom_metadata=custom)
-                tiered.append((topic, metadata, seg))
-                where = f"{settings.bucket}/{settings.prefix}" + (
-                    " encrypted" if settings.encryption_enabled else ""
-                )
-                table.add_row(
-                    topic, str(seg.base_offset), f"{len(custom.value) if custom else 0} bytes", where
-                )
-        console.print(table)
-
+        tiered = _tier(console, rsm, segments, topics)
         console.rule("[bold]3. Fetch back and check against the originals")
-        failures = 0
-        table = _table("topic", "base offset", "byte range fetched", "range matches", "time index matches")
-        for topic, metadata, seg in tiered:
-            original = seg.log.read_bytes()
-            start = len(original) // 3
-            end = min(len(original) - 1, start + 64 * 1024)
-            with rsm.fetch_log_segment(metadata, start, end, topics[topic]) as stream:
-                got = stream.read()
-            range_ok = got == original[start : end + 1]
-            with rsm.fetch_index(metadata, IndexType.TIMESTAMP, topics[topic]) as stream:
-                index_ok = stream.read() == seg.time_index.read_bytes()
-            failures += (not range_ok) + (not index_ok)
-            table.add_row(
-                topic, str(seg.base_offset), f"{start:,}..{end:,}", _mark(range_ok), _mark(index_ok)
-            )
-        console.print(table)
+        failures = _fetch_back(console, rsm, tiered, topics)
     finally:
         rsm.close()
 
-    probe = segments[0].log.read_bytes()[61 + 40 : 61 + 72]  # plaintext from inside the first record
-    leaked = [p for p in (store_root / "secure").rglob("*") if p.is_file() and probe in p.read_bytes()]
-    failures += bool(leaked)
-    console.print(
-        f"plaintext of the encrypted topic found in its stored objects: {_mark(not leaked, 'none')}"
-    )
+    failures += _plaintext_leaks(console, segments, store_root)
     if not args.no_spark:
         failures += _spark_query(console, store_root, keyring_path, segments)
     objects = sorted(p for p in store_root.rglob("*") if p.is_file())
@@ -261,6 +164,130 @@ def run(args: argparse.Namespace) -> int:
         return 1
     console.print("[bold green]quickstart ok: tiered, fetched and verified")
     return 0
+
+
+def _show_segments(console: Console, segments: list) -> None:  # type: ignore[type-arg]
+    """Step 1's table: each demo segment verified as Kafka would (offsets, batches, records, bytes)."""
+    table = _table("segment", "codec", "offsets", "batches", "records", "bytes", "verified")
+    for seg in segments:
+        summary = LogSegment(seg.log).verify(seg.base_offset, seg.end_offset)
+        table.add_row(
+            seg.log.name,
+            seg.codec.name.lower(),
+            f"{summary.base_offset}..{summary.last_offset}",
+            str(summary.batch_count),
+            str(summary.record_count),
+            f"{summary.size_in_bytes:,}",
+            "[green]ok",
+        )
+    console.print(table)
+
+
+def _demo_rsm(store_root: Path, keyring_path: Path):  # type: ignore[no-untyped-def]
+    """A RemoteStorageManager on the demo's directory store, encrypting with the demo keyring's key."""
+    from rsm import RemoteStorageManager
+
+    rsm = RemoteStorageManager()
+    rsm.configure(
+        {
+            "storage.backend": "file",
+            "storage.file.root": str(store_root),
+            "bucket": "tiered",
+            "encryption.keyring.path": str(keyring_path),
+            "encryption.key.id": "demo-k1",
+        }
+    )
+    return rsm
+
+
+def _demo_topics() -> dict[str, object]:
+    """The two demo topics' LogConfigs: `orders` as the broker has it, `payments` in its own bucket and
+    prefix, encrypted."""
+    from rsm import LogConfig
+
+    return {
+        "orders": LogConfig({"remote.storage.enable": "true"}),
+        "payments": LogConfig(
+            {
+                "remote.storage.enable": "true",
+                "unchecked.rsm.bucket": "secure",
+                "unchecked.rsm.prefix": "pci/",
+                "unchecked.rsm.encryption.enabled": "true",
+                # no compression, so only encryption stands between the plaintext and the store
+                "unchecked.rsm.compression.enabled": "false",
+            }
+        ),
+    }
+
+
+def _tier(console: Console, rsm, segments: list, topics: dict) -> list[tuple[str, object, object]]:  # type: ignore[no-untyped-def,type-arg]
+    """Step 2: every demo segment copied for each topic, as Kafka's RemoteLogManager does; a row per copy."""
+    from rsm import LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
+
+    rng = random.Random(1)
+    tiered: list[tuple[str, object, object]] = []
+    table = _table("topic", "base offset", "custom metadata", "bucket/prefix (effective config)")
+    for topic, log_config in topics.items():
+        tip = TopicIdPartition(uuid.UUID(int=rng.getrandbits(128), version=4), topic, 0)
+        settings = rsm.config.resolve(log_config)
+        for seg in segments:
+            metadata = RemoteLogSegmentMetadata(
+                RemoteLogSegmentId(tip, uuid.UUID(int=rng.getrandbits(128), version=4)),
+                start_offset=seg.base_offset,
+                end_offset=seg.end_offset,
+                max_timestamp_ms=seg.max_timestamp_ms,
+                broker_id=0,
+                event_timestamp_ms=seg.max_timestamp_ms,
+                segment_size_in_bytes=seg.size_in_bytes,
+                segment_leader_epochs={0: 0},
+            )
+            data = LogSegmentData(
+                seg.log,
+                seg.offset_index,
+                seg.time_index,
+                seg.transaction_index,
+                seg.producer_snapshot,
+                seg.leader_epoch_checkpoint,
+            )
+            custom = rsm.copy_log_segment_data(metadata, data, log_config)
+            tiered.append((topic, replace(metadata, custom_metadata=custom), seg))
+            where = f"{settings.bucket}/{settings.prefix}" + (
+                " encrypted" if settings.encryption_enabled else ""
+            )
+            table.add_row(topic, str(seg.base_offset), f"{len(custom.value) if custom else 0} bytes", where)
+    console.print(table)
+    return tiered
+
+
+def _fetch_back(console: Console, rsm, tiered: list, topics: dict) -> int:  # type: ignore[no-untyped-def,type-arg]
+    """Step 3: a byte range and the time index of each copy fetched and compared; the mismatches."""
+    from rsm import IndexType
+
+    failures = 0
+    table = _table("topic", "base offset", "byte range fetched", "range matches", "time index matches")
+    for topic, metadata, seg in tiered:
+        original = seg.log.read_bytes()
+        start = len(original) // 3
+        end = min(len(original) - 1, start + 64 * 1024)
+        with rsm.fetch_log_segment(metadata, start, end, topics[topic]) as stream:
+            got = stream.read()
+        range_ok = got == original[start : end + 1]
+        with rsm.fetch_index(metadata, IndexType.TIMESTAMP, topics[topic]) as stream:
+            index_ok = stream.read() == seg.time_index.read_bytes()
+        failures += (not range_ok) + (not index_ok)
+        table.add_row(topic, str(seg.base_offset), f"{start:,}..{end:,}", _mark(range_ok), _mark(index_ok))
+    console.print(table)
+    return failures
+
+
+def _plaintext_leaks(console: Console, segments: list, store_root: Path) -> int:  # type: ignore[type-arg]
+    """1 when plaintext from inside the first record shows in the encrypted topic's stored objects."""
+    probe = segments[0].log.read_bytes()[61 + 40 : 61 + 72]
+    leaked = [p for p in (store_root / "secure").rglob("*") if p.is_file() and probe in p.read_bytes()]
+    console.print(
+        f"plaintext of the encrypted topic found in its stored objects: {_mark(not leaked, 'none')}"
+    )
+    return int(bool(leaked))
 
 
 def _write_properties(path: Path, store_root: Path, keyring_path: Path) -> Path:

@@ -3,7 +3,7 @@
 Why a module of their own: these names reach the store through many doors (the broker's `rsm.config.*`, a
 topic's `unchecked.rsm.*` keys or overlay, the custom metadata Kafka hands back, a manifest read from the
 store, the `rsm` CLI, the value types the bridge builds), and a name let through one door unchecked once
-made the file store unlink and read files outside its root (issue 15). Every door refuses the same things
+made the file store unlink and read files outside its root. Every door refuses the same things
 with the same rules, written once here.
 
 Each function answers what is wrong with a name, or None when it is fine, so every entry point raises its

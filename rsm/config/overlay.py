@@ -1,6 +1,6 @@
 """Per-topic `unchecked.*` settings kept in the store, for brokers that cannot hold them yet.
 
-Seed 004 lets a topic carry `unchecked.rsm.*` keys (bucket, prefix, encryption, compression, chunk size,
+The RSM's topic configs proposal lets a topic carry `unchecked.rsm.*` keys (bucket, prefix, encryption, compression, chunk size,
 record validation) and has the broker pass the topic's LogConfig to every RSM call. Kafka 4.4 does
 neither: it refuses unknown topic configs (`INVALID_CONFIG: Unknown topic config name: ...`). Until it
 can, those keys live in an overlay document per topic, stored next to the data:

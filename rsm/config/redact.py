@@ -1,6 +1,6 @@
 """Keeping credentials and key material out of everything the RSM shows: logs, exceptions, CLI output.
 
-Issue 15 (defect 7) found four leaks: the configured-RSM INFO line printed `storage.s3.endpoint.url`
+A secrets review found four leaks: the configured-RSM INFO line printed `storage.s3.endpoint.url`
 verbatim (credentials written into a URL, `https://user:pass@host`, went to the log); a keyring whose id and
 key were swapped printed the key and blamed the wrong field; a secret pasted into the wrong config key was
 echoed back in the error (and by `rsm topic-config set --dry-run`); and botocore's DEBUG log showed the

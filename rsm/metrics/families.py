@@ -86,7 +86,7 @@ FAMILIES: tuple[Family, ...] = (
         COUNT,
         tags=("operation", "kind"),
     ),
-    # record validation (seed 002)
+    # record validation during offload
     Family("record-validation-segments", "segments whose records were validated", COUNT),
     Family("record-validation-records", "records checked by the topic's validation policy", COUNT),
     Family("record-validation-violations", "records violating the topic's validation policy", COUNT),

@@ -132,7 +132,7 @@ class MetricsRegistry:
         return {}
 
     def snapshot(self) -> dict[str, Any]:
-        """What the bridge's ``metrics`` operation answers (see PROTOCOL.md): the series, which metrics are
+        """What the bridge's ``metrics`` operation answers (rsm/bridge/PROTOCOL.md): the series, which metrics are
         counters (cumulative: the plugin carries them across bridge restarts) and each metric's doc."""
         series = [{"tags": dict(tags), "values": values} for tags, values in self.collect()]
         return {"series": series, "counters": counter_names(), "docs": metric_docs()}

@@ -221,7 +221,7 @@ def run(ctx: Context, item: PlanItem, state: ItemState | None) -> ItemResult:
             ctx.journal.record(item, "skipped", why="no records")
             return ItemResult(item, "skipped", message="no records")
         # Kafka's endOffset: the next segment's base - 1, past the last batch where compaction left a hole
-        # (issue 21; the catalog reads those offsets as compacted away, not as lost); the last segment's
+        # (the catalog reads those offsets as compacted away, not as lost); the last segment's
         # last batch. A plan journaled before `upper` was recorded has none
         upper = item.extra.get("upper")
         end = max(last, upper) if isinstance(upper, int) else last

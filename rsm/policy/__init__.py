@@ -1,4 +1,4 @@
-"""The topic management policy (seeds 000, 001, 003): the API (`api`), the built-in rules (`builtin`), loading the configured one (`loading`),
+"""The topic management policy (KIP-108, KIP-201, KIP-525's dry runs): the API (`api`), the built-in rules (`builtin`), loading the configured one (`loading`),
 settings written before a topic exists (`pending`) and the RSM's own use of the policy (`enforce`)."""
 
 from rsm.policy.api import (

@@ -1,4 +1,4 @@
-"""The topic management policy API (seeds 000, 001): one policy for create, alter, delete topic and delete
+"""The topic management policy API (KIP-108, KIP-201): one policy for create, alter, delete topic and delete
 records, shaped as KIP-201's `TopicManagementPolicy`, in snake_case.
 
 A policy sees each request (the topic, the principal, the requested state: partitions, replication factor,
@@ -19,8 +19,8 @@ Where it runs (every change path asks the same policy):
 | the RSM before deleting a tiered segment (retention, DeleteRecords, topic deletion) | `validate_delete_records` |
 
 Topic configs are one map: Kafka's own keys (`cleanup.policy`, `remote.storage.enable`, ...) and the
-`unchecked.*` keys of seed 004, whether the broker holds them or they live in the topic's overlay (today's
-brokers refuse them as topic configs): a policy written for seed 004 works unchanged on both. A value that
+`unchecked.*` keys of the topic configs proposal, whether the broker holds them or they live in the topic's overlay (today's
+brokers refuse them as topic configs): a policy written for those keys works unchanged on both. A value that
 is not known on a path is absent (the CLI does not know Kafka's configs unless it can ask a broker).
 """
 
@@ -31,6 +31,8 @@ import uuid
 from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 from types import MappingProxyType
+
+from rsm.api.moved import moved_names
 
 __all__ = [
     "AlterTopicRequest",
@@ -244,3 +246,9 @@ def broker_configs_for_policy(props: Mapping[str, str]) -> dict[str, str]:
         if (k.startswith("log.") or k in BROKER_KEYS_SHOWN)
         and not any(m in k.lower() for m in _SECRET_MARKERS)
     }
+
+
+# loading the configured policy moved to rsm.policy.loading (it names the built-in policy, which uses this API)
+__getattr__, __dir__ = moved_names(
+    __name__, {"load_topic_policy": "rsm.policy.loading", "ConfigException": "rsm.api.errors"}
+)

@@ -2,9 +2,9 @@
 
 A copy killed with `kill -9` (a broker or bridge crash, an OOM kill) runs no cleanup: on the file store its
 temporary files (`.<stem>.log.tmp-<hex>`, hidden from listings) stay forever, on S3 its multipart upload
-stays incomplete and billed until a lifecycle rule reaps it, if any. Issue 15 measured 28.6 MB after 20
-kills. Kafka gives every copy attempt a new segment id and, later, deletes the ids whose copy never finished
-(`delete_log_segment_data`); so a segment's leftovers are found by its stem, and removed:
+stays incomplete and billed until a lifecycle rule reaps it, if any (20 such kills left 28.6 MB
+behind). Kafka gives every copy attempt a new segment id and, later, deletes the ids whose copy never
+finished (`delete_log_segment_data`); so a segment's leftovers are found by its stem, and removed:
 
 - by `delete_log_segment_data`, after the segment's objects;
 - by a copy when it ends, failed or not: what its own failed writes left, what an earlier killed attempt

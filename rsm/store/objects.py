@@ -27,20 +27,20 @@ are in `rsm.store.writes`.
 Every cloud request has deadlines (`s3_deadlines`, `rsm.store.deadlines`): connect and read timeouts and a
 number of attempts for the SDK, and a wall-clock bound on the whole request, retries included, so an
 endpoint that stops answering fails the operation in time instead of holding one of Kafka's remote reader
-threads.
+threads. Within an operation's `Budget` (a copy's `copy.timeout.ms`) a request also gets no more than
+what is left of it.
 
 Names are checked on every call, whoever the caller: a bucket must be a valid bucket name and a key
 relative, without "." / ".." or empty segments, backslashes or control characters (`rsm.config.names`), and on the
 file store the path must resolve, symlinks followed, inside `<root>/<bucket>/`. A refused name raises
 `InvalidArgumentException` naming the object. Why here as well as where names enter: a name that slipped
-past one entry point (issue 15: custom metadata, manifests, topic names) once made the file store unlink and
+past one entry point (custom metadata, manifests, topic names) once made the file store unlink and
 read files outside its root; this is the one place every path goes through.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import os
 import time
@@ -55,8 +55,9 @@ from rsm.api.errors import ConfigException, InvalidArgumentException
 from rsm.config.names import bucket_problem, key_problem
 from rsm.config.redact import redact_text, split_userinfo
 from rsm.config.settings import Backend, RsmConfig
+from rsm.store.deadlines import current_budget
+from rsm.store.listings import ObjectInfo, ObjectListings, modified_time
 from rsm.store.writes import (
-    TEMP_MARK,
     BackgroundWriter,
     IOStats,
     ObjectWriter,
@@ -69,7 +70,15 @@ from segment_format.crc import crc32c
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-__all__ = ["ObjectInfo", "ObjectNotFound", "ObjectStore", "UnfinishedWrite", "is_missing_bucket", "temp_name"]
+__all__ = [
+    "ObjectInfo",
+    "ObjectNotFound",
+    "ObjectStore",
+    "UnfinishedWrite",
+    "is_missing_bucket",
+    "modified_time",
+    "temp_name",
+]
 
 
 def is_missing_bucket(exc: BaseException) -> bool:
@@ -80,25 +89,6 @@ def is_missing_bucket(exc: BaseException) -> bool:
     code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
     code = code or getattr(cause, "error_code", None)
     return isinstance(exc, FileNotFoundError) and code in ("NoSuchBucket", "ContainerNotFound")
-
-
-@dataclasses.dataclass(frozen=True)
-class ObjectInfo:
-    """One listed object: its key, size in bytes and last modification (seconds since the epoch)."""
-
-    key: str
-    size: int
-    modified: float
-
-
-def modified_time(info: dict[str, Any]) -> float:
-    """The modification time in a listing entry: `mtime` (file store) or `LastModified` (S3)."""
-    value = info.get("mtime", info.get("LastModified", info.get("last_modified")))
-    if value is None:
-        return 0.0
-    if hasattr(value, "timestamp"):
-        return float(value.timestamp())
-    return float(value)
 
 
 SCHEMES = {Backend.FILE: "file:", Backend.S3: "s3://", Backend.GCS: "gs://", Backend.AZURE: "az://"}
@@ -129,9 +119,9 @@ class ObjectNotFound(Exception):
     """The object does not exist (the manager turns it into RemoteResourceNotFoundException)."""
 
 
-class ObjectStore:
+class ObjectStore(ObjectListings):
     """Buckets and keys over an fsspec filesystem (see the module docstring); `ObjectStore(fs, backend,
-    ...)` builds the backend's own class."""
+    ...)` builds the backend's own class. Its listings are `rsm.store.listings.ObjectListings`'."""
 
     backend: ClassVar[Backend]
     # `list_from` asks the store for the keys from a start key on, a page at a time (S3's ListObjectsV2):
@@ -276,18 +266,30 @@ class ObjectStore:
     def _bounded(
         self, bucket: str, key: str, call: Callable[..., T], *args: Any, read: bool = False, **kwargs: Any
     ) -> T:
-        """`_remote` without the translation of not-found errors."""
+        """`_remote` without the translation of not-found errors; within an operation's `Budget`
+        (`rsm.store.deadlines`), the request gets no more than what is left of it."""
         if self.request_timeout is None:
             return call(*args, **kwargs)
         started = time.monotonic()
+        budget = current_budget()
+        limit, by_budget = self.request_timeout, False
+        if budget is not None and budget.remaining() < limit:
+            limit, by_budget = budget.remaining(), True
+            if limit <= 0:
+                raise TimeoutError(f"{self.describe(bucket, key)}: not sent: {budget.spent()}")
         attempt = 1
         while True:
             try:
-                remaining = self.request_timeout - (time.monotonic() - started)
+                remaining = limit - (time.monotonic() - started)
                 return call(*args, timeout=max(remaining, 0.001), **kwargs)
             except FSTimeoutError as exc:
                 waited = time.monotonic() - started
-                if waited >= self.request_timeout:
+                if waited >= limit and by_budget:
+                    assert budget is not None
+                    raise TimeoutError(
+                        f"{self.describe(bucket, key)}: no answer within {waited:.1f} s: {budget.spent()}"
+                    ) from None
+                if waited >= limit:
                     raise TimeoutError(
                         f"{self.describe(bucket, key)}: no answer within {self.request_timeout:g} s "
                         f"(storage.{self.backend.value}.request.timeout.ms, retries included)"
@@ -396,93 +398,6 @@ class ObjectStore:
 
     def exists(self, bucket: str, key: str) -> bool:
         return bool(self._remote(bucket, key, self.fs.exists, self.path(bucket, key)))
-
-    def list(self, bucket: str, prefix: str = "", *, include_temporary: bool = False) -> list[str]:
-        """Keys under a prefix in a bucket, sorted; temporary files of unfinished writes are left out
-        unless ``include_temporary`` (`rsm migrate gc` looks for the ones a killed process left)."""
-        base = self._directory(bucket, "").rstrip("/") + "/"
-        directory = prefix.rpartition("/")[0]
-        try:
-            found = self._remote(bucket, prefix, self.fs.find, self._directory(bucket, directory))
-        except FileNotFoundError:
-            self.stats.listed()
-            return []
-        self.stats.listed(self._pages(len(found)))
-        keys = []
-        for path in found:
-            path = str(path)
-            key = path[len(base) :] if path.startswith(base) else path.split("/", 1)[1]
-            if key.startswith(prefix) and (include_temporary or TEMP_MARK not in key.rsplit("/", 1)[-1]):
-                keys.append(key)
-        return sorted(keys)
-
-    def list_objects(
-        self, bucket: str, prefix: str = "", *, include_temporary: bool = False
-    ) -> list[ObjectInfo]:
-        """`list` with each object's size and modification time (one listing, no request per object)."""
-        base = self._directory(bucket, "").rstrip("/") + "/"
-        directory = prefix.rpartition("/")[0]
-        try:
-            found = self._remote(
-                bucket, prefix, self.fs.find, self._directory(bucket, directory), detail=True
-            )
-        except FileNotFoundError:
-            self.stats.listed()
-            return []
-        self.stats.listed(self._pages(len(found)))
-        out = []
-        for path, info in dict(found).items():
-            path = str(path)
-            key = path[len(base) :] if path.startswith(base) else path.split("/", 1)[1]
-            if not key.startswith(prefix) or info.get("type") == "directory":
-                continue
-            if include_temporary or ".tmp-" not in key.rsplit("/", 1)[-1]:
-                out.append(ObjectInfo(key, int(info.get("size") or 0), modified_time(info)))
-        return sorted(out, key=lambda o: o.key)
-
-    def _pages(self, listed: int) -> int:
-        """The requests a listing of `listed` entries took, as far as the store can tell (one; `S3Store`
-        counts its pages of 1,000 keys, which s3fs's `find` makes unseen)."""
-        return 1
-
-    def list_from(
-        self,
-        bucket: str,
-        prefix: str,
-        *,
-        start_after: str = "",
-        limit: int | None = None,
-        include_temporary: bool = False,
-    ) -> list[ObjectInfo]:
-        """Objects under `prefix` whose keys sort after `start_after`, in key order, at most `limit`.
-
-        Why beside `list_objects`: a planner that knows where its range starts asks S3 for the keys from
-        there on (ListObjectsV2's StartAfter, 1,000 keys a page, stopping at `limit`), so its requests do
-        not grow with the history before it; each page is one request within the deadline (a listing of
-        a whole prefix through `list_objects` is one deadline for all its pages). Temporary files of
-        unfinished writes are left out unless ``include_temporary``. On the file store the directory is
-        listed and filtered (no request is saved there, and none is paid).
-        """
-        self._directory(bucket, prefix.rpartition("/")[0])  # checks the names
-        found = [
-            o
-            for o in self.list_objects(bucket, prefix, include_temporary=include_temporary)
-            if o.key > start_after
-        ]
-        return found if limit is None else found[:limit]
-
-    def list_dirs(self, bucket: str, prefix: str) -> list[str]:
-        """The names of the "directories" right under `prefix` (a prefix ending in '/'), sorted: one
-        delimited listing on S3 (a page per 1,000 names), however many objects lie below them."""
-        self._directory(bucket, prefix.rstrip("/"))  # checks the names
-        self.stats.listed()
-        try:
-            entries = self.fs.ls(self._directory(bucket, prefix.rstrip("/")), detail=True)
-        except (FileNotFoundError, NotADirectoryError):
-            return []
-        return sorted(
-            str(e["name"]).rstrip("/").rpartition("/")[2] for e in entries if e.get("type") == "directory"
-        )
 
     def size(self, bucket: str, key: str) -> int:
         """An object's size in bytes (ObjectNotFound when it is missing)."""

@@ -1,4 +1,4 @@
-"""Record validation during offload (seed 002): the policy API, its values, the built-in policies, and the
+"""Record validation during offload: the policy API, its values, the built-in policies, and the
 validator that runs a topic's policy over the copy's one read of a segment.
 
 - `api`: `RecordValidationPolicy` (the seed's per-record form), `VectorizedRecordValidationPolicy` (Arrow
@@ -8,9 +8,13 @@ validator that runs a topic's policy over the copy's one read of a segment.
 - `records`: `RecordValidator` over the copy's chunks, the per-record adapter, the counters;
 - `builtin`: the policies a topic names by value (`schema-id`, `json`, a header name).
 
-A policy class names itself from here (`rsm.validation.RecordValidationPolicy`), as README shows.
+A policy class names itself from here (`rsm.validation.RecordValidationPolicy`), as README shows, and so
+does the exception its `validate` raises (`InvalidRecordException`). Names the single module `rsm.validation`
+once had (the copy's integrity check, now `rsm.copy.integrity`) resolve with a DeprecationWarning.
 """
 
+from rsm.api.errors import InvalidRecordException
+from rsm.api.moved import moved_names
 from rsm.validation.api import (
     RecordValidationPolicy,
     RequireHeaderValidationPolicy,
@@ -29,6 +33,7 @@ from rsm.validation.values import (
 __all__ = [
     "Failures",
     "Header",
+    "InvalidRecordException",
     "RecordIntrospectionHints",
     "RecordProxy",
     "RecordValidationPolicy",
@@ -38,3 +43,15 @@ __all__ = [
     "Violation",
     "load_policy",
 ]
+
+__getattr__, __dir__ = moved_names(
+    __name__,
+    {
+        "IntegritySummary": "rsm.copy.integrity",
+        "SegmentIntegrityVerifier": "rsm.copy.integrity",
+        "read_index": "rsm.copy.integrity",
+        "ConfigException": "rsm.api.errors",
+        "SegmentIntegrityError": "rsm.api.errors",
+        "TopicIdPartition": "rsm.api.metadata",
+    },
+)

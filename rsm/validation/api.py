@@ -1,4 +1,4 @@
-"""Record validation (seed 002). A broker-level `RecordValidationPolicy` (`record.validation.policy.class.name`;
+"""Record validation during offload. A broker-level `RecordValidationPolicy` (`record.validation.policy.class.name`;
 the built-in policies of `rsm.validation.builtin` when none is named) is applied to the segments of topics whose
 `record.validation.policy` (or `unchecked.record.validation.policy`) is set; the topic value is handed to the
 policy, which decides what it means (for example, a header every record must carry). Two ways to write one:
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 
 class RecordValidationPolicy(abc.ABC):
-    """Seed 002's broker-side extension point, applied here when segments are tiered."""
+    """The record validation policy proposal's broker-side extension point, applied here when segments are tiered."""
 
     def configure(self, configs: Mapping[str, str]) -> None:  # noqa: B027 - optional hook
         """Receives the broker's `rsm.config.*` keys (prefix stripped)."""

@@ -1,4 +1,4 @@
-"""Built-in vectorised record validation policies, selectable per topic by name (issue 14).
+"""Built-in vectorised record validation policies, selectable per topic by name.
 
 With no `record.validation.policy.class.name`, the RSM uses `BuiltinPolicies`, and a topic's
 `record.validation.policy` (or `unchecked.record.validation.policy`) names the check:

@@ -1,4 +1,4 @@
-"""Record validation over the copy's one read of a segment (seed 002, issue 14).
+"""Record validation over the copy's one read of a segment (record validation during offload).
 
 The copy reads a segment once, chunk by chunk (`RemoteStorageManager._verify`). Every chunk goes first to the
 integrity check (`rsm.validation.SegmentIntegrityVerifier`: headers, offsets, CRC-32C of each batch as
