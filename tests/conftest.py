@@ -21,6 +21,7 @@ import pytest
 # The harness package sits beside this file; make it importable whatever pytest's rootdir/import mode.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from harness import prewarm  # noqa: E402
 from harness.clouds import AzuriteServer, FakeGcsServer  # noqa: E402
 from harness.emulators import EmulatorUnavailable, azurite_blob_command, fake_gcs_command, unavailable  # noqa: E402
 from harness.kafka import KafkaBroker  # noqa: E402
@@ -49,6 +50,8 @@ FIXTURE_MARKERS: dict[str, str] = {
 
 
 # How long past its pytest-timeout a test may still run before the watchdog ends the session (below).
+_PREWARM = pytest.StashKey["object"]()
+
 HANG_GRACE_S = float(os.environ.get("RSM_TEST_HANG_GRACE_S", "120"))
 _hang_fd: int | None = None
 
@@ -98,6 +101,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for fixture, marker in FIXTURE_MARKERS.items():
             if fixture in names and item.get_closest_marker(marker) is None:
                 item.add_marker(getattr(pytest.mark, marker))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the slow installs the selected tests need in the background (harness.prewarm)."""
+    if session.config.getoption("collectonly", False):
+        return
+    files = {Path(str(item.fspath)).name for item in session.items}
+    session.config.stash[_PREWARM] = prewarm.start(files)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    prewarm.stop(session.config.stash.get(_PREWARM, None))
 
 
 @pytest.fixture
