@@ -1,4 +1,5 @@
-"""A real Apache Kafka 4.4.0 broker for tests: single node, KRaft, broker and controller in one JVM.
+"""A real Apache Kafka broker for tests (4.4.0 unless told otherwise): single node, KRaft, broker and
+controller in one JVM.
 
 The broker runs ``java -cp <kafka-libs>/* kafka.Kafka server.properties`` as a subprocess on free
 127.0.0.1 ports, with its data, config and logs under ``work_dir``. ``extra_props`` go into
@@ -6,6 +7,10 @@ server.properties as given (tiered storage: ``remote.log.storage.system.enable=t
 ``remote.log.storage.manager.class.name=...``, ``remote.log.manager.task.interval.ms=...``) and
 ``extra_classpath`` is appended to the classpath (plugin jars). The JVM gets a small heap: the
 machines running the suite have 2 cores and run Spark and moto beside it.
+
+``kafka_version`` (or ``RSM_TEST_KAFKA_VERSION``) runs another served Kafka from 3.9 on, its jars resolved
+into their own cache directory (``harness.kafka_versions``); ``broker.kafka`` says which version runs and
+which class of the plugin jar it loads (``broker.kafka.plugin_class``).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from harness.kafka_versions import KafkaLine, broker_libs, default_kafka_version
 from harness.maven import JavaBuild, build_test_java, log_tail
 from harness.ports import LOOPBACK, free_ports, port_open
 from harness.procs import dies_with_parent
@@ -44,24 +50,6 @@ DEFAULT_JVM_OPTS: tuple[str, ...] = (
 )
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 30.0
-
-_LOG4J2 = """\
-status = warn
-name = rsm-test-broker
-appender.server.type = File
-appender.server.name = server
-appender.server.fileName = {logs}/server.log
-appender.server.layout.type = PatternLayout
-appender.server.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = INFO
-rootLogger.appenderRef.server.ref = server
-logger.request.name = kafka.request.logger
-logger.request.level = WARN
-logger.clients.name = org.apache.kafka.clients
-logger.clients.level = WARN
-logger.network.name = kafka.network
-logger.network.level = WARN
-"""
 
 
 _ERROR_LINE = re.compile(r"\] (ERROR|FATAL) |^Caused by: ")
@@ -149,8 +137,10 @@ class KafkaBroker:
         extra_env: Mapping[str, str] | None = None,
         start_timeout: float = START_TIMEOUT_S,
         node_id: int = 1,
+        kafka_version: str | None = None,
     ) -> None:
         self.work_dir = Path(work_dir)
+        self.kafka = KafkaLine(kafka_version or default_kafka_version())
         self.extra_props = dict(extra_props or {})
         self.extra_classpath = [Path(p) for p in extra_classpath]
         self.jvm_opts = list(jvm_opts)
@@ -251,6 +241,9 @@ class KafkaBroker:
         return env
 
     def _classpath(self) -> str:
+        if not self.kafka.is_default:  # another Kafka version: its own jars, the plugin jars after them
+            libs = broker_libs(self.kafka.version)
+            return os.pathsep.join([str(libs / "*"), *(str(p) for p in self.extra_classpath)])
         build = self._java_build or build_test_java()
         self._java_build = build
         return build.broker_classpath(self.extra_classpath)
@@ -277,11 +270,9 @@ class KafkaBroker:
             self.port, self.controller_port = free_ports(2)
         props = self._properties()
         self.config_file.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-        log4j = self.work_dir / "log4j2.properties"
-        log4j.write_text(_LOG4J2.format(logs=self.logs_dir))
         java_opts = [
             *self.jvm_opts,
-            f"-Dlog4j2.configurationFile={log4j}",
+            *self.kafka.logging.configure(self.work_dir, self.logs_dir),
             f"-Dkafka.logs.dir={self.logs_dir}",
         ]
         if not (self.data_dir / "meta.properties").exists():
@@ -500,4 +491,4 @@ class KafkaBroker:
 
     def __repr__(self) -> str:
         state = f"running on {self.bootstrap_servers}" if self.is_running() else "stopped"
-        return f"KafkaBroker({self.work_dir}, {state})"
+        return f"KafkaBroker({self.work_dir}, Kafka {self.kafka.version}, {state})"

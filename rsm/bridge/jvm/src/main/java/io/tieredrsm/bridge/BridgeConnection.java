@@ -21,7 +21,7 @@ import java.util.concurrent.TimeUnit;
 
 /**
  * One handshaken connection to the bridge (protocol v1, see PROTOCOL.md). It carries one request at a
- * time; the pool in {@link BridgeRemoteStorageManager} hands it to one Kafka thread after another.
+ * time; the pool in {@link PortableBridgeRemoteStorageManager} hands it to one Kafka thread after another.
  */
 final class BridgeConnection implements AutoCloseable {
     static final byte HELLO = 1;

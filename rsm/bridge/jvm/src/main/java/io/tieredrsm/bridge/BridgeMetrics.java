@@ -31,15 +31,18 @@ import org.slf4j.LoggerFactory;
  * The plugin's metrics in the broker's metrics registry, so they show in the broker's JMX (and whatever
  * scrapes it) beside Kafka's own {@code RemoteLogManager} metrics.
  *
- * <p>Where they are registered: Kafka 4.x hands a plugin that implements {@code Monitorable} (KIP-877) a
- * {@link PluginMetrics} right after {@code configure}; its metrics are named
+ * <p>Where they are registered: Kafka 4.1+ hands a plugin that implements {@code Monitorable} (KIP-877,
+ * {@link BridgeRemoteStorageManager}) a {@link PluginMetrics} right after {@code configure}; its metrics are named
  * {@code kafka.server:type=plugins,config=remote.log.storage.manager.class.name,class=BridgeRemoteStorageManager,<tags>}.
  * Kafka 4.4 does that only when the plugin is on the broker's classpath: with
  * {@code remote.log.storage.manager.class.path} set, the broker wraps the plugin in a
  * {@code ClassLoaderAwareRemoteStorageManager}, which is not {@code Monitorable}, and never calls us. Then
  * (no {@code PluginMetrics} by the first poll) the plugin registers the same names itself: Kafka's metrics
  * library with its {@link JmxReporter} under the broker's JMX domain {@code kafka.server}, in the broker
- * JVM's platform MBean server, so both set-ups show identical MBeans.
+ * JVM's platform MBean server, so both set-ups show identical MBeans. So does
+ * {@link PortableBridgeRemoteStorageManager} (not {@code Monitorable}, for Kafka 3.9 and 4.0), under its own
+ * class name. This class refers to {@code PluginMetrics} only in {@link #attach}, which only that subclass
+ * calls: a broker without KIP-877 never resolves it.
  *
  * <p>What: every figure of the bridge's {@code metrics} snapshot (the RSM's copy, fetch, delete, cache,
  * error, validation and S3 figures per topic and partition, see rsm/metrics.py), polled every
@@ -111,7 +114,7 @@ final class BridgeMetrics implements AutoCloseable {
         }
     }
 
-    private final BridgeRemoteStorageManager owner;
+    private final PortableBridgeRemoteStorageManager owner;
     private final long pollMs;
     private final String className;
     private ScheduledExecutorService poller;
@@ -145,7 +148,7 @@ final class BridgeMetrics implements AutoCloseable {
         {"bridge-request-errors-total", "calls whose bridge connection failed"},
     };
 
-    BridgeMetrics(BridgeRemoteStorageManager owner, long pollMs) {
+    BridgeMetrics(PortableBridgeRemoteStorageManager owner, long pollMs) {
         this.owner = owner;
         this.pollMs = pollMs;
         this.className = owner.getClass().getSimpleName();
@@ -191,7 +194,8 @@ final class BridgeMetrics implements AutoCloseable {
             registry = new OwnRegistry(className);
             registerOwn();
             LOG.info("bridge RSM metrics registered in JMX under {}:type={} (the broker gave no PluginMetrics: the "
-                    + "plugin is loaded through remote.log.storage.manager.class.path)", JMX_DOMAIN, GROUP);
+                    + "plugin is loaded through remote.log.storage.manager.class.path, or is not Monitorable)",
+                    JMX_DOMAIN, GROUP);
         }
         return registry;
     }

@@ -24,7 +24,7 @@ import org.slf4j.LoggerFactory;
 
 /**
  * The policy classes' way to the bridge: found (or started) from the broker's {@code rsm.config.bridge.*}
- * settings exactly as {@link BridgeRemoteStorageManager} finds it (same socket, same command, same
+ * settings exactly as {@link PortableBridgeRemoteStorageManager} finds it (same socket, same command, same
  * generated config file), shared by the create and alter policies of one broker (Kafka makes one instance
  * of each), with calls bounded by {@code bridge.policy.timeout.ms}.
  *
@@ -35,7 +35,7 @@ import org.slf4j.LoggerFactory;
  */
 final class PolicyBridge {
     private static final Logger LOG = LoggerFactory.getLogger(PolicyBridge.class);
-    static final String CLIENT_NAME = BridgeRemoteStorageManager.CLIENT_NAME + "-policy";
+    static final String CLIENT_NAME = PortableBridgeRemoteStorageManager.CLIENT_NAME + "-policy";
     private static final Map<Path, PolicyBridge> SHARED = new HashMap<>();
 
     private final Path socketPath;
@@ -77,7 +77,7 @@ final class PolicyBridge {
         return shared;
     }
 
-    /** As BridgeRemoteStorageManager.configure: same directory, command, config file and log file. */
+    /** As PortableBridgeRemoteStorageManager.configure: same directory, command, config file and log file. */
     private static PolicyBridge create(Map<String, String> rsm, Path socketPath, String brokerId) {
         Path dir = socketPath.toAbsolutePath().getParent();
         try {
@@ -98,7 +98,7 @@ final class PolicyBridge {
         } else {
             configFile = dir.resolve("bridge-" + brokerId + ".properties");
             if (!command.isEmpty()) {
-                BridgeRemoteStorageManager.writeBridgeConfig(configFile, rsm);
+                PortableBridgeRemoteStorageManager.writeBridgeConfig(configFile, rsm);
             }
         }
         Path logFile = Paths.get(rsm.getOrDefault("bridge.log.file", dir.resolve("bridge.log").toString()));

@@ -184,8 +184,11 @@ public final class PluginDriver {
                                 java.util.List.of(new org.apache.kafka.common.metrics.JmxReporter()),
                                 org.apache.kafka.common.utils.Time.SYSTEM,
                                 new org.apache.kafka.common.metrics.KafkaMetricsContext("kafka.server"));
-                        org.apache.kafka.common.internals.Plugin.wrapInstance(rsm, brokerMetrics,
-                                "remote.log.storage.manager.class.name");
+                        // (Plugin arrived in Kafka 4.1; the driver is compiled against the plugin's oldest API)
+                        Class.forName("org.apache.kafka.common.internals.Plugin")
+                                .getMethod("wrapInstance", Object.class, org.apache.kafka.common.metrics.Metrics.class,
+                                        String.class)
+                                .invoke(null, rsm, brokerMetrics, "remote.log.storage.manager.class.name");
                         break;
                     }
                     case "jmx": {
