@@ -1,8 +1,8 @@
 """Slow installs started in the background when the session begins, so no test waits for them in turn.
 
 Some tests need things that take minutes to make and little CPU: a virtualenv per older PySpark line
-(``harness.pyspark_venv``, ~400 MB from PyPI each) and the wheel built from this work tree
-(``test_wheel_install``). Made by the test that needs them, they add their whole install time to the
+(``harness.pyspark_venv``, ~400 MB from PyPI each), the wheel built from this work tree
+(``test_wheel_install``) and each Kafka line's broker jars (``harness.kafka_versions``, Maven). Made by the test that needs them, they add their whole install time to the
 suite. Started in a background process as soon as the session knows it will run those tests, they are
 made while the fast tests run; the tests then take them from the cache, waiting on the same file locks
 the installers hold (so a test never sees half an install). A failure here is only logged: the test
@@ -39,6 +39,18 @@ def _pyspark_venvs() -> None:
             pyspark_python(version)
 
 
+def _kafka_lines() -> None:
+    from compat_table import KAFKA_VERSIONS
+
+    from harness.kafka_versions import KafkaVersionNotServed, broker_libs
+
+    for version in KAFKA_VERSIONS:
+        try:
+            broker_libs(version)
+        except KafkaVersionNotServed:
+            log.info("kafka-lines: %s is not served (the test says so)", version)
+
+
 def _wheel() -> None:
     from test_wheel_install import built_wheel
 
@@ -46,9 +58,13 @@ def _wheel() -> None:
         built_wheel(Path(work))
 
 
-JOBS = {"pyspark-venvs": _pyspark_venvs, "wheel": _wheel}
+JOBS = {"pyspark-venvs": _pyspark_venvs, "wheel": _wheel, "kafka-lines": _kafka_lines}
 # the test module whose selection asks for each job
-WANTED_BY = {"test_spark_versions.py": "pyspark-venvs", "test_wheel_install.py": "wheel"}
+WANTED_BY = {
+    "test_spark_versions.py": "pyspark-venvs",
+    "test_wheel_install.py": "wheel",
+    "test_kafka_versions.py": "kafka-lines",
+}
 
 
 def start(test_files: set[str]) -> subprocess.Popen[bytes] | None:
