@@ -106,6 +106,7 @@ def test_a_keyring_with_id_and_key_swapped_names_the_entry_without_either(tmp_pa
         ("bucket", generate_key()),
         ("storage.s3.region", "AKIAIOSFODNN7EXAMPLE"),
     ],
+    ids=lambda v: v if "." in v or v in ("prefix", "bucket") else "secret",  # no secret in a test's name
 )
 def test_a_secret_pasted_into_the_wrong_broker_key_is_refused_naming_the_key(key: str, value: str) -> None:
     with pytest.raises(ConfigException) as info:
@@ -122,6 +123,7 @@ def test_a_secret_pasted_into_the_wrong_broker_key_is_refused_naming_the_key(key
         ("unchecked.rsm.chunk.size", AWS_SECRET),
         ("unchecked.record.validation.policy", generate_key()),
     ],
+    ids=lambda v: v if v.startswith("unchecked.") else "secret",  # no secret in a test's name
 )
 def test_a_secret_pasted_into_the_wrong_topic_key_is_refused_naming_the_key(key: str, value: str) -> None:
     for check in (lambda: parse_topic_config(key, value), lambda: validate_overlay_configs({key: value})):
