@@ -1,7 +1,8 @@
 """The live tail at the store's speed: a topic that never tiers, read by format("kafka-tiered") and "kafka".
 
     python benchmarks/broker_tail.py [--records 2000000] [--partitions 2] [--value-bytes 100]
-                                     [--codec zstd] [--rounds 3] [--json out.json]
+                                     [--codec zstd] [--rounds 3] [--latency-samples 60]
+                                     [--json out.json]
 
 One run, everything real: a Kafka 4.4 broker (tests/harness, one node, Kafka's own JVM settings, no
 tiered storage); a topic of ``--partitions`` partitions gets ``--records`` records from a confluent-kafka
@@ -19,8 +20,13 @@ interleaved rounds after a warm-up (the fastest round of each counts), with
 * ``kafka-tiered (Python)``: the Python Data Source (the jar's scan turned off for that DataFrame);
 * ``kafka``: Spark's own Kafka source, spark-sql-kafka-0-10_2.13 4.2.0 (Kafka's Java consumer).
 
-Answers must agree across the three. Prints rows/s and each reader's ratio to Spark's Kafka source, as
-measured in this run; no target (a measurement), exit status 0. Needs Java 17 and Maven for the broker
+Answers must agree across the three. Around each query the broker JVM's CPU (/proc/<pid>/stat) is read:
+broker CPU µs per record read, per reader. Then, in the same session (`benchmarks._broker_tail_stream`):
+each reader streams the whole topic with ``Trigger.AvailableNow`` and ``maxOffsetsPerTrigger`` (an eighth
+of the records) into the noop sink (best of the rounds, broker CPU too), and the three follow a
+one-partition topic at once with a 1 s trigger into foreachBatch sinks while ``--latency-samples`` records
+carrying their send time are produced: the p50 of produce-to-sink latency. Prints rows/s and each
+reader's ratio to Spark's Kafka source, as measured in this run; no target (a measurement), exit status 0. Needs Java 17 and Maven for the broker
 and the jars, like the test suite.
 """
 
@@ -41,10 +47,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))  # the test harness: broker, Maven builds, Spark's Kafka jars
 
+from benchmarks._broker_tail_stream import AvailableNowRun, BrokerCpu, available_now, latency, p50  # noqa: E402
 from benchmarks._common import console, print_table  # noqa: E402
 from benchmarks.broker_wire import BROKER_JVM, value_pool  # noqa: E402
 
 TOPIC = "tail-bench"
+LATENCY_TOPIC = "tail-latency"
 COLUMNAR = "spark.kafkaTiered.columnar.enabled"
 READERS = ("kafka-tiered (columnar)", "kafka-tiered (Python)", "kafka (Spark 4.2.0)")
 QUERIES = ("count()", "sum(crc32(value))")
@@ -81,6 +89,107 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - start, result
 
 
+def batch_queries(frames: dict[str, Any], args: argparse.Namespace, cpu: BrokerCpu) -> dict[str, Any]:
+    """count() and sum(crc32(value)) by each reader, interleaved rounds after a warm-up; the broker JVM's
+    CPU seconds per record read in each (its least over the rounds)."""
+    run = {
+        "count()": lambda df: df.count(),
+        "sum(crc32(value))": lambda df: df.selectExpr("sum(crc32(value))").collect()[0][0],
+    }
+    times: dict[tuple[str, str], list[float]] = {(r, q): [] for r in READERS for q in QUERIES}
+    cpus: dict[tuple[str, str], list[float]] = {(r, q): [] for r in READERS for q in QUERIES}
+    answers: dict[tuple[str, str], Any] = {}
+    for round_ in range(args.rounds + 1):  # round 0 warms up
+        for query in QUERIES:
+            for name, df in frames.items():
+                before = cpu.seconds()
+                elapsed, answers[(name, query)] = timed(lambda df=df, q=query: run[q](df))
+                if round_:
+                    times[(name, query)].append(elapsed)
+                    cpus[(name, query)].append(cpu.seconds() - before)
+        done = ", ".join(f"{r} {q} {v[-1]:.2f} s" for (r, q), v in times.items() if v)
+        console.print(f"  round {round_ or 'warm-up'}: {done or 'done'}", highlight=False)
+    for query in QUERIES:
+        theirs = answers[(READERS[-1], query)]
+        for name in READERS:
+            if answers[(name, query)] != theirs:
+                raise RuntimeError(f"{name} {query} gave {answers[(name, query)]}, Spark's {theirs}")
+    if answers[(READERS[-1], "count()")] != args.records:
+        raise RuntimeError(f"count() gave {answers[(READERS[-1], 'count()')]}, not {args.records}")
+    best = {k: min(v) for k, v in times.items()}
+    cpu_us = {k: min(v) / args.records * 1e6 for k, v in cpus.items()}
+    ratio = {(r, q): best[(READERS[-1], q)] / best[(r, q)] for r in READERS for q in QUERIES}
+    cpu_ratio = {
+        (r, q): cpu_us[(r, q)] / max(cpu_us[(READERS[-1], q)], 1e-9) for r in READERS for q in QUERIES
+    }
+    print_table(
+        f"{args.records:,} records on the broker only, {args.value_bytes}-byte values, {args.codec}, "
+        f"{args.partitions} partitions, local[2], best of {args.rounds}",
+        ["reader", "query", "seconds", "M rows/s", "/ Spark's Kafka source", "broker CPU µs/rec", "/ Spark's"],
+        [
+            (r, q, f"{best[(r, q)]:.2f}", f"{args.records / best[(r, q)] / 1e6:.2f}", f"{ratio[(r, q)]:.2f}x",
+             f"{cpu_us[(r, q)]:.3f}", f"{cpu_ratio[(r, q)]:.2f}x")
+            for q in QUERIES
+            for r in READERS
+        ],
+    )  # fmt: skip
+    return {
+        "seconds_best": {f"{r} {q}": s for (r, q), s in best.items()},
+        "ratio_vs_kafka_source": {f"{r} {q}": x for (r, q), x in ratio.items()},
+        "broker_cpu_us_per_record": {f"{r} {q}": x for (r, q), x in cpu_us.items()},
+        "broker_cpu_ratio_vs_kafka_source": {f"{r} {q}": x for (r, q), x in cpu_ratio.items()},
+    }
+
+
+def stream_queries(
+    spark: Any,  # noqa: ANN401
+    args: argparse.Namespace,
+    store: dict[str, str],
+    offsets: dict[str, str],
+    cpu: BrokerCpu,
+    broker: Any,  # noqa: ANN401
+    work: Path,
+) -> dict[str, Any]:
+    """AvailableNow with maxOffsetsPerTrigger over the topic (best of the rounds, with the broker's CPU),
+    then the micro-batch latency of a 1 s trigger (`benchmarks._broker_tail_stream`)."""
+    stream_opts = {k: v for k, v in offsets.items() if k != "endingOffsets"}
+    stream_opts["maxOffsetsPerTrigger"] = str(max(1, args.records // 8))
+    runs: dict[str, list[AvailableNowRun]] = {r: [] for r in READERS}
+    for round_ in range(args.rounds + 1):
+        for name in READERS:
+            run = available_now(spark, name, store, stream_opts, cpu, work)
+            if run.rows != args.records:
+                raise RuntimeError(f"{name} AvailableNow read {run.rows} rows, not {args.records}")
+            if round_:
+                runs[name].append(run)
+        console.print(f"  AvailableNow round {round_ or 'warm-up'} done", highlight=False)
+    best = {r: min(x.seconds for x in v) for r, v in runs.items()}
+    cpu_us = {r: min(x.broker_cpu_s for x in v) / args.records * 1e6 for r, v in runs.items()}
+    theirs = READERS[-1]
+    broker.create_topic(LATENCY_TOPIC, 1)
+    lat = latency(spark, READERS, store, broker.bootstrap_servers, LATENCY_TOPIC, args.latency_samples, work)
+    p50s = {r: p50(v) for r, v in lat.items()}
+    print_table(
+        f"streams: AvailableNow (maxOffsetsPerTrigger {stream_opts['maxOffsetsPerTrigger']}) best of "
+        f"{args.rounds}; latency of a 1 s trigger, {args.latency_samples} records, the readers at once",
+        ["reader", "AvailableNow s", "speed / Spark's", "broker CPU µs/rec", "/ Spark's", "latency p50 ms",
+         "/ Spark's"],
+        [
+            (r, f"{best[r]:.2f}", f"{best[theirs] / best[r]:.2f}x", f"{cpu_us[r]:.3f}",
+             f"{cpu_us[r] / max(cpu_us[theirs], 1e-9):.2f}x", f"{p50s[r] * 1000:.0f}",
+             f"{p50s[r] / p50s[theirs]:.2f}x")
+            for r in READERS
+        ],
+    )  # fmt: skip
+    return {
+        "available_now_seconds_best": best,
+        "available_now_speed_vs_kafka_source": {r: best[theirs] / best[r] for r in READERS},
+        "available_now_broker_cpu_us_per_record": cpu_us,
+        "latency_p50_s": p50s,
+        "latency_p50_ratio_vs_kafka_source": {r: p50s[r] / p50s[theirs] for r in READERS},
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
@@ -90,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--value-bytes", type=int, default=100, help="value size (default 100)")
     parser.add_argument("--codec", default="zstd", help="producer compression.type (default zstd)")
     parser.add_argument("--rounds", type=int, default=3, help="measured rounds per reader and query")
+    parser.add_argument("--latency-samples", type=int, default=60, help="records timed end to end (60)")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
     for tool in ("java", "mvn"):
@@ -120,7 +230,12 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"produced {args.records:,} records ({args.codec}) in {time.monotonic() - t:.1f} s")
         (work / "store" / "tiered").mkdir(parents=True)  # an empty store: the topic never tiers
         store = {"storage.backend": "file", "storage.file.root": str(work / "store"), "bucket": "tiered"}
-        spark = local_session("broker-tail-bench", "local[2]", {"spark.jars": ",".join(jars)})
+        conf = {
+            "spark.jars": ",".join(jars),
+            # a busy machine may take longer than Spark's 15 s to start a Python worker (the streams')
+            "spark.python.authenticate.socketTimeout": "120s",
+        }
+        spark = local_session("broker-tail-bench", "local[2]", conf)
         offsets = {
             "subscribe": TOPIC,
             "startingOffsets": "earliest",
@@ -135,52 +250,14 @@ def main(argv: list[str] | None = None) -> int:
             return spark.read.format("kafka").options(**offsets).load()
 
         frames = {name: reader(name) for name in READERS}
-        run = {
-            "count()": lambda df: df.count(),
-            "sum(crc32(value))": lambda df: df.selectExpr("sum(crc32(value))").collect()[0][0],
-        }
-        times: dict[tuple[str, str], list[float]] = {(r, q): [] for r in READERS for q in QUERIES}
-        answers: dict[tuple[str, str], Any] = {}
-        for round_ in range(args.rounds + 1):  # round 0 warms up
-            for query in QUERIES:
-                for name, df in frames.items():
-                    elapsed, answers[(name, query)] = timed(lambda df=df, q=query: run[q](df))
-                    if round_:
-                        times[(name, query)].append(elapsed)
-            done = ", ".join(f"{r} {q} {v[-1]:.2f} s" for (r, q), v in times.items() if v)
-            console.print(f"  round {round_ or 'warm-up'}: {done or 'done'}", highlight=False)
-        for query in QUERIES:
-            theirs = answers[(READERS[-1], query)]
-            for name in READERS:
-                if answers[(name, query)] != theirs:
-                    raise RuntimeError(f"{name} {query} gave {answers[(name, query)]}, Spark's {theirs}")
-        if answers[(READERS[-1], "count()")] != args.records:
-            raise RuntimeError(f"count() gave {answers[(READERS[-1], 'count()')]}, not {args.records}")
-        best = {k: min(v) for k, v in times.items()}
-        ratio = {(r, q): best[(READERS[-1], q)] / best[(r, q)] for r in READERS for q in QUERIES}
-        print_table(
-            f"{args.records:,} records on the broker only, {args.value_bytes}-byte values, {args.codec}, "
-            f"{args.partitions} partitions, local[2], best of {args.rounds}",
-            ["reader", "query", "seconds", "M rows/s", "/ Spark's Kafka source"],
-            [
-                (
-                    r,
-                    q,
-                    f"{best[(r, q)]:.2f}",
-                    f"{args.records / best[(r, q)] / 1e6:.2f}",
-                    f"{ratio[(r, q)]:.2f}x",
-                )
-                for q in QUERIES
-                for r in READERS
-            ],
-        )
+        cpu = BrokerCpu(broker.pid)
         results = {
             "records": args.records,
             "partitions": args.partitions,
             "value_bytes": args.value_bytes,
             "codec": args.codec,
-            "seconds_best": {f"{r} {q}": s for (r, q), s in best.items()},
-            "ratio_vs_kafka_source": {f"{r} {q}": x for (r, q), x in ratio.items()},
+            **batch_queries(frames, args, cpu),
+            **stream_queries(spark, args, store, offsets, cpu, broker, work),
             "load_average": os.getloadavg(),
         }
         if args.json is not None:

@@ -106,6 +106,13 @@ class BrokerWire:
     def servers(self) -> str:
         return self.settings.bootstrap_servers
 
+    def _sasl_name(self) -> str:
+        """The mechanism and listener a failed authentication used ("SASL SCRAM-SHA-512 over
+        SASL_PLAINTEXT"): never the credentials."""
+        mechanism = self.settings.sasl_mechanism
+        name = f"SASL {mechanism.value}" if mechanism is not None else "SASL"
+        return f"{name} over {self.settings.security_protocol.value}"
+
     def _deadline(self) -> Deadline:
         return Deadline(self.settings.default_api_timeout_ms)
 
@@ -125,7 +132,8 @@ class BrokerWire:
                 return attempt()
             except (Errors.SaslAuthenticationFailedError, Errors.IllegalSaslStateError) as exc:
                 raise BrokerError(
-                    f"authentication to the Kafka brokers {self.servers} failed: {_name(exc)}"
+                    f"{self._sasl_name()} authentication to the Kafka brokers {self.servers} failed: "
+                    f"{_name(exc)} (check kafka.sasl.jaas.config's username and password)"
                 ) from None
             except Errors.AuthorizationError as exc:
                 raise BrokerError(
