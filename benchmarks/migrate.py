@@ -62,7 +62,6 @@ from rsm import (
 from rsm.catalog import TopicCatalog
 from rsm.config.keyring import generate_key
 from rsm.config.settings import RsmConfig
-from rsm.copy.transform import Codec, PieceKind
 from rsm.fetch.reader import cipher_for
 from rsm.migrate import plan as plans
 from rsm.migrate.context import Context, JobSpec
@@ -71,6 +70,7 @@ from rsm.migrate.journal import job_id
 from rsm.migrate.verify import READ_GROUP_BYTES
 from rsm.store.layout import Location
 from rsm.store.objects import ObjectStore
+from rsm.stored.pieces import Codec, PieceKind
 
 MiB = 1 << 20
 

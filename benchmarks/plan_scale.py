@@ -57,11 +57,11 @@ from rsm import RemoteStorageManager, TopicIdPartition  # noqa: E402
 from rsm.catalog import TopicCatalog  # noqa: E402
 from rsm.catalog.usage import topic_usage  # noqa: E402
 from rsm.config.settings import RsmConfig  # noqa: E402
-from rsm.copy.manifest import INDEX_NUMBERS, Manifest, SegmentInfo  # noqa: E402
-from rsm.copy.transform import PieceKind, bind_crc32c, piece_tag  # noqa: E402
 from rsm.fetch.reader import SegmentReader  # noqa: E402
 from rsm.store.layout import Location, SegmentKeys  # noqa: E402
 from rsm.store.locations import REGISTRY_DIR, SCANNED_MARKER  # noqa: E402
+from rsm.stored.manifest import INDEX_NUMBERS, Manifest, SegmentInfo  # noqa: E402
+from rsm.stored.pieces import PieceKind, bind_crc32c, piece_tag  # noqa: E402
 from segment_format.crc import crc32c  # noqa: E402
 from spark_reader.options import parse_options  # noqa: E402
 from spark_reader.source import TieredBatchReader  # noqa: E402

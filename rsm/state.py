@@ -28,7 +28,6 @@ from rsm.config.keyring import Keyring, keyring_for
 from rsm.config.kms import is_kms_key
 from rsm.config.overlay import OverlayCache, TopicOverlayStore
 from rsm.config.settings import RsmConfig, TopicSettings, unknown_setting
-from rsm.copy.manifest import Manifest
 from rsm.fetch.cache import ByteLRU, IdentityMemo
 from rsm.fetch.reader import ChunkAllocator, SegmentReader
 from rsm.policy.enforce import PolicyGate
@@ -42,6 +41,7 @@ from rsm.store.location_notes import LocationNotes
 from rsm.store.locations import LocationRegistry
 from rsm.store.objects import ObjectStore
 from rsm.store.topic_encryption import EncryptionMemory
+from rsm.stored.manifest import Manifest
 from rsm.validation.api import RecordValidationPolicy, load_policy
 from rsm.validation.builtin import BuiltinPolicies
 from rsm.validation.records import ValidationStats

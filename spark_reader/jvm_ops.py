@@ -37,11 +37,12 @@ STATS_ENV = "KAFKA_TIERED_WORKER_STATS"  # a directory: each worker appends one 
 
 
 def one_line(exc: BaseException) -> str:
-    """The message the JVM raises: the source's own one line, or the exception's type and first line."""
-    from spark_reader.errors import ReaderError
+    """The message the JVM raises: `kafka-tiered: ` and the source's own one line, or the exception's type
+    and first line (as the Python Data Source's task errors read: `errors.TaskError`)."""
+    from spark_reader.errors import SOURCE, ReaderError
 
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return text if isinstance(exc, ReaderError) else f"{type(exc).__name__}: {text}"
+    return f"{SOURCE}: " + (text if isinstance(exc, ReaderError) else f"{type(exc).__name__}: {text}")
 
 
 def _source(options: dict[str, str]):  # noqa: ANN202 - KafkaTieredDataSource (pyspark is imported lazily)
@@ -122,7 +123,7 @@ def _stream_reader(header: dict):  # noqa: ANN202 - TieredStreamReader
     """The stream reader for these options, kept by this worker for the next request.
 
     Why kept: a reader remembers where each partition's next listing may start
-    (`TieredStreamReader._listed_from`, issue 27), which is what keeps a trigger from listing whole
+    (`TieredStreamReader._listed_from`), which is what keeps a trigger from listing whole
     partitions; the JVM asks for every offset and plan in a request of its own, so a reader made per
     request never had that memory. What it remembers is a fact about the store and topic (the offsets
     before a base need no key), true for any query with the same options, so the key is the options. A
@@ -151,10 +152,9 @@ def _stream_latest(header: dict, _: bytes) -> tuple[dict, list[bytes]]:
     """The end of the next micro-batch: Spark's rate limit, then (Trigger.AvailableNow) the cap, the
     latest offsets when the trigger started, so a backfill runs in micro-batches of maxOffsetsPerTrigger
     and stops where it began."""
-    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
-
     from spark_reader.offsets import from_stream_offset, to_stream_offset
     from spark_reader.stream import rate_limit
+    from spark_reader.streaming_api import ReadAllAvailable, ReadMaxRows  # PySpark 4.1 has no such module
 
     reader = _stream_reader(header)
     start = json.loads(header["start"]) if header.get("start") else {}

@@ -43,7 +43,7 @@ import sys
 from typing import BinaryIO
 
 # Before the columnar kernel loads (it reads this once): keep at most 16 MiB of released column mappings
-# for reuse instead of 128 MiB. A worker runs per task slot and must stay small (issue 23: under 200 MiB
+# for reuse instead of 128 MiB. A worker runs per task slot and must stay small (under 200 MiB
 # reading 256 MiB segments); measured here, 128 MiB of pool took a worker from ~170 to ~285 MiB of peak
 # RSS on big segments for no gain in rows/s.
 os.environ.setdefault("SEGMENT_FORMAT_POOL_MIB", "16")

@@ -38,15 +38,15 @@ from rsm.api.errors import RemoteStorageException
 from rsm.catalog.splits import ReadSplit
 from rsm.config.keyring import Keyring, keyring_for
 from rsm.config.settings import RsmConfig
-from rsm.copy.transform import TransformError
 from rsm.fetch.prefetch import prefetched
 from rsm.fetch.reader import SegmentReader, cipher_for
 from rsm.store.objects import ObjectNotFound, ObjectStore
+from rsm.stored.pieces import TransformError
 from segment_format.columnar import iter_stream_record_batches
 from segment_format.errors import CorruptRecordError
 from segment_format.records import NO_PARTITION_LEADER_EPOCH
 from segment_format.segment import leader_epoch_problem
-from spark_reader.errors import DataLossError, ReaderError
+from spark_reader.errors import DataLossError, ReaderError, spark_error
 from spark_reader.filters import NO_FILTERS, PushedFilters
 from spark_reader.schema import VIOLATION_COLUMN, decoder_projection, to_spark_batch
 from spark_reader.tail import BrokerTailPartition, read_tail
@@ -201,14 +201,26 @@ def read_partition(part: InputPartition, columns: Sequence[str] | None = None) -
     """The rows of one input partition as Arrow batches of the source's schema, or of only its `columns`
     in that order (the columnar scan's pruning: the decoder then copies no key, value or headers not
     asked for; every rule below still runs on the batch fields, which are always decoded). A hybrid
-    query's live tail is read from the brokers (`spark_reader.tail`) in the same schema."""
+    query's live tail is read from the brokers (`spark_reader.tail`) in the same schema.
+
+    The source's errors leave as `errors.TaskError`: one line in Spark's message, no traceback."""
+    try:
+        yield from _read_rows(part, columns)
+    except ReaderError as exc:
+        raise spark_error(exc) from None
+
+
+def _read_rows(part: InputPartition, columns: Sequence[str] | None) -> Iterator[pa.RecordBatch]:
     if isinstance(part, BrokerTailPartition):
         yield from read_tail(part, columns)
         return
     if not isinstance(part, TieredPartition):
         return  # a query planned to nothing: Spark still runs one task with a placeholder partition
     split, settings = part.split, part.settings
-    store, keyring = clients(settings.rsm_configs)
+    try:  # the executor's own store client and keyring file (the driver's opened: this host's may not)
+        store, keyring = clients(settings.rsm_configs)
+    except RemoteStorageException as exc:
+        raise ReaderError(f"{split.topic}-{split.partition}: on this executor: {exc}") from None
     where = store.describe(split.bucket, split.manifest.location.get("log", "?"))
     if split.end_position <= split.start_position:
         return

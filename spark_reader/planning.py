@@ -24,7 +24,7 @@ it), the offsets between where the log starts and the store's first one: the log
 (`rsm.store.log_starts`). A location the topic's record names that cannot be read is data loss too
 (`spark_reader.topics`).
 
-Histories are `rsm.catalog.ranged.RangedHistory` (issue 27): a listing per partition, then the manifests
+Histories are `rsm.catalog.ranged.RangedHistory`: a listing per partition, then the manifests
 a range needs: earliest and latest from the first and last copies, a timestamp by bisection, the range's
 own copies; so a narrow query's requests grow with its range, not with the partition's history.
 """
@@ -48,9 +48,10 @@ from rsm.catalog.holes import (
 )
 from rsm.catalog.segments import StoredSegment
 from rsm.catalog.splits import SegmentIndexes, split_slice
-from rsm.config.keyring import Keyring, keyring_for
-from rsm.copy.transform import TransformError
+from rsm.config.keyring import Keyring, is_kms_key, keyring_for
 from rsm.store.objects import ObjectStore
+from rsm.stored.data_keys import unwrap_data_key
+from rsm.stored.pieces import TransformError
 from segment_format.errors import CorruptRecordError
 from spark_reader.errors import DataLossError, ReaderError
 from spark_reader.filters import PushedFilters
@@ -86,9 +87,10 @@ class Planner:
         self._catalog: TopicCatalog | None = None
         self._keyring: Keyring | None = None
         self._indexes: dict[int, SegmentIndexes] = {}
+        self._opened: set[str] = set()  # key ids that opened a segment's data key
 
     def __getstate__(self) -> dict[str, object]:  # clients are rebuilt where the planner is unpickled
-        return {"opts": self.opts, "_catalog": None, "_keyring": None, "_indexes": {}}
+        return {"opts": self.opts, "_catalog": None, "_keyring": None, "_indexes": {}, "_opened": set()}
 
     @property
     def catalog(self) -> TopicCatalog:
@@ -137,21 +139,34 @@ class Planner:
         return found
 
     def _check_key(self, segment: StoredSegment) -> None:
-        """An encrypted segment whose key the driver lacks is refused at planning, in one line naming the
-        key id and where keys come from: the executors have the same keyring, so every task would fail."""
+        """An encrypted segment whose key the driver lacks, or whose key does not open it, is refused at
+        planning, in one line naming the key id and where keys come from: the executors have the same
+        keyring, so every task would fail. A key is tried once per query (its first segment's data key is
+        unwrapped: the manifest's bytes, no object read); a wrong key opens none of its segments."""
         encryption = segment.manifest.encryption
-        if encryption is None or (self._keyring is not None and encryption.key_id in self._keyring):
+        if encryption is None:
             return
-        config = self.opts.rsm_config()
-        where = config.get("encryption.keyring.path")
-        source = (
+        if self._keyring is not None and encryption.key_id in self._keyring:
+            if encryption.key_id in self._opened:
+                return
+            try:
+                unwrap_data_key(segment.manifest, self._keyring)
+            except RemoteStorageException as exc:
+                where = "KMS (encryption.kms.*)" if is_kms_key(encryption.key_id) else self._keyring_source()
+                raise ReaderError(f"{exc}, with {where}: give the reader the brokers' keys") from None
+            self._opened.add(encryption.key_id)
+            return
+        raise ReaderError(
+            f"{segment.manifest_key} is encrypted under key id {encryption.key_id!r}, which "
+            f"{self._keyring_source()} does not hold: give the reader the brokers' keyring"
+        )
+
+    def _keyring_source(self) -> str:
+        where = self.opts.rsm_config().get("encryption.keyring.path")
+        return (
             f"the keyring {where} (encryption.keyring.path)"
             if where
             else "no keyring (encryption.keyring.path)"
-        )
-        raise ReaderError(
-            f"{segment.manifest_key} is encrypted under key id {encryption.key_id!r}, which {source} does not "
-            "hold: give the reader the brokers' keyring"
         )
 
     def select(

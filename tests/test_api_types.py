@@ -26,7 +26,7 @@ from rsm import (
     TopicIdPartition,
 )
 from rsm.api.errors import InvalidArgumentException, SegmentIntegrityError
-from rsm.copy.manifest import Manifest
+from rsm.stored.manifest import Manifest
 
 
 @pytest.fixture

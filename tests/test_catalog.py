@@ -204,7 +204,7 @@ def test_an_end_offset_past_the_last_batch_does_not_hide_the_next_segment(tmp_pa
         log.roll()
     rsm.close()
     from rsm.catalog.segments import StoredSegment
-    from rsm.copy.manifest import Manifest
+    from rsm.stored.manifest import Manifest
 
     first = min((tmp_path / "store").rglob("*.manifest"))
     doc = json.loads(first.read_bytes())

@@ -34,8 +34,8 @@ from rsm.catalog import TopicCatalog
 from rsm.cli.main import main
 from rsm.config.overlay import TopicOverlayStore
 from rsm.config.settings import RsmConfig
-from rsm.copy.manifest import Manifest
 from rsm.store.home import MOVED_POINTER, MOVING_POINTER, CatalogMoved
+from rsm.stored.manifest import Manifest
 
 LC = LogConfig({"retention.ms": "-1", "remote.storage.enable": "true"})
 OVERLAY = {"unchecked.rsm.encryption.enabled": "true", "unchecked.rsm.encryption.key.id": "k2"}

@@ -26,7 +26,7 @@ from rsm.api.errors import SegmentIntegrityError
 from rsm.catalog import TopicCatalog
 from rsm.config.settings import RsmConfig
 from rsm.copy.integrity import SegmentIntegrityVerifier
-from rsm.copy.manifest import Manifest
+from rsm.stored.manifest import Manifest
 from spark_reader import partition_reader
 from spark_reader.errors import DataLossError, ReaderError
 from spark_reader.options import parse_options

@@ -44,7 +44,7 @@ from tiering import PartitionLog
 from rsm import CustomMetadata, LogConfig, RemoteStorageManager, TopicIdPartition
 from rsm.bridge import protocol as bp
 from rsm.config.keyring import generate_key
-from rsm.copy.manifest import Manifest, ManifestError
+from rsm.stored.manifest import Manifest, ManifestError
 from segment_format import (
     CompressionType,
     CorruptRecordError,

@@ -33,11 +33,11 @@ from rsm.api.metadata import RemoteLogSegmentMetadata, uuid_to_base64
 from rsm.cli.main import main
 from rsm.config.overlay import TopicOverlayStore
 from rsm.config.settings import RsmConfig
-from rsm.copy.manifest import Manifest, ManifestError, canonical_bytes
 from rsm.fetch.reader import SegmentReader
 from rsm.store import custom_metadata as cm
 from rsm.store.layout import Location, SegmentKeys
 from rsm.store.objects import ObjectStore
+from rsm.stored.manifest import Manifest, ManifestError, canonical_bytes
 
 BUCKET = "tiered"
 

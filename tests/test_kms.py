@@ -23,7 +23,7 @@ from rsm import RemoteStorageManager, TopicIdPartition
 from rsm.api.errors import RemoteStorageException
 from rsm.cli.main import main
 from rsm.config.kms import KmsKeys
-from rsm.copy.manifest import Manifest
+from rsm.stored.manifest import Manifest
 
 
 @pytest.fixture

@@ -22,6 +22,11 @@ MAX_MANAGER_LINES = 300
 # what each part may not import (a prefix forbids the package and everything under it)
 FORBIDDEN = {
     "segment_format": ("rsm", "spark_reader"),
+    # the stored format: what copy writes and everything else reads, so it imports none of them
+    "rsm.stored": (
+        *("rsm.copy", "rsm.fetch", "rsm.store", "rsm.catalog", "rsm.migrate", "rsm.bridge", "rsm.cli"),
+        *("rsm.validation", "rsm.metrics", "rsm.policy", "rsm.manager", "rsm.state", "spark_reader"),
+    ),
     # the RSM's core: the jobs the RemoteStorageManager delegates to
     "rsm.api": ("rsm.catalog", "rsm.migrate", "rsm.bridge", "rsm.cli", "spark_reader"),
     "rsm.config": ("rsm.catalog", "rsm.migrate", "rsm.bridge", "rsm.cli", "spark_reader"),

@@ -33,21 +33,16 @@ from rsm.api.errors import ConfigException
 from rsm.api.metadata import uuid_from_base64
 from rsm.config.keyring import Keyring
 from rsm.config.settings import RsmConfig
-from rsm.copy.manifest import INDEX_NUMBERS, Manifest, ManifestError
-from rsm.copy.rekey import rekey_manifest
-from rsm.copy.transform import (
-    Codec,
-    PieceKind,
-    SegmentCipher,
-    TransformError,
-    decode_piece,
-    decode_piece_into,
-    encode_piece,
-)
-from rsm.fetch.reader import SegmentReader, cipher_for, list_manifests, unwrap_data_key
+from rsm.fetch.reader import SegmentReader, cipher_for, list_manifests
 from rsm.store import custom_metadata as cm
 from rsm.store.layout import SegmentKeys
 from rsm.store.objects import ObjectStore
+from rsm.stored.cipher import SegmentCipher
+from rsm.stored.data_keys import unwrap_data_key
+from rsm.stored.manifest import INDEX_NUMBERS, Manifest, ManifestError
+from rsm.stored.pieces import Codec, PieceKind, TransformError
+from rsm.stored.rekey import rekey_manifest
+from rsm.stored.stages import decode_piece, decode_piece_into, encode_piece
 
 DATA = b"kafka tiered storage " * 300
 
@@ -172,7 +167,7 @@ def test_a_store_written_by_the_v1_release_still_reads(tmp_path: Path, arena: bo
 
 
 def documented_canonical(doc: dict[str, Any]) -> bytes:
-    """The canonical bytes a seal covers, as rsm/copy/manifest.py documents them for other tools."""
+    """The canonical bytes a seal covers, as rsm/stored/manifest.py documents them for other tools."""
     body = {k: v for k, v in doc.items() if k != "seal"}
     return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii")
 
@@ -437,7 +432,7 @@ def test_objects_of_a_version_1_segment_damaged_are_refused_naming_them(
     tmp_path: Path, corruption: str, suffix: str, name: str
 ) -> None:
     """Old segments too. A version 1 manifest's bit flips are left out: nothing authenticates one (see
-    rsm/copy/manifest.py), so for manifests the damage is truncation."""
+    rsm/stored/manifest.py), so for manifests the damage is truncation."""
     configs, segments = v1_store(tmp_path)
     seg = segments[name]
     damaged = next((tmp_path / "store").rglob(f"{name}-*/0/*{suffix}"))

@@ -21,9 +21,9 @@ from test_rsm_helpers import write_keyring
 from rsm.api.errors import RemoteResourceNotFoundException
 from rsm.cli.main import main
 from rsm.config.overlay import TopicOverlayStore
-from rsm.copy.manifest import Manifest
 from rsm.migrate import gc as gc_
 from rsm.store.objects import ObjectStore
+from rsm.stored.manifest import Manifest
 
 
 @pytest.fixture(params=["file", "s3"])

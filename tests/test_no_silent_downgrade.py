@@ -18,10 +18,10 @@ from rsm import LogConfig, RemoteStorageManager, TopicIdPartition
 from rsm.api.errors import ConfigException, RemoteStorageException
 from rsm.config.overlay import TopicOverlayStore, overlay_key
 from rsm.config.settings import Backend, RsmConfig
-from rsm.copy.manifest import Manifest
 from rsm.store.local import LocalStore
 from rsm.store.objects import ObjectStore
 from rsm.store.topic_encryption import MEMORY_DIR
+from rsm.stored.manifest import Manifest
 
 LC = LogConfig({"retention.ms": "-1"})
 BUCKET = "tiered"

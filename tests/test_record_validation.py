@@ -28,7 +28,7 @@ from rsm import (
 )
 from rsm.api.errors import ConfigException, InvalidRecordException, RecordValidationError
 from rsm.api.metadata import LogSegmentData
-from rsm.copy.manifest import Manifest
+from rsm.stored.manifest import Manifest
 from rsm.validation import (
     Failures,
     Header,

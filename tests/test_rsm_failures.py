@@ -25,9 +25,9 @@ from rsm import (
 )
 from rsm.api.errors import RecordValidationError, SegmentIntegrityError
 from rsm.config.settings import Backend, RsmConfig
-from rsm.copy.manifest import Manifest
 from rsm.store.locations import REGISTRY_DIR, LocationRegistry
 from rsm.store.objects import ObjectStore
+from rsm.stored.manifest import Manifest
 
 
 class Injected(OSError):

@@ -21,10 +21,10 @@ from rsm.api.errors import ConfigException, RemoteStorageException
 from rsm.api.metadata import uuid_to_base64
 from rsm.config.overlay import OVERLAY_DIR, OverlayCache, TopicOverlay, TopicOverlayStore, overlay_key
 from rsm.config.settings import ConfigSource, RsmConfig
-from rsm.copy.manifest import Manifest
 from rsm.store.local import LocalStore
 from rsm.store.locations import REGISTRY_DIR
 from rsm.store.objects import ObjectStore
+from rsm.stored.manifest import Manifest
 
 
 def _file_store(tmp_path: Path) -> tuple[RsmConfig, ObjectStore]:

@@ -19,10 +19,10 @@ from rsm import (
     TopicIdPartition,
 )
 from rsm.api.metadata import uuid_to_base64
-from rsm.copy.manifest import Manifest
 from rsm.store.layout import Location, SegmentKeys
 from rsm.store.locations import REGISTRY_DIR
 from rsm.store.topic_encryption import MEMORY_DIR
+from rsm.stored.manifest import Manifest
 
 
 class Store:

@@ -28,12 +28,14 @@ from rsm.api.metadata import uuid_from_base64, uuid_to_base64
 from rsm.config.keyring import Keyring
 from rsm.config.settings import ConfigSource, RsmConfig
 from rsm.copy.integrity import SegmentIntegrityVerifier
-from rsm.copy.manifest import Manifest, ManifestError
-from rsm.copy.transform import PieceKind, SegmentCipher, TransformError, decode_piece, encode_piece
 from rsm.fetch.cache import ByteLRU, IdentityMemo
 from rsm.fetch.segments import reader_of
 from rsm.store import custom_metadata as cm
 from rsm.store.layout import Location, SegmentKeys
+from rsm.stored.cipher import SegmentCipher
+from rsm.stored.manifest import Manifest, ManifestError
+from rsm.stored.pieces import PieceKind, TransformError
+from rsm.stored.stages import decode_piece, encode_piece
 from segment_format.indexes import build_indexes
 
 FIXTURES = fixture_path("public", "segments") if SEGMENTS.exists() or os.environ.get("CI") else SEGMENTS

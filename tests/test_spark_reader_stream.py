@@ -117,6 +117,34 @@ def test_a_stream_starting_latest_reads_only_what_comes_after(tiered_spark, tmp_
     rsm.close()
 
 
+def test_a_foreach_batch_sink_of_a_stream_starting_latest_sees_only_what_comes_after(
+    tiered_spark, tmp_path: Path
+) -> None:  # noqa: ANN001
+    """A foreachBatch sink's batch DataFrame is optimized as a batch query: the columnar scan's statistics
+    must then be the micro-batch's, not a batch plan of the options (which refuses startingOffsets=latest)."""
+    opts = {"storage.backend": "file", "storage.file.root": str(tmp_path / "store")}
+    rsm = RemoteStorageManager()
+    rsm.configure(opts)
+    log = PartitionLog(rsm, TopicIdPartition(uuid.uuid4(), "sink", 0), tmp_path / "w")
+    log.append(12)
+    log.roll()
+    seen: list[int] = []
+
+    def sink(batch, _batch_id: int) -> None:  # noqa: ANN001
+        seen.extend(r["offset"] for r in batch.select("offset").collect())
+
+    query = _stream(tiered_spark, opts, subscribe="sink").writeStream.foreachBatch(sink).start()
+    try:
+        query.processAllAvailable()
+        log.append(5)
+        log.roll()
+        query.processAllAvailable()
+        assert sorted(seen) == list(range(12, 17)), (seen, query.exception())
+    finally:
+        query.stop()
+    rsm.close()
+
+
 def test_retention_past_a_checkpoint_is_data_loss(tiered_spark, tmp_path: Path) -> None:  # noqa: ANN001
     """The query stopped at offset 10; retention then removed offsets 0..19 from the store."""
     opts = {"storage.backend": "file", "storage.file.root": str(tmp_path / "store")}

@@ -33,7 +33,7 @@ from rsm import (
 )
 from rsm.api.errors import RecordValidationError, SegmentIntegrityError
 from rsm.api.metadata import LogSegmentData
-from rsm.copy.manifest import Manifest
+from rsm.stored.manifest import Manifest
 from segment_format.leader_epoch import LeaderEpochCheckpoint
 from segment_format.log_entries import iter_batches
 

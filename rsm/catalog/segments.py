@@ -15,10 +15,10 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from rsm.api.metadata import uuid_to_base64
-from rsm.copy.manifest import Manifest, ManifestError
 from rsm.store.concurrency import map_concurrently
 from rsm.store.layout import MANIFEST_SUFFIX, Location, partition_dir
 from rsm.store.objects import ObjectNotFound, ObjectStore
+from rsm.stored.manifest import Manifest, ManifestError
 
 log = logging.getLogger(__name__)
 

@@ -24,9 +24,9 @@ from rsm.api.metadata import IndexType
 from rsm.catalog.history import SegmentSlice
 from rsm.catalog.segments import StoredSegment
 from rsm.config.keyring import Keyring
-from rsm.copy.manifest import Manifest
 from rsm.fetch.reader import SegmentReader, cipher_for
 from rsm.store.objects import ObjectStore
+from rsm.stored.manifest import Manifest
 from segment_format.leader_epoch import LeaderEpochCheckpoint
 from segment_format.offset_index import OffsetIndex
 from segment_format.producer_snapshot import ProducerSnapshot

@@ -26,9 +26,9 @@ from rsm.cli.dump_files import dump_files
 from rsm.config.keyring import Keyring
 from rsm.config.properties import tool_configs
 from rsm.config.settings import RsmConfig
-from rsm.copy.manifest import Manifest, ManifestError
 from rsm.store.layout import OBJECT_NAME, is_tiered_object
 from rsm.store.objects import ObjectStore
+from rsm.stored.manifest import Manifest, ManifestError
 
 KINDS = {
     "log": (".log", None),

@@ -1,1 +1,3 @@
-"""The copy pipeline's stored formats and stages: the manifest, chunk transforms (compression, encryption), re-keying."""
+"""The copy pipeline: checking a segment, transforming and uploading its pieces, committing its manifest.
+
+The stored format it writes (manifest, piece transforms, re-keying) is `rsm.stored`."""

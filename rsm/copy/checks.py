@@ -17,7 +17,7 @@ from rsm.api.errors import RecordValidationError, RemoteStorageException, Segmen
 from rsm.api.metadata import LogSegmentData, RemoteLogSegmentMetadata
 from rsm.config.settings import TopicSettings, ViolationAction
 from rsm.copy.integrity import IntegritySummary, SegmentIntegrityVerifier, read_index
-from rsm.copy.transform import crc32c
+from rsm.stored.pieces import crc32c
 from rsm.validation.records import RecordValidator, ValidationResult
 from rsm.validation.values import TopicMetadata
 

@@ -34,8 +34,6 @@ from rsm.config.settings import TopicSettings
 from rsm.copy.checks import verify_segment
 from rsm.copy.cleanup import remove_failed_copy
 from rsm.copy.downgrade import guard_copy
-from rsm.copy.manifest import Encryption, Manifest, SegmentInfo
-from rsm.copy.transform import SegmentCipher
 from rsm.copy.upload import upload_indexes, upload_log
 from rsm.store import custom_metadata as cm
 from rsm.store.deadlines import Budget, within
@@ -44,6 +42,8 @@ from rsm.store.first_copy import starts_the_log
 from rsm.store.home import data_default
 from rsm.store.layout import Location, SegmentKeys
 from rsm.store.objects import ObjectNotFound
+from rsm.stored.cipher import SegmentCipher
+from rsm.stored.manifest import Encryption, Manifest, SegmentInfo
 
 if TYPE_CHECKING:
     from rsm.state import RsmState

@@ -16,9 +16,11 @@ from rsm.api.metadata import IndexType, LogSegmentData, RemoteLogSegmentMetadata
 from rsm.config.settings import TopicSettings
 from rsm.copy.checks import fill
 from rsm.copy.integrity import IntegritySummary
-from rsm.copy.manifest import ChunkIndex, IndexEntry
-from rsm.copy.transform import Codec, PieceKind, SegmentCipher, bind_crc32c, crc32c, encode_piece, piece_tag
 from rsm.store.layout import SegmentKeys
+from rsm.stored.cipher import SegmentCipher
+from rsm.stored.manifest import ChunkIndex, IndexEntry
+from rsm.stored.pieces import Codec, PieceKind, bind_crc32c, crc32c, piece_tag
+from rsm.stored.stages import encode_piece
 
 if TYPE_CHECKING:
     from rsm.state import RsmState

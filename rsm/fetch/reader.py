@@ -25,16 +25,18 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import TYPE_CHECKING
 
-from rsm.api.errors import RemoteStorageException
 from rsm.api.metadata import IndexType
 from rsm.config.keyring import Keyring
-from rsm.copy.manifest import INDEX_NUMBERS, Manifest
-from rsm.copy.manifest import require_authenticated as require_authenticated_manifest
-from rsm.copy.transform import Codec, PieceKind, SegmentCipher, check_piece, decode_piece, decode_piece_into
 from rsm.fetch.cache import ByteLRU
 from rsm.metrics import FOLD_AFTER
 from rsm.store.layout import MANIFEST_SUFFIX
 from rsm.store.objects import ObjectStore
+from rsm.stored.cipher import SegmentCipher
+from rsm.stored.data_keys import cipher_for
+from rsm.stored.manifest import INDEX_NUMBERS, Manifest
+from rsm.stored.manifest import require_authenticated as require_authenticated_manifest
+from rsm.stored.pieces import Codec, PieceKind, check_piece
+from rsm.stored.stages import decode_piece, decode_piece_into
 from segment_format.buffers import Buffer, copy_into
 
 if TYPE_CHECKING:
@@ -48,41 +50,6 @@ ChunkAllocator = Callable[[int], "Buffer | None"]
 # a stream starts decoding chunks ahead of its reader only after this many bytes (and half a chunk):
 # more than Kafka's default fetch size (1 MiB) plus the bridge's read-ahead
 PREFETCH_AFTER_BYTES = 2 * 1024 * 1024
-
-
-def unwrap_data_key(manifest: Manifest, keyring: Keyring | None) -> bytes | None:
-    """An encrypted segment's data key, unwrapped with the keyring key its manifest names (else None).
-
-    RemoteStorageException naming the manifest when the keyring lacks the key or the wrapped key does not
-    authenticate. The manifest's seal is not checked here (`cipher_for` does).
-    """
-    if manifest.encryption is None:
-        return None
-    if keyring is None:
-        raise RemoteStorageException(
-            f"segment {manifest.segment.segment_id} is encrypted under key id {manifest.encryption.key_id!r} "
-            "but no keyring is configured (encryption.keyring.path)"
-        )
-    try:
-        return keyring.unwrap(
-            manifest.encryption.key_id, manifest.encryption.wrapped_key, manifest.segment_uuid.bytes
-        )
-    except RemoteStorageException as exc:
-        raise RemoteStorageException(f"{manifest.source}: {exc}") from None
-
-
-def cipher_for(manifest: Manifest, keyring: Keyring | None) -> SegmentCipher | None:
-    """The segment's cipher: its data key unwrapped with the keyring key the manifest names.
-
-    A version 2 manifest's seal is checked with it before anything else of the manifest is trusted
-    (ManifestError naming the manifest): the data key is what authenticates an encrypted segment.
-    """
-    data_key = unwrap_data_key(manifest, keyring)
-    if data_key is None:
-        return None
-    cipher = SegmentCipher(data_key, manifest.segment_uuid, manifest.aad_version)
-    manifest.check_seal(cipher)
-    return cipher
 
 
 def list_manifests(store: ObjectStore, bucket: str, prefix: str = "") -> list[str]:

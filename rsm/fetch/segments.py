@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from rsm.api.errors import RemoteResourceNotFoundException, RemoteStorageException
 from rsm.api.metadata import IndexType, RemoteLogSegmentMetadata
-from rsm.copy.manifest import Manifest, require_authenticated
 from rsm.fetch.reader import SegmentReader, cipher_for
 from rsm.store import custom_metadata as cm
 from rsm.store import forward
 from rsm.store.layout import SegmentKeys
+from rsm.stored.manifest import Manifest, require_authenticated
 
 if TYPE_CHECKING:
     from rsm.state import RsmState

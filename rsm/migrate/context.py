@@ -15,8 +15,6 @@ from typing import Any, TypeVar
 
 from rsm.config.keyring import Keyring, keyring_for
 from rsm.config.settings import RsmConfig
-from rsm.copy.manifest import Manifest
-from rsm.copy.transform import SegmentCipher
 from rsm.fetch.reader import cipher_for
 from rsm.migrate.journal import Journal
 from rsm.migrate.plan import PlanItem
@@ -25,6 +23,8 @@ from rsm.store.home import catalog_home, data_default
 from rsm.store.layout import INDEXES_SUFFIX, LOG_SUFFIX, MANIFEST_SUFFIX, Location, SegmentKeys
 from rsm.store.locations import LocationRegistry
 from rsm.store.objects import ObjectNotFound, ObjectStore
+from rsm.stored.cipher import SegmentCipher
+from rsm.stored.manifest import Manifest
 
 T = TypeVar("T")
 

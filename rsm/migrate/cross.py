@@ -22,7 +22,7 @@ of the topic is searched. Each item, in the destination store (D: the topic's co
    from the source store into the destination store's writer, one part (the destination's part size) at a
    time (bounded memory, nothing visible until the writer commits), and their sizes are checked against
    the manifest.
-2. `committed`: the source manifest rewritten to name D's keys and sealed again (`rsm.copy.rekey.
+2. `committed`: the source manifest rewritten to name D's keys and sealed again (`rsm.stored.rekey.
    rekey_manifest`, with the destination's keyring: it must hold the topic's key ids) is written at D, then
    read back and checked (parse, seal, object sizes).
 3. `done` (without `--prune`): a forward (`rsm.store.forward`) naming D is written in the destination store
@@ -56,7 +56,6 @@ from rsm.api.metadata import uuid_to_base64
 from rsm.catalog import TopicCatalog
 from rsm.catalog.keys import topic_dir
 from rsm.config.settings import RsmConfig
-from rsm.copy.rekey import rekey_manifest
 from rsm.migrate.context import Context, ItemResult, Keys, MigrateError, indexes_size
 from rsm.migrate.cross_prune import check_identical, prune
 from rsm.migrate.journal import TERMINAL, ItemState, crash_point
@@ -65,6 +64,7 @@ from rsm.migrate.plan import Plan, PlanItem, _forwards_of, _segments_and_forward
 from rsm.store.forward import read_forward, write_forward
 from rsm.store.layout import MANIFEST_SUFFIX, Location
 from rsm.store.objects import ObjectNotFound, ObjectStore, store_class
+from rsm.stored.rekey import rekey_manifest
 
 log = logging.getLogger(__name__)
 

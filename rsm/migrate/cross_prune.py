@@ -19,7 +19,7 @@ committed copies: `.manifest`, `.log`, `.indexes`; the forwards an earlier move 
 the topic's directories is touched; the source's overlays, pending overlays and location record stay.
 
 Verified means: the destination's manifest is exactly the source's rewritten for the destination (the
-rewrite is deterministic: `rsm.copy.rekey.rekey_manifest`; a manifest rewritten at the destination since,
+rewrite is deterministic: `rsm.stored.rekey.rekey_manifest`; a manifest rewritten at the destination since,
 by a re-key there, is not, and the segment is left unpruned), and its `.log` and `.indexes` objects have
 the source's sizes and bytes, compared a part at a time (bounded memory).
 
@@ -46,12 +46,12 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from rsm.copy.rekey import rekey_manifest
 from rsm.migrate.context import Context, ItemResult, Keys, MigrateError, indexes_size
 from rsm.migrate.journal import JOURNAL_DIR, crash_point
 from rsm.migrate.plan import PlanItem
 from rsm.store.layout import Location
 from rsm.store.objects import ObjectNotFound, ObjectStore
+from rsm.stored.rekey import rekey_manifest
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ it must keep; the other steps are told from the store when a run resumes):
    the catalog finds the copy the moment it is committed. The segment's origin is noted: the location
    Kafka's custom metadata names, i.e. the one whose forward leads to S (the planner lists forwards), or S.
 2. `forwarded`: a forward `<S stem>.forward` naming D is written at S (`rsm.store.forward`).
-3. `committed`: the manifest, rewritten to name D's keys and sealed again (`rsm.copy.rekey.rekey_manifest`,
+3. `committed`: the manifest, rewritten to name D's keys and sealed again (`rsm.stored.rekey.rekey_manifest`,
    which also upgrades a version 1 manifest to version 2), is written at D: the commit point; then read
    back and checked (parse, seal, object sizes).
 4. `done`: D's copy is checked again (manifest, seal, sizes), so a source is never deleted before its copy
@@ -51,8 +51,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rsm.api.errors import RemoteStorageException
-from rsm.copy.manifest import Manifest, ManifestError
-from rsm.copy.rekey import rekey_manifest
 from rsm.migrate.context import Context, ItemResult, Keys, MigrateError, indexes_size
 from rsm.migrate.journal import TERMINAL, ItemState, crash_point
 from rsm.migrate.plan import PlanItem
@@ -60,6 +58,8 @@ from rsm.migrate.transfer import DEFAULT_COPY_PART_SIZE, copy_object
 from rsm.store.forward import read_forward, write_forward
 from rsm.store.layout import Location
 from rsm.store.objects import ObjectNotFound
+from rsm.stored.manifest import Manifest, ManifestError
+from rsm.stored.rekey import rekey_manifest
 
 log = logging.getLogger(__name__)
 

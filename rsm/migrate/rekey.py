@@ -1,6 +1,6 @@
 """`rsm migrate rekey`: data keys re-wrapped under another key id, or data re-encrypted, or decrypted.
 
-Re-wrap (the default). Each encrypted copy's manifest is rewritten in place by `rsm.copy.rekey.rekey_manifest`:
+Re-wrap (the default). Each encrypted copy's manifest is rewritten in place by `rsm.stored.rekey.rekey_manifest`:
 its data key unwrapped with the keyring key it names, wrapped under the new key id, the manifest sealed
 again (and upgraded to version 2). One GET and one PUT per segment, whatever its size; the pieces are not
 touched. Readers see the old or the new manifest, both of which decrypt the same pieces. Journal: the item
@@ -35,22 +35,16 @@ import dataclasses
 import uuid
 from typing import Any
 
-from rsm.copy.manifest import INDEX_NUMBERS, ChunkIndex, Encryption, IndexEntry, Manifest
-from rsm.copy.rekey import rekey_manifest
-from rsm.copy.transform import (
-    Codec,
-    PieceKind,
-    SegmentCipher,
-    bind_crc32c,
-    crc32c,
-    decode_piece,
-    piece_tag,
-)
 from rsm.migrate.context import Context, ItemResult, Keys, MigrateError
 from rsm.migrate.journal import ItemState, crash_point
 from rsm.migrate.move import Phase, move_segment
 from rsm.migrate.plan import PlanItem
 from rsm.store.forward import read_forward
+from rsm.stored.cipher import SegmentCipher
+from rsm.stored.manifest import INDEX_NUMBERS, ChunkIndex, Encryption, IndexEntry, Manifest
+from rsm.stored.pieces import Codec, PieceKind, bind_crc32c, crc32c, piece_tag
+from rsm.stored.rekey import rekey_manifest
+from rsm.stored.stages import decode_piece
 
 
 # -- re-wrap --------------------------------------------------------------------------------------------------

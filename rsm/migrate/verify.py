@@ -40,14 +40,16 @@ from typing import Any
 
 from rsm.api.errors import RemoteStorageException
 from rsm.api.metadata import IndexType
-from rsm.copy.manifest import INDEX_NUMBERS, Manifest, ManifestError
-from rsm.copy.transform import Codec, PieceKind, SegmentCipher, TransformError, check_piece, decode_piece
 from rsm.fetch.prefetch import prefetched
 from rsm.fetch.reader import cipher_for
 from rsm.migrate.context import Context, ItemResult, Keys, indexes_size
 from rsm.migrate.journal import ItemState, crash_point
 from rsm.migrate.plan import PlanItem
 from rsm.store.objects import ObjectNotFound
+from rsm.stored.cipher import SegmentCipher
+from rsm.stored.manifest import INDEX_NUMBERS, Manifest, ManifestError
+from rsm.stored.pieces import Codec, PieceKind, TransformError, check_piece
+from rsm.stored.stages import decode_piece
 from segment_format.errors import CorruptRecordError
 from segment_format.leader_epoch import LeaderEpochCheckpoint
 from segment_format.offset_index import OffsetIndex

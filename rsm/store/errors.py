@@ -13,9 +13,9 @@ from types import TracebackType
 from rsm.api.errors import RemoteResourceNotFoundException, RemoteStorageException
 from rsm.api.metadata import RemoteLogSegmentMetadata
 from rsm.config.redact import redact_text
-from rsm.copy.manifest import ManifestError
-from rsm.copy.transform import TransformError
 from rsm.store.objects import ObjectNotFound, ObjectStore, is_missing_bucket
+from rsm.stored.manifest import ManifestError
+from rsm.stored.pieces import TransformError
 
 
 class StoreErrors:

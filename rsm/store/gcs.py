@@ -125,6 +125,16 @@ def bucket_exists(remote: Callable[..., Any], fs: Any, bucket: str) -> bool | No
     return True
 
 
+async def _upload_request(fs: Any, method: str, path: str, *args: Any, **kwargs: Any) -> Any:
+    """One request of a resumable upload through gcsfs's client, answering (headers, body).
+
+    Private API: gcsfs's `GCSFileSystem._call` (the only way to drive a resumable upload chunk by chunk
+    through its session, auth and retries; docs/INTERNALS.md). Every use goes through here, so a change of
+    its shape is fixed in one place.
+    """
+    return await fs._call(method, path, *args, **kwargs)
+
+
 async def _put_chunk(fs: Any, location: str, data: bytes | memoryview, offset: int, total: int | None) -> Any:
     """One chunk of a resumable upload at `offset`; `total` (the object's size) on the last one only.
     GCS may keep fewer bytes than sent (it answers the range it has): the rest is sent again.
@@ -139,7 +149,7 @@ async def _put_chunk(fs: Any, location: str, data: bytes | memoryview, offset: i
     size = "*" if total is None else str(total)
     span = f"bytes {offset}-{offset + len(data) - 1}/{size}" if data else f"bytes */{size}"
     headers = {"Content-Range": span, "Content-Length": str(len(data))}
-    answer, body = await fs._call("PUT", location, headers=headers, data=data)
+    answer, body = await _upload_request(fs, "PUT", location, headers=headers, data=data)
     kept = answer.get("Range")
     if kept and data:
         end = int(kept.split("-")[1])
@@ -192,7 +202,8 @@ class GcsWriter:
         del self._buf[:n]
 
     async def _initiate(self) -> str:
-        headers, _ = await self._fs._call(
+        headers, _ = await _upload_request(
+            self._fs,
             "POST",
             f"{self._fs._location}/upload/storage/v1/b/{quote(self._bucket)}/o?name={quote(self._key)}",
             uploadType="resumable",

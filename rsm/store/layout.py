@@ -1,93 +1,29 @@
-"""Where a segment's objects live.
+"""Where a segment's objects live: the object-key layout, part of the stored format (`rsm.stored.layout`).
 
-Object layout (one segment = three objects under one stem)::
-
-    <prefix><topic>-<topicId>/<partition>/<20-digit base offset>-<segment id>.log
-    <prefix><topic>-<topicId>/<partition>/<20-digit base offset>-<segment id>.indexes
-    <prefix><topic>-<topicId>/<partition>/<20-digit base offset>-<segment id>.manifest
-
-- ids are printed as Kafka prints them (22 characters of URL-safe base64), the base offset zero-padded to
-  20 digits as in Kafka's file names, so listing a partition sorts segments by offset;
-- the prefix is used verbatim (write `tenant-a/` to get a directory level);
-- `.log` holds the transformed chunks of the segment back to back; `.indexes` holds every index of the
-  segment (offset, time, producer snapshot, transaction when present, leader epoch) back to back; where each
-  piece starts, and how to decode it, is in the `.manifest` (see `rsm.copy.manifest`), written last.
-
-A location is the pair (bucket, prefix). The file store maps a bucket to a directory under its root; S3 maps
-it to a bucket.
+Kept so the stores and their callers keep importing it from here; the definitions live with the rest of the
+format, which must not depend on the stores.
 """
 
-from __future__ import annotations
+from rsm.stored.layout import (
+    INDEXES_SUFFIX,
+    LOG_SUFFIX,
+    MANIFEST_SUFFIX,
+    OBJECT_NAME,
+    SEGMENT_SUFFIXES,
+    Location,
+    SegmentKeys,
+    is_tiered_object,
+    partition_dir,
+)
 
-import re
-from dataclasses import dataclass
-from pathlib import Path
-
-from rsm.api.metadata import RemoteLogSegmentMetadata, uuid_to_base64
-
-LOG_SUFFIX = ".log"
-INDEXES_SUFFIX = ".indexes"
-MANIFEST_SUFFIX = ".manifest"
-SEGMENT_SUFFIXES = (MANIFEST_SUFFIX, LOG_SUFFIX, INDEXES_SUFFIX)  # the order deletes go in: manifest first
-
-
-@dataclass(frozen=True)
-class Location:
-    bucket: str
-    prefix: str
-
-    def __str__(self) -> str:
-        return f"{self.bucket}/{self.prefix}"
-
-
-def partition_dir(prefix: str, topic: str, topic_id: object, partition: int) -> str:
-    """`<prefix><topic>-<topicId>/<partition>/`: the key prefix of a partition's segments."""
-    tid = uuid_to_base64(topic_id) if not isinstance(topic_id, str) else topic_id  # type: ignore[arg-type]
-    return f"{prefix}{topic}-{tid}/{partition}/"
-
-
-@dataclass(frozen=True)
-class SegmentKeys:
-    """The three object keys of one segment at one location."""
-
-    location: Location
-    stem: str
-
-    @classmethod
-    def of(cls, location: Location, metadata: RemoteLogSegmentMetadata) -> SegmentKeys:
-        seg = metadata.remote_log_segment_id
-        tip = seg.topic_id_partition
-        stem = (
-            partition_dir(location.prefix, tip.topic, tip.topic_id, tip.partition)
-            + f"{metadata.start_offset:020d}-{uuid_to_base64(seg.id)}"
-        )
-        return cls(location, stem)
-
-    @property
-    def bucket(self) -> str:
-        return self.location.bucket
-
-    @property
-    def log(self) -> str:
-        return self.stem + LOG_SUFFIX
-
-    @property
-    def indexes(self) -> str:
-        return self.stem + INDEXES_SUFFIX
-
-    @property
-    def manifest(self) -> str:
-        return self.stem + MANIFEST_SUFFIX
-
-    def all(self) -> tuple[str, str, str]:
-        """The segment's keys, manifest first (the order they are deleted in)."""
-        return (self.manifest, self.log, self.indexes)
-
-
-#: The name of a stored segment object: `<20-digit base offset>-<segment id>.log|indexes|manifest`.
-OBJECT_NAME = re.compile(r"^(\d{20})-([A-Za-z0-9_-]{22})\.(log|indexes|manifest)$")
-
-
-def is_tiered_object(name: str) -> bool:
-    """True for the name (or path) of a stored segment object (`OBJECT_NAME`)."""
-    return bool(OBJECT_NAME.match(Path(name).name))
+__all__ = [
+    "INDEXES_SUFFIX",
+    "LOG_SUFFIX",
+    "MANIFEST_SUFFIX",
+    "OBJECT_NAME",
+    "SEGMENT_SUFFIXES",
+    "Location",
+    "SegmentKeys",
+    "is_tiered_object",
+    "partition_dir",
+]

@@ -14,6 +14,7 @@ and the SHA-256 of every original file, so a reader can be checked without the o
 Data keys, nonces and copy ids are random: a rerun gives other stored bytes, equally valid.
 """
 
+# ruff: noqa: I001 - imports the old checkout's rsm.copy.manifest (it runs against 9b17d63, see above)
 from __future__ import annotations
 
 import base64

@@ -43,6 +43,9 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * tasks as Spark packs files ({@link #packing()}, {@code spark_reader.packing}).
  */
 final class KafkaTieredScan implements Scan, Batch, SupportsReportStatistics {
+  /** Set once this scan serves a stream (toMicroBatchStream): then it has no batch plan to report. */
+  private volatile boolean streaming;
+
   private final StructType readSchema;
   private final CaseInsensitiveStringMap options;
   private final ArrayNode filters;
@@ -192,6 +195,7 @@ final class KafkaTieredScan implements Scan, Batch, SupportsReportStatistics {
 
   @Override
   public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
+    streaming = true;
     return new KafkaTieredStream(options, factory());
   }
 
@@ -231,9 +235,14 @@ final class KafkaTieredScan implements Scan, Batch, SupportsReportStatistics {
    * lower them), planned once for the optimizer and the scan. */
   @Override
   public synchronized Statistics estimateStatistics() {
-    planInputPartitions();
-    long rows = estimatedRows;
-    long bytes = estimatedBytes;
+    // A stream's relation asks too, each micro-batch: its offsets are the micro-batch's, not a batch
+    // plan's (which would refuse startingOffsets=latest and plan the whole topic). Unknown, as Spark's
+    // own Kafka stream answers.
+    if (!streaming) {
+      planInputPartitions();
+    }
+    long rows = streaming ? -1 : estimatedRows;
+    long bytes = streaming ? -1 : estimatedBytes;
     return new Statistics() {
       @Override
       public OptionalLong sizeInBytes() {

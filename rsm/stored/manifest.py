@@ -34,7 +34,7 @@ Spark reader and the migration tool rely on it). This module is the format's ref
 `segment` is Kafka's metadata of the segment as the copy received it; `integrity` is what the copy's check
 found in the file. `segment.end_offset` is Kafka's `endOffset` (the next segment's base offset - 1) and
 `integrity.last_offset` the last batch's last offset: they differ where compaction left a hole at the
-segment's end (issue 21), and the offsets between them hold no record (`Manifest.last_batch_offset`; a
+segment's end, and the offsets between them hold no record (`Manifest.last_batch_offset`; a
 manifest without `integrity.last_offset`, or of an empty segment, reads as ending at `segment.end_offset`,
 or before `segment.start_offset`). Both are kept: Kafka, `rsm store` and deletes speak of the segment's
 range, readers stop at its last batch.
@@ -42,7 +42,7 @@ range, readers stop at its last batch.
 `log.stored_sizes[i]` is the stored length of chunk i; chunk i holds original bytes
 [i * chunk_size, min((i + 1) * chunk_size, size)) and starts in the `.log` object at the sum of the stored
 sizes before it. `codecs` and `crc32c` follow the same numbering. Every piece must decode to exactly the
-length recorded (`rsm.copy.transform`). Readers must refuse a `version` they do not know.
+length recorded (`rsm.stored.stages`). Readers must refuse a `version` they do not know.
 
 Versions. Version 1 (written up to commit 9b17d63) has no `seal`, and its CRCs are plain CRC-32Cs of the
 original bytes. Version 2 is written since; readers read both, side by side, because stores hold years of
@@ -50,7 +50,7 @@ segments. What version 2 adds:
 
 - Encrypted segments (`encryption` set): `seal` is `HMAC-SHA256` over the manifest's canonical bytes,
   keyed by HKDF-SHA256(data key, info = "kafka-tiered-rsm/manifest-seal/v2|" + the 16 segment id bytes),
-  no salt, 32 bytes (`rsm.copy.transform.SegmentCipher.seal_manifest`). The data key is wrapped under the
+  no salt, 32 bytes (`rsm.stored.cipher.SegmentCipher.seal_manifest`). The data key is wrapped under the
   keyring key the manifest names and bound to the segment id, so checking the seal needs the keyring,
   which decrypting needs anyway; without it nobody can make a seal. Any edit of the manifest is refused,
   before any of it is used. `crc32c` entries are null (GCM authenticates every piece; a CRC of the
@@ -84,14 +84,14 @@ before upload, and Kafka's consumers check each batch's CRC. The seal covers the
 manifest is stored: the broker checks the segment id against Kafka's metadata; a tool reading manifests
 alone should check the object's key. An operator whose every topic is encrypted sets
 `manifest.require.authenticated=true` once version 1 manifests have been rewritten as version 2
-(`rsm.copy.rekey`, which also re-keys): fetches then refuse version 1 manifests and unencrypted segments, and
+(`rsm.stored.rekey`, which also re-keys): fetches then refuse version 1 manifests and unencrypted segments, and
 copies of unencrypted segments are refused.
 
 Decoded chunks are cached under `Manifest.cache_id`: the seal for version 2 (a digest of the whole
 manifest, so a rewritten manifest that copied another's `copy_id` does not share its cached chunks) and
 `copy_id` for version 1.
 
-`location.log` and `location.indexes` must be exactly the keys `rsm.store.layout` derives from `location.prefix`
+`location.log` and `location.indexes` must be exactly the keys `rsm.stored.layout` derives from `location.prefix`
 and the segment's own fields (topic, topic id, partition, start offset, segment id), and those fields and the
 bucket and prefix must be valid names (`rsm.config.names`): readers refuse any other manifest, so one planted in
 the store cannot make them read another segment's objects or a file outside the store.
@@ -111,8 +111,9 @@ from typing import Any
 
 from rsm.api.metadata import IndexType, RemoteLogSegmentMetadata, is_int, uuid_from_base64, uuid_to_base64
 from rsm.config.names import bucket_problem, prefix_problem, topic_problem
-from rsm.copy.transform import AAD_PREFIXES, CURRENT_VERSION, Codec, PieceKind, SegmentCipher, piece_tag
-from rsm.store.layout import INDEXES_SUFFIX, LOG_SUFFIX, partition_dir
+from rsm.stored.cipher import SegmentCipher
+from rsm.stored.layout import INDEXES_SUFFIX, LOG_SUFFIX, partition_dir
+from rsm.stored.pieces import AAD_PREFIXES, CURRENT_VERSION, Codec, PieceKind, piece_tag
 
 FORMAT = "kafka-tiered-rsm/segment-manifest"
 VERSION = CURRENT_VERSION  # written by copies
@@ -269,7 +270,7 @@ class IndexEntry:
 class Encryption:
     """How an encrypted segment's pieces are keyed.
 
-    ``aad_version``: the associated data its pieces were encrypted with (`rsm.copy.transform.AAD_PREFIXES`):
+    ``aad_version``: the associated data its pieces were encrypted with (`rsm.stored.pieces.AAD_PREFIXES`):
     recorded from manifest version 2 on (2 for copies, 1 for a version 1 segment whose manifest was
     rewritten as version 2); None, absent from the JSON, in a version 1 manifest (1).
     """
@@ -365,7 +366,7 @@ class Manifest:
     @property
     def last_batch_offset(self) -> int:
         """The last offset a batch of this copy holds, which the metadata's `end_offset` can lie past (a
-        compacted tail, issue 21). From `integrity` (`last_offset`, recorded by every copy's check); a
+        compacted tail). From `integrity` (`last_offset`, recorded by every copy's check); a
         manifest without it (or with a value outside the segment's range) reads as ending at `end_offset`,
         an empty segment (no batches) as `start_offset - 1`."""
         seg = self.segment
@@ -398,8 +399,8 @@ class Manifest:
     def check_seal(self, cipher: SegmentCipher) -> None:
         """Refuse a version 2 encrypted manifest whose seal is not its segment's seal of its content.
 
-        Called once the data key is unwrapped (`rsm.fetch.cipher_for`); remembered on this object, since
-        the same parsed manifest under the key it names is checked once for all.
+        Called once the data key is unwrapped (`rsm.stored.data_keys.cipher_for`); remembered on this object,
+        since the same parsed manifest under the key it names is checked once for all.
         """
         if self.version < 2 or self.encryption is None or self.__dict__.get("_sealed"):
             return

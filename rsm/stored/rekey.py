@@ -2,11 +2,11 @@
 
 Why: stores hold years of segments whose manifests are version 1, which nothing authenticates. Before an
 operator sets `manifest.require.authenticated=true`, each of them is rewritten as a sealed version 2
-manifest (`rsm.copy.manifest`), and that needs the manifest alone: the pieces stay exactly as they were written.
+manifest (`rsm.stored.manifest`), and that needs the manifest alone: the pieces stay exactly as they were written.
 An encrypted segment keeps its data key and its version 1 associated data (`encryption.aad_version` = 1)
 and gets an HMAC seal, which needs the keyring (as reading does); a plain one gets its recorded CRC-32Cs
 bound to their pieces (computed from the recorded values, no data read) and a SHA-256 seal. The same
-rewrite can re-wrap the data key under another key id: rotation, "re-key" in DESIGN.md.
+rewrite can re-wrap the data key under another key id: key rotation ("re-key").
 
 The same rewrite serves `rsm migrate move`: the objects copied to another location keep their bytes (each
 piece is bound to its segment id, never to where it is stored), and the manifest is rewritten to name their
@@ -21,10 +21,11 @@ from __future__ import annotations
 import dataclasses
 
 from rsm.config.keyring import Keyring
-from rsm.copy.manifest import INDEX_NUMBERS, Encryption, Manifest
-from rsm.copy.transform import PieceKind, SegmentCipher, bind_crc32c, piece_tag
-from rsm.fetch.reader import unwrap_data_key
-from rsm.store.layout import INDEXES_SUFFIX, LOG_SUFFIX, Location, partition_dir
+from rsm.stored.cipher import SegmentCipher
+from rsm.stored.data_keys import unwrap_data_key
+from rsm.stored.layout import INDEXES_SUFFIX, LOG_SUFFIX, Location, partition_dir
+from rsm.stored.manifest import INDEX_NUMBERS, Encryption, Manifest
+from rsm.stored.pieces import PieceKind, bind_crc32c, piece_tag
 
 
 def rekey_manifest(
