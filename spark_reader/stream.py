@@ -18,7 +18,7 @@ latest offset when it starts (the brokers' with `kafka.bootstrap.servers`), reac
 `maxOffsetsPerTrigger`; records that arrive meanwhile are left to the next run. An older PySpark runs it
 as one micro-batch, without a limit (`spark_reader.streaming_api` says what each line lacks).
 
-A trigger plans from the previous batch's end (issue 27): the reader remembers, per partition, a base
+A trigger plans from the previous batch's end: the reader remembers, per partition, a base
 offset at or before the offset it planned up to, and the next trigger lists that partition's keys from
 there on (plus its first copies, for 'earliest') and reads only the manifests of what follows; so its
 requests do not grow with the history behind it. On S3 a trigger lists nothing whole: each partition's

@@ -107,6 +107,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Start the slow installs the selected tests need in the background (harness.prewarm)."""
     if session.config.getoption("collectonly", False):
         return
+    if os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":  # under xdist, one worker starts them
+        return
     files = {Path(str(item.fspath)).name for item in session.items}
     session.config.stash[_PREWARM] = prewarm.start(files)
 

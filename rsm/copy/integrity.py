@@ -71,7 +71,7 @@ class SegmentIntegrityVerifier:
     already-compressed bytes per chunk of `chunk_size`, and turns `CorruptRecordError` into
     `SegmentIntegrityError`.
 
-    Why `end_offset` may lie past the last batch (issue 21): Kafka's RemoteLogManager sets `endOffset` to
+    Why `end_offset` may lie past the last batch: Kafka's RemoteLogManager sets `endOffset` to
     the next segment's base offset minus one. That is the last batch's last offset except where the log
     has a hole at the segment's end: a topic compacted before it was switched to `delete` and tiered keeps
     the holes its cleaner made. Kafka retries a refused copy forever, so refusing those offsets would stop
@@ -82,7 +82,7 @@ class SegmentIntegrityVerifier:
     batch past `end_offset` (the copy would serve offsets Kafka attributes to the next segment) or below
     `start_offset`.
 
-    Why leader epochs (issue 21): a batch's `partitionLeaderEpoch` lies outside its CRC, yet the catalog's
+    Why leader epochs: a batch's `partitionLeaderEpoch` lies outside its CRC, yet the catalog's
     one-history rule places each offset by the epoch that wrote it. Kafka records every appended batch's
     epoch in its leader-epoch cache, from which it computes `segmentLeaderEpochs`, so a magic-2 batch of
     another epoch is damage (or not this segment's) and is refused, naming its offset. A metadata without
