@@ -171,10 +171,14 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     venv = work / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     pyspark = f"pyspark=={scan_jar.running_spark_version()}"  # the Spark the wheel's scan jar is built for
+    # nothing of the checkout on the installer's path: with PYTHONPATH naming the checkout (other test files set
+    # it for Spark's workers) pip finds its egg-info there, calls the package installed and skips the wheel
+    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
     install = subprocess.run(
         [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", f"{wheel}[spark]", pyspark],
-        capture_output=True, text=True, timeout=1200, check=False,
+        capture_output=True, text=True, timeout=1200, check=False, env=clean,
     )  # fmt: skip
+    assert (venv / "bin" / "rsm").exists(), "the wheel itself was installed, not only its dependencies"
     assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
     env = without_build_tools(venv, work)
     assert shutil.which("java", path=env["PATH"]), "java is on the user's PATH"
