@@ -73,7 +73,8 @@ def start(test_files: set[str]) -> subprocess.Popen[bytes] | None:
     if not jobs or os.environ.get("RSM_TEST_PREWARM", "1") == "0":
         return None
     LOG_FILE.parent.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS_DIR), os.environ.get("PYTHONPATH", "")]))
+    path = [str(TESTS_DIR), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))  # no empty entry (the working directory)
     with LOG_FILE.open("ab") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "harness.prewarm", *jobs],
