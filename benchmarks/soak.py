@@ -11,7 +11,7 @@ remote readers). Every call goes through the Python client over the bridge's soc
 Reported: operations by kind, errors (any exception, and any fetch whose bytes differ), fetch latency
 p50/p99, and the bridge's resident memory after a warm-up, at the end and at its peak. Targets: zero
 errors, zero wrong bytes, and memory flat: the bridge ends within 25% (and 64 MiB) of its warm RSS.
-`tests/test_soak.py` runs the same soak for a few seconds in CI.
+`tests/broker/test_soak.py` runs the same soak for a few seconds in CI.
 """
 
 from __future__ import annotations

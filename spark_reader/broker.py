@@ -14,7 +14,7 @@ are translated in one place (`spark_reader.brokerwire.settings`), so a setting t
 fails the query here, in one line, before any task runs, and the driver's failures (unreachable brokers,
 a refused password, a certificate not trusted) read as the tasks' do. Besides its own two requests the
 client makes what a connection makes: ApiVersions, and once the bootstrap's Metadata of no topic (the
-brokers' addresses); tests/test_kafka_hybrid.py counts them. Values are never logged (credentials).
+brokers' addresses); tests/spark/test_kafka_hybrid.py counts them. Values are never logged (credentials).
 """
 
 from __future__ import annotations

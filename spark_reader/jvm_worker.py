@@ -11,7 +11,7 @@ between.
 
 Why a worker process per task slot over a pipe, not the broker bridge (`rsm.bridge`): the bridge is the
 RSM's server for one broker (its admission, permits and shared-memory rings are sized for fetches, and
-`spark_reader` may not import it: see tests/test_layout.py). A Spark executor needs something simpler:
+`spark_reader` may not import it: see tests/tools/test_layout.py). A Spark executor needs something simpler:
 one decoder per running task, all decoding at once. One process per slot gets that without touching the
 GIL (each process has its own) and isolates a task's failure. The pipe carries requests and replies; the
 batches cross in two shared-memory slots (`spark_reader.handoff`: the JVM's vectors are the slot's bytes,

@@ -18,7 +18,7 @@ and that says enough:
 Should a later Spark rename its workers, the pushdown worker is the one matched by name and any other
 Spark worker gets the plain reader, which is correct in every session. The callers are found through the
 interpreter's public frame API (`inspect.currentframe`); the worker module names are Spark's internals,
-listed in docs/INTERNALS.md and checked against the installed PySpark by tests/test_internals.py.
+listed in docs/INTERNALS.md and checked against the installed PySpark by tests/tools/test_internals.py.
 
 Why the setting stays the user's (`spark_reader.register` leaves it alone): Spark 4.3.0 stores the plan
 that filter pushdown returns (partitions and read function) on the loaded DataFrame's data source, and a

@@ -6,12 +6,12 @@ Each passing case of a version test records what it proved in ``.cache/compat/<n
      "degraded": ["what was adapted or is missing there, one phrase each"], "notes": ["..."],
      "date": "2026-11-29T08:00:00+00:00", "seconds": 41.2}
 
-(tests/test_kafka_versions.py writes ``kafka-*.json``, tests/test_spark_versions.py ``spark-*.json`` with
+(tests/broker/test_kafka_versions.py writes ``kafka-*.json``, tests/spark/test_spark_versions.py ``spark-*.json`` with
 component ``pyspark``; ``notes`` and ``seconds`` are optional). ``python -m tests.compat_table`` rewrites the
 table between README's ``<!-- compat:begin -->`` and ``<!-- compat:end -->`` markers: one row per component
 and version, from its record where there is one, else README's row as it was; ``--check`` only says whether
 README is up to date (exit 1 when not). The versions a component's test is parametrized over are declared
-here (:data:`CLAIMS`), so the table lists exactly those, and tests/test_compat_table.py checks README
+here (:data:`CLAIMS`), so the table lists exactly those, and tests/tools/test_compat_table.py checks README
 against the records (or, on a clone without any, against the claims). The date is in the records, not in
 the table: re-running a test that proves the same leaves README as it is.
 """
@@ -43,7 +43,7 @@ class Component:
     claimed: tuple[str, ...] | None  # the versions its test is parametrized over (None: whatever is recorded)
 
 
-# The newest patch of each Kafka line the plugin supports (tests/test_kafka_versions.py runs each).
+# The newest patch of each Kafka line the plugin supports (tests/broker/test_kafka_versions.py runs each).
 KAFKA_VERSIONS: tuple[str, ...] = ("3.9.2", "4.0.2", "4.1.2", "4.2.2", "4.3.1", "4.4.0")
 
 COMPONENTS: tuple[Component, ...] = (

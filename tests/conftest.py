@@ -18,8 +18,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-# The harness package sits beside this file; make it importable whatever pytest's rootdir/import mode.
+# The harness package and the helper modules sit beside this file; the tests live in one folder per feature
+# (format, rsm, store, broker, spark, migrate, tools) and some import a sibling's fixtures or helpers by module
+# name, so every folder is importable whatever pytest's rootdir/import mode (file names are unique across them).
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness.paths import FEATURE_DIRS  # noqa: E402
+
+sys.path[1:1] = [str(d) for d in FEATURE_DIRS if str(d) not in sys.path]
 
 from harness import prewarm  # noqa: E402
 from harness.clouds import AzuriteServer, FakeGcsServer  # noqa: E402

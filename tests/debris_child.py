@@ -1,4 +1,4 @@
-"""A copy that waits to be killed: `python debris_child.py JOB`, run by tests/test_debris.py.
+"""A copy that waits to be killed: `python debris_child.py JOB`, run by tests/store/test_debris.py.
 
 JOB is a pickle of (configs, segment metadata, segment data, pause_at). The child configures a
 RemoteStorageManager on a real store (the file store, moto S3 through s3fs, fake-gcs-server or Azurite) and

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from test_rsm_helpers import write_keyring
+from kafka_segments import write_keyring
 from tiering import PartitionLog
 
 from rsm import RemoteLogSegmentMetadata, RemoteStorageManager, TopicIdPartition

@@ -69,7 +69,7 @@ def cross_move(
     cli: ModuleType,
 ) -> int:
     """`move --from-config`; ``cli`` is `rsm.cli.migrate`, which calls this, passed in rather than imported
-    (its plan printing, run and report, its one-line error): imports go one way only (tests/test_layout.py)."""
+    (its plan printing, run and report, its one-line error): imports go one way only (tests/tools/test_layout.py)."""
     _Error = cli._Error  # noqa: N806, SLF001
     source_configs, source_config, source_store, source = _open_source(args.from_config, catalog, cli)
     tid = cli._topic_id(source, args)  # noqa: SLF001

@@ -3,7 +3,7 @@
     python -m rsm.config.reference            # print the table (Markdown)
     python -m rsm.config.reference --write README.md   # replace the table between README's markers
 
-tests/test_settings_reference.py fails when README's table differs from this one.
+tests/tools/test_settings_reference.py fails when README's table differs from this one.
 """
 
 from __future__ import annotations

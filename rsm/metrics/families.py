@@ -2,7 +2,7 @@
 
 Names are Kafka's (kebab-case, one family per recorded quantity, its statistics as suffixes); the one list
 here is what the registry accepts, what the bridge reports as counters, what the Prometheus endpoint and
-the dashboard (tests/test_dashboard.py) name.
+the dashboard (tests/tools/test_dashboard.py) name.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ same response's aborted list, the same walk in offset order, only batches with r
 What a header cannot say exactly is decoded, that entry alone and its offsets only (no key, value or
 header is copied): a batch cut by the window (a compressed batch the broker returned whole from before
 the fetch offset, the last one running past the end, an offset filter's bound inside it), a legacy magic
-0/1 entry, and a batch whose CRC does not match (so the decoder's error names it). tests/test_tail.py
+0/1 entry, and a batch whose CRC does not match (so the decoder's error names it). tests/spark/test_tail.py
 holds `count_chunk` equal to the rows of `decode_chunk`.
 """
 

@@ -16,7 +16,7 @@ is two copies and thousands of system calls fewer (the protocol still copies the
 
 Both need the transport classes the connection manager builds, so `WireConnectionManager` overrides its
 `_build_transport` (the same steps as kafka-python's, with these classes). That is a private method of
-kafka-python 3.0.x: tests/test_broker_wire.py's wrong-password test fails if a release changes it. The
+kafka-python 3.0.x: tests/spark/test_broker_wire.py's wrong-password test fails if a release changes it. The
 manager also keeps the first failure no retry can mend (`fatal`): kafka-python's bootstrap retries even
 a refused password until its timeout.
 """

@@ -4,7 +4,7 @@ The suite's broker is Kafka 4.4.0 (``harness.maven.KAFKA_VERSION``, jars in ``.c
 with the oracle). ``RSM_TEST_KAFKA_VERSION`` (or ``KafkaBroker(kafka_version=...)``) picks another served
 version: ``tests/java/broker/pom.xml`` resolves its broker jars with Maven into
 ``.cache/kafka-libs-<version>``, once (a stamp records the pom's hash), so a run of the whole suite or of
-tests/test_kafka_versions.py can target any Kafka from 3.9 on.
+tests/broker/test_kafka_versions.py can target any Kafka from 3.9 on.
 
 What differs between versions is described by :class:`KafkaLine`: how the broker logs (log4j2 from Kafka
 4.0, reload4j before) and which class of the plugin jar a broker of that version loads as its

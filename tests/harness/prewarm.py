@@ -73,7 +73,10 @@ def start(test_files: set[str]) -> subprocess.Popen[bytes] | None:
     if not jobs or os.environ.get("RSM_TEST_PREWARM", "1") == "0":
         return None
     LOG_FILE.parent.mkdir(parents=True, exist_ok=True)
-    path = [str(TESTS_DIR), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    from harness.paths import FEATURE_DIRS
+
+    tests = [str(TESTS_DIR), *map(str, FEATURE_DIRS)]
+    path = [*tests, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))  # no empty entry (the working directory)
     with LOG_FILE.open("ab") as out:
         return subprocess.Popen(

@@ -1,6 +1,6 @@
 """A virtualenv per older PySpark line, installed by the project's own files into ``<repo>/.cache``.
 
-``tests/test_spark_versions.py`` runs the reader under PySpark lines older than the one the suite runs
+``tests/spark/test_spark_versions.py`` runs the reader under PySpark lines older than the one the suite runs
 on. A venv made with ``--system-site-packages`` would see the base interpreter's pyspark beside its own,
 so each venv is a plain one holding ``pyspark[sql]==<version>`` and this package's runtime dependencies
 (read from pyproject.toml: ``dependencies`` and the ``spark`` extra), and finds the checkout's own code

@@ -1,5 +1,5 @@
 """A streaming application following a broker-only topic into a foreachBatch sink, run by
-tests/test_kafka_broker_stream_restart.py as a plain Python process (it is killed with SIGKILL mid-stream).
+tests/spark/test_kafka_broker_stream_restart.py as a plain Python process (it is killed with SIGKILL mid-stream).
 
     python follow_broker_topic.py OPTIONS_JSON OUT CHECKPOINT [--until N]
 

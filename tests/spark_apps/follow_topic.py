@@ -1,4 +1,4 @@
-"""A user's streaming application following a topic, run by `spark-submit` in tests/test_kafka_hybrid.py.
+"""A user's streaming application following a topic, run by `spark-submit` in tests/spark/test_kafka_hybrid.py.
 
     spark-submit --master local[2] [--jars ...] follow_topic.py OPTIONS_JSON OUT CHECKPOINT [--until N]
 

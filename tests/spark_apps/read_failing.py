@@ -1,4 +1,4 @@
-"""A user's Spark application whose reads fail, run by `spark-submit` in tests/test_spark_task_errors.py.
+"""A user's Spark application whose reads fail, run by `spark-submit` in tests/spark/test_spark_task_errors.py.
 
     spark-submit --master local[2] [--jars JAR] read_failing.py CASES_JSON OUT_JSON
 

@@ -1,4 +1,4 @@
-"""A user's Spark application reading a tiered topic, run by `spark-submit` in tests/test_spark_sessions.py.
+"""A user's Spark application reading a tiered topic, run by `spark-submit` in tests/spark/test_spark_sessions.py.
 
     spark-submit --master local[2] [--conf ...] read_topic.py STORE_JSON TOPIC OUT_JSON [--register]
 

@@ -1,4 +1,4 @@
-"""The reader's checks under one PySpark line, run by tests/test_spark_versions.py with that line's venv.
+"""The reader's checks under one PySpark line, run by tests/spark/test_spark_versions.py with that line's venv.
 
     python version_checks.py STORE_JSON TOPIC OUT_JSON
 

@@ -2,7 +2,7 @@
 
 Every line is the one ``org.apache.kafka.tools.DumpLogSegments`` prints for the same file and flags
 (field names, order, ``OptionalLong`` values, Java's ``toString`` of each type), so scripts written
-against Kafka's tool read ours unchanged; ``tests/test_dump_log_kafka.py`` diffs the two on the same
+against Kafka's tool read ours unchanged; ``tests/tools/test_dump_log_kafka.py`` diffs the two on the same
 files. Payloads are printed as Kafka's default ``StringDecoder`` prints them: the bytes decoded as UTF-8
 (malformed input replaced by U+FFFD, as Java's ``new String(bytes, UTF_8)`` does) and written as UTF-8,
 nothing escaped, interpreted or cut.

@@ -31,7 +31,7 @@ import org.slf4j.LoggerFactory;
  * </ul>
  */
 final class KafkaApi {
-    /** How the one compatibility line of the broker's log starts (tests/test_kafka_versions.py reads it). */
+    /** How the one compatibility line of the broker's log starts (tests/broker/test_kafka_versions.py reads it). */
     static final String LOG_PREFIX = "rsm bridge plugin compatibility: ";
     private static final Logger LOG = LoggerFactory.getLogger(KafkaApi.class);
     private static final MethodHandle TXN_IDX_EMPTY = txnIdxEmptyHandle();

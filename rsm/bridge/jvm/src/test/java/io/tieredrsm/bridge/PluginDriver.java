@@ -27,7 +27,7 @@ import org.apache.kafka.server.log.remote.storage.RemoteStorageManager.IndexType
 
 /**
  * Test driver: drives {@link BridgeRemoteStorageManager} as the broker would, one command per stdin line,
- * one JSON answer per stdout line. Used by tests/test_bridge_plugin.py (no broker needed).
+ * one JSON answer per stdout line. Used by tests/broker/test_bridge_plugin.py (no broker needed).
  *
  * <pre>
  * configure PROPS_FILE          keys as Kafka passes them (rsm.config. already stripped)

@@ -20,7 +20,7 @@ import org.apache.kafka.server.policy.CreateTopicPolicy;
  * Test driver: drives {@link BridgeTopicPolicy} as Kafka's controller does - one instance configured as the
  * create policy and one as the alter policy, with the broker's whole properties (rsm.config.* prefixed) -
  * one command per stdin line, one JSON answer per stdout line ({@code @@ {...}}). Used by
- * tests/test_topic_policy_plugin.py (no broker needed).
+ * tests/broker/test_topic_policy_plugin.py (no broker needed).
  *
  * <pre>
  * configure PROPS_FILE       a broker's server.properties
