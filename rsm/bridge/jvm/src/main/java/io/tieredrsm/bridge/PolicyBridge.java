@@ -1,15 +1,9 @@
 package io.tieredrsm.bridge;
 
 import java.io.IOException;
-import java.nio.file.Files;
 import java.nio.file.Path;
-import java.nio.file.Paths;
-import java.nio.file.attribute.PosixFilePermissions;
-import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
-import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentLinkedDeque;
 import java.util.concurrent.ExecutorService;
@@ -63,13 +57,10 @@ final class PolicyBridge {
      * it when done. The first one starts a bridge the plugin manages, in the background.
      */
     static synchronized PolicyBridge acquire(Map<String, String> rsm) {
-        String brokerId = rsm.getOrDefault("broker.id", rsm.getOrDefault("node.id", "0"));
-        String socket = rsm.get("bridge.socket.path");
-        Path socketPath = socket != null && !socket.isBlank() ? Paths.get(socket)
-                : Paths.get(System.getProperty("java.io.tmpdir"), "rsm-bridge-" + brokerId, "bridge.sock");
+        Path socketPath = BridgeLaunch.socketPath(rsm);
         PolicyBridge shared = SHARED.get(socketPath);
         if (shared == null) {
-            shared = create(rsm, socketPath, brokerId);
+            shared = create(rsm);
             SHARED.put(socketPath, shared);
             shared.startInBackground();
         }
@@ -77,39 +68,14 @@ final class PolicyBridge {
         return shared;
     }
 
-    /** As PortableBridgeRemoteStorageManager.configure: same directory, command, config file and log file. */
-    private static PolicyBridge create(Map<String, String> rsm, Path socketPath, String brokerId) {
-        Path dir = socketPath.toAbsolutePath().getParent();
-        try {
-            if (!Files.isDirectory(dir)) {
-                Files.createDirectories(dir, PosixFilePermissions.asFileAttribute(
-                        PosixFilePermissions.fromString("rwx------")));
-            }
-        } catch (IOException e) {
-            throw new IllegalStateException("cannot create the bridge socket directory " + dir + ": " + e, e);
-        }
-        String commandText = rsm.getOrDefault("bridge.command", "rsm bridge serve").trim();
-        List<String> command = commandText.isEmpty() || commandText.equals("none") ? List.of()
-                : new ArrayList<>(Arrays.asList(commandText.split("\\s+")));
-        Path configFile;
-        String given = rsm.get("bridge.config.file");
-        if (given != null && !given.isBlank()) {
-            configFile = Paths.get(given);
-        } else {
-            configFile = dir.resolve("bridge-" + brokerId + ".properties");
-            if (!command.isEmpty()) {
-                PortableBridgeRemoteStorageManager.writeBridgeConfig(configFile, rsm);
-            }
-        }
-        Path logFile = Paths.get(rsm.getOrDefault("bridge.log.file", dir.resolve("bridge.log").toString()));
-        BridgeProcess process = new BridgeProcess(command, configFile, socketPath, logFile,
-                Long.parseLong(rsm.getOrDefault("bridge.startup.timeout.ms", "60000")),
-                Long.parseLong(rsm.getOrDefault("bridge.restart.backoff.ms", "200")),
-                Long.parseLong(rsm.getOrDefault("bridge.restart.backoff.max.ms", "30000")), CLIENT_NAME);
+    /** The bridge the RSM uses (the same launch: socket, command, config file and log file). */
+    private static PolicyBridge create(Map<String, String> rsm) {
+        BridgeLaunch launch = BridgeLaunch.resolve(rsm);
+        BridgeProcess process = launch.process(CLIENT_NAME);
         long timeoutMs = Long.parseLong(rsm.getOrDefault("bridge.policy.timeout.ms", "5000"));
-        LOG.info("topic policy asks the bridge on {} (command {}, timeout {} ms)", socketPath,
-                command.isEmpty() ? "(external bridge)" : command, timeoutMs);
-        return new PolicyBridge(socketPath, process, timeoutMs);
+        LOG.info("topic policy asks the bridge on {} (command {}, timeout {} ms)", launch.socketPath(),
+                launch.describeCommand(), timeoutMs);
+        return new PolicyBridge(launch.socketPath(), process, timeoutMs);
     }
 
     void release() {

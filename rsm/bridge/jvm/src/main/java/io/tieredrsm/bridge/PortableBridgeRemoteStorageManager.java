@@ -2,16 +2,9 @@ package io.tieredrsm.bridge;
 
 import java.io.IOException;
 import java.io.InputStream;
-import java.io.Writer;
 import java.nio.ByteBuffer;
-import java.nio.charset.StandardCharsets;
-import java.nio.file.Files;
 import java.nio.file.Path;
-import java.nio.file.Paths;
-import java.nio.file.StandardOpenOption;
-import java.nio.file.attribute.PosixFilePermissions;
 import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.Base64;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -69,10 +62,6 @@ public class PortableBridgeRemoteStorageManager implements RemoteStorageManager 
     /** A fetch's first answer: Kafka's default fetch size (max.partition.fetch.bytes, 1 MiB). */
     static final int FIRST_ANSWER_BYTES = 1024 * 1024;
     static final String CLIENT_NAME = "rsm-bridge-jvm/0.1.0";
-    /** Keys the broker adds to the rsm.config.* settings; they are not the user's RSM settings. */
-    private static final java.util.Set<String> BROKER_KEYS = java.util.Set.of("broker.id", "node.id", "log.dir",
-            "log.dirs", "cluster.id");
-
     private Path socketPath;
     private BridgeProcess bridge;
     private TopicConfigCache topicConfigs;
@@ -96,19 +85,9 @@ public class PortableBridgeRemoteStorageManager implements RemoteStorageManager 
                 all.put(k, String.valueOf(v));
             }
         });
-        String brokerId = all.getOrDefault("broker.id", all.getOrDefault("node.id", "0"));
-        String socket = all.get("bridge.socket.path");
-        socketPath = socket != null && !socket.isBlank() ? Paths.get(socket)
-                : Paths.get(System.getProperty("java.io.tmpdir"), "rsm-bridge-" + brokerId, "bridge.sock");
-        Path dir = socketPath.toAbsolutePath().getParent();
-        try {
-            if (!Files.isDirectory(dir)) {
-                Files.createDirectories(dir, PosixFilePermissions.asFileAttribute(
-                        PosixFilePermissions.fromString("rwx------")));
-            }
-        } catch (IOException e) {
-            throw new IllegalStateException("cannot create the bridge socket directory " + dir + ": " + e, e);
-        }
+        BridgeLaunch launch = BridgeLaunch.resolve(all);
+        String brokerId = launch.brokerId();
+        socketPath = launch.socketPath();
         poolSize = Integer.parseInt(all.getOrDefault("bridge.pool.size", "32"));
         slots = new Semaphore(poolSize);
         stopGraceMs = Long.parseLong(all.getOrDefault("bridge.shutdown.grace.ms", "10000")) + 5_000;
@@ -119,24 +98,7 @@ public class PortableBridgeRemoteStorageManager implements RemoteStorageManager 
         }
         shm = transport.equals("shm");
 
-        String commandText = all.getOrDefault("bridge.command", "rsm bridge serve").trim();
-        List<String> command = commandText.isEmpty() || commandText.equals("none") ? List.of()
-                : new ArrayList<>(Arrays.asList(commandText.split("\\s+")));
-        Path configFile;
-        String given = all.get("bridge.config.file");
-        if (given != null && !given.isBlank()) {
-            configFile = Paths.get(given);
-        } else {
-            configFile = dir.resolve("bridge-" + brokerId + ".properties");
-            if (!command.isEmpty()) {
-                writeBridgeConfig(configFile, all);
-            }
-        }
-        Path logFile = Paths.get(all.getOrDefault("bridge.log.file", dir.resolve("bridge.log").toString()));
-        bridge = new BridgeProcess(command, configFile, socketPath, logFile,
-                Long.parseLong(all.getOrDefault("bridge.startup.timeout.ms", "60000")),
-                Long.parseLong(all.getOrDefault("bridge.restart.backoff.ms", "200")),
-                Long.parseLong(all.getOrDefault("bridge.restart.backoff.max.ms", "30000")), CLIENT_NAME);
+        bridge = launch.process(CLIENT_NAME);
 
         Properties admin = new Properties();
         all.forEach((k, v) -> {
@@ -151,7 +113,7 @@ public class PortableBridgeRemoteStorageManager implements RemoteStorageManager 
                     Long.parseLong(all.getOrDefault("bridge.topic.config.timeout.ms", "10000")));
         }
         LOG.info("bridge RSM configured: socket {}, transport {}, command {}, pool {}, topic configs from {}",
-                socketPath, transport, command.isEmpty() ? "(external bridge)" : command, poolSize,
+                socketPath, transport, launch.describeCommand(), poolSize,
                 topicConfigs == null ? "(none)" : admin.get("bootstrap.servers"));
         KafkaApi.logOnce(getClass());
         // Start (or find) the bridge now so a broken set-up shows at broker start, not at the first copy.
@@ -177,42 +139,6 @@ public class PortableBridgeRemoteStorageManager implements RemoteStorageManager 
     /** The plugin's metrics once configured (null before). */
     final BridgeMetrics metrics() {
         return metrics;
-    }
-
-    /** The bridge gets the same rsm.config.* settings the broker gave us, in an owner-only file. */
-    static void writeBridgeConfig(Path file, Map<String, String> all) {
-        StringBuilder sb = new StringBuilder("# written by the rsm bridge plugin; do not edit\n");
-        all.forEach((k, v) -> {
-            if (!BROKER_KEYS.contains(k)) {
-                sb.append("rsm.config.").append(escape(k)).append('=').append(escape(v)).append('\n');
-            }
-        });
-        try {
-            Path tmp = file.resolveSibling(file.getFileName() + ".tmp");
-            Files.deleteIfExists(tmp);
-            Files.createFile(tmp, PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rw-------")));
-            try (Writer w = Files.newBufferedWriter(tmp, StandardCharsets.UTF_8, StandardOpenOption.WRITE)) {
-                w.write(sb.toString());
-            }
-            Files.move(tmp, file, java.nio.file.StandardCopyOption.REPLACE_EXISTING,
-                    java.nio.file.StandardCopyOption.ATOMIC_MOVE);
-        } catch (IOException e) {
-            throw new IllegalStateException("cannot write the bridge config " + file + ": " + e, e);
-        }
-    }
-
-    private static String escape(String s) {
-        StringBuilder sb = new StringBuilder();
-        for (char c : s.toCharArray()) {
-            switch (c) {
-                case '\\': sb.append("\\\\"); break;
-                case '\n': sb.append("\\n"); break;
-                case '\r': sb.append("\\r"); break;
-                case '=': case ':': case '#': case '!': sb.append('\\').append(c); break;
-                default: sb.append(c);
-            }
-        }
-        return sb.toString();
     }
 
     // ------------------------------------------------------------------------------------- pool
