@@ -195,11 +195,17 @@ public final class PluginDriver {
                         // every attribute of the MBeans matching the pattern: {"<object name>:<attribute>": value}
                         javax.management.MBeanServer server = java.lang.management.ManagementFactory.getPlatformMBeanServer();
                         Map<String, Object> values = new java.util.TreeMap<>();
+                        // Kafka's JmxReporter re-registers an MBean each time a metric joins it, so a name listed
+                        // here may be gone for a moment when read: skipped, as a scraper does (the next poll sees it)
                         for (javax.management.ObjectName name : server.queryNames(new javax.management.ObjectName(w[1]), null)) {
-                            for (javax.management.MBeanAttributeInfo a : server.getMBeanInfo(name).getAttributes()) {
-                                Object v = server.getAttribute(name, a.getName());
-                                values.put(name + ":" + a.getName(),
-                                        v instanceof Double && (((Double) v).isNaN() || ((Double) v).isInfinite()) ? null : v);
+                            try {
+                                for (javax.management.MBeanAttributeInfo a : server.getMBeanInfo(name).getAttributes()) {
+                                    Object v = server.getAttribute(name, a.getName());
+                                    values.put(name + ":" + a.getName(),
+                                            v instanceof Double && (((Double) v).isNaN() || ((Double) v).isInfinite()) ? null : v);
+                                }
+                            } catch (javax.management.InstanceNotFoundException reregistered) {
+                                continue;
                             }
                         }
                         out.put("values", values);
