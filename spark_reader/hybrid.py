@@ -5,7 +5,9 @@ read from the store (planned by `Planner` as without a broker), so the brokers s
 offsets past the store's last one, up to the query's end, become one `BrokerTailPartition` read in a
 task through the brokers' fetch layer (`spark_reader.tail`: the same columnar decoder as the store's). `latest` (and a stream's latest offset) is the brokers' own: the high watermark,
 or the last stable offset under read_committed, as in Spark's Kafka source. `earliest` is the store's
-first offset (the brokers' when the store holds nothing of a partition yet).
+first offset (the brokers' when the store holds nothing of a partition yet). The brokers are asked once
+per plan for what positions need (`BrokerFacts`), and `spark_reader.offset_resolver` applies the same
+rules as a read of the store alone.
 
 A transaction that starts in the store and ends in the tail: the store alone cannot know how it ended
 (its marker is not tiered yet), so under read_committed the store's part stops where the planner stops
@@ -35,15 +37,15 @@ tier: the rows are all there, at the cost of remote reads.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from pyspark.sql.datasource import InputPartition
 
 from spark_reader.broker import BrokerView, warn_once
 from spark_reader.brokerwire.settings import WireSettings
-from spark_reader.errors import ReaderError
 from spark_reader.filters import PushedFilters
+from spark_reader.offset_resolver import FactsSource, OffsetResolver, PartitionFacts, Resolved
 from spark_reader.offsets import EARLIEST, LATEST, Kind, OffsetSpec, Position
 from spark_reader.options import SourceOptions
 from spark_reader.planning import PartitionRange, Planner
@@ -191,28 +193,36 @@ def split_range(
     filters: PushedFilters,
     log_start: int | None = None,
 ) -> tuple[PartitionRange | None, list[BrokerTailPartition]]:
-    """The store's part of [lo, hi) and the brokers' part after it (see the module docstring): one tail
-    partition, or several of `maxRecordsPerPartition` offsets each.
+    """A partition's range up to `hi` (the latest offset there is), resolved (`OffsetResolver`) and cut
+    between the store and the brokers (`cut_range`): from offset `lo` for an offset `start`, else from
+    `start` (earliest, a timestamp); up to `end`, a timestamp end, else `hi`. `log_start`: the brokers'
+    log start offset, when asked (`needs_log_start`)."""
+    facts = PartitionFacts.of(
+        split.key, split.store, on_brokers=split.on_brokers, log_start=log_start, latest=hi
+    )
+    pos = Position(Kind.OFFSET, lo) if start.kind is Kind.OFFSET else start
+    resolver = OffsetResolver(planner)
+    return cut_range(
+        resolver, resolver.range(facts, pos, end or Position(Kind.OFFSET, hi)), settings, filters
+    )
 
-    `start` is the position handed to the store's planner (earliest, an offset, or a timestamp the store
-    answers); `end` is a timestamp end the store answers (then nothing comes from the brokers), else None.
-    `log_start`: the brokers' log start offset, when asked (`needs_log_start`).
-    """
-    topic, partition = split.key
-    sp, pr = split.store, None
-    tail_start = lo
-    if sp is not None and sp.history.next_offset is not None:
-        store_end = sp.history.next_offset
-        if start.kind is not Kind.OFFSET or lo < store_end:
-            stop = end if end is not None else Position(Kind.OFFSET, min(hi, store_end))
-            pr = planner.partition_range(sp, start, stop, log_start)
-            if end is not None:
-                return pr, []
+
+def cut_range(
+    resolver: OffsetResolver, resolved: Resolved, settings: TailSettings, filters: PushedFilters
+) -> tuple[PartitionRange | None, list[BrokerTailPartition]]:
+    """The store's part of a resolved range (planned by `Planner` as without a broker) and the brokers'
+    part after it (see the module docstring): one tail partition, or several of `maxRecordsPerPartition`
+    offsets each. A timestamp end the store answers ends the read in the store: nothing from the brokers."""
+    f, planner, pr = resolved.facts, resolver.planner, None
+    tail_start, hi = resolved.start, resolved.end
+    if f.store is not None and f.next_offset is not None and resolved.start < f.next_offset:
+        store_end = resolver.store_end(f) if resolved.end_slice is None else None
+        pr = planner.store_range(resolved, None if store_end is None else min(hi, store_end))
+        if resolved.end_slice is not None:
+            return pr, []
         if pr is not None:
             tail_start = pr.end
-        elif start.kind is not Kind.OFFSET:
-            tail_start = max(lo, sp.history.first_offset or lo)
-    if not split.on_brokers or tail_start >= hi:
+    if not f.on_brokers or tail_start >= hi:
         return pr, []
     offset_lo, offset_hi = filters.offset.span()
     a = tail_start if offset_lo is None else max(tail_start, offset_lo)
@@ -220,6 +230,7 @@ def split_range(
     if a >= b:
         return pr, []
     step = planner.opts.max_records_per_partition or (b - a)
+    topic, partition = f.key
     return pr, [
         BrokerTailPartition(topic, partition, x, min(b, x + step), settings, filters)
         for x in range(a, b, step)
@@ -238,6 +249,45 @@ def _lookups(query: HybridQuery, positions: dict[Key, Position]) -> dict[Key, in
     return query.lookup_times(wanted)  # no request when nothing is wanted
 
 
+class BrokerFacts(FactsSource):
+    """The store and the brokers: the brokers' latest offsets, the log starts a hole before the store's
+    history needs and the timestamps the store cannot answer, one request each (none when not needed)."""
+
+    def __init__(self, query: HybridQuery) -> None:
+        self.query = query
+
+    def gather(
+        self,
+        starts: Mapping[Key, Position],
+        ends: Mapping[Key, Position] | None = None,
+        *,
+        offsets_read: bool = True,
+    ) -> dict[Key, PartitionFacts]:
+        query = self.query
+        latest = query.latest()  # first: a re-created topic is the store's alone from here on
+        start_hits, end_hits = _lookups(query, dict(starts)), _lookups(query, dict(ends or {}))
+        # no request when the store holds every partition and every history read from its start begins at 0
+        first = query.earliest_of_broker_only(
+            k
+            for k, split in query.splits.items()
+            if k not in start_hits
+            and (offsets_read or starts[k].kind is not Kind.OFFSET)
+            and needs_log_start(split, starts[k], starts[k].value)
+        )
+        out = {}
+        for k, split in query.splits.items():
+            times = {}
+            if k in end_hits:
+                times[(ends or {})[k].value or 0] = end_hits[k]
+            if k in start_hits:
+                times[starts[k].value or 0] = start_hits[k]
+            out[k] = PartitionFacts.of(
+                k, split.store, on_brokers=split.on_brokers, log_start=first.get(k), latest=latest.get(k),
+                times=times,
+            )  # fmt: skip
+        return out
+
+
 def plan_batch(
     planner: Planner, filters: PushedFilters, start: OffsetSpec, end: OffsetSpec
 ) -> list[InputPartition]:
@@ -252,49 +302,14 @@ def plan_batch(
 def _plan_batch(
     query: HybridQuery, planner: Planner, filters: PushedFilters, start: OffsetSpec, end: OffsetSpec
 ) -> list[InputPartition]:
-    latest = query.latest()
     settings = tail_settings(planner.opts, query.view.settings)
     starts = {k: start.position(*k) for k in query.splits}
     ends = {k: end.position(*k) for k in query.splits}
-    start_hits, end_hits = _lookups(query, starts), _lookups(query, ends)
-    # no request when the store holds every partition and every history read from its start begins at 0
-    first = query.earliest_of_broker_only(
-        k
-        for k, split in query.splits.items()
-        if k not in start_hits and needs_log_start(split, starts[k], starts[k].value)
-    )
+    facts = BrokerFacts(query).gather(starts, ends)
+    resolver = OffsetResolver(planner)
     ranges, tails = [], []
-    for k, split in sorted(query.splits.items()):
-        s_pos, e_pos, sp = starts[k], ends[k], split.store
-        store_next = sp.history.next_offset or 0 if sp is not None else 0
-        hi = latest.get(k, store_next)
-        store_end = None
-        if e_pos.kind is Kind.OFFSET:
-            hi = min(hi, e_pos.value or 0)
-        elif e_pos.kind is Kind.TIMESTAMP:
-            if k in end_hits:
-                hit = end_hits[k]
-                hi = hi if hit is None else min(hi, hit)
-            else:
-                store_end = e_pos  # the store holds a record at or after it: the store cuts there
-        if s_pos.kind is Kind.EARLIEST:
-            lo = (sp.history.first_offset or 0) if sp is not None else first.get(k, hi)
-        elif s_pos.kind is Kind.OFFSET:
-            lo = s_pos.value or 0
-        elif k not in start_hits:
-            lo = 0  # the store answers the timestamp (the planner finds the offset)
-        else:
-            hit = start_hits[k]
-            if hit is None:
-                if planner.opts.starting_by_timestamp_strategy == "error":
-                    raise ReaderError(
-                        f"{k[0]}-{k[1]}: no record has a timestamp >= {s_pos.value} "
-                        "(startingOffsetsByTimestampStrategy=error)"
-                    )
-                continue
-            s_pos, lo = Position(Kind.OFFSET, hit), hit
-        log_start = first.get(k) if sp is not None else None
-        pr, tail = split_range(planner, split, s_pos, lo, hi, store_end, settings, filters, log_start)
+    for k, f in sorted(facts.items()):
+        pr, tail = cut_range(resolver, resolver.range(f, starts[k], ends[k]), settings, filters)
         if pr is not None:
             ranges.append(pr)
         tails += tail
@@ -307,52 +322,18 @@ def _plan_batch(
 
 
 # -- streams ---------------------------------------------------------------------------------------------
-def stream_initial(
-    planner: Planner, spec: OffsetSpec, first_at: Callable[[Planner, SelectedPartition, int], int | None]
-) -> dict[Key, int]:
-    """A stream's first offsets: earliest the store's first (the brokers' where the store has nothing),
-    latest the brokers', a timestamp from the store or, past it, the brokers' offsetsForTimes."""
+def stream_initial(planner: Planner, spec: OffsetSpec) -> dict[Key, int]:
+    """A stream's first offsets (`OffsetResolver.resolve_start`): earliest the store's first (the
+    brokers' where the store has nothing), latest the brokers', a timestamp from the store or, past it,
+    the brokers' offsetsForTimes."""
     query = HybridQuery(planner, PushedFilters())
     try:
-        return _stream_initial(query, planner, spec, first_at)
+        positions = {k: spec.position(*k) for k in query.splits}
+        facts = BrokerFacts(query).gather(positions, offsets_read=False)
+        resolver = OffsetResolver(planner)
+        return {k: resolver.resolve_start(f, positions[k]) for k, f in facts.items()}
     finally:
         query.close()
-
-
-def _stream_initial(
-    query: HybridQuery,
-    planner: Planner,
-    spec: OffsetSpec,
-    first_at: Callable[[Planner, SelectedPartition, int], int | None],
-) -> dict[Key, int]:
-    latest = query.latest()
-    positions = {k: spec.position(*k) for k in query.splits}
-    hits = _lookups(query, positions)
-    # no request when the store holds every partition and every history read from its start begins at 0
-    starting = [k for k, s in query.splits.items() if positions[k].kind is Kind.EARLIEST]
-    first = query.earliest_of_broker_only(
-        k for k in starting if needs_log_start(query.splits[k], positions[k])
-    )
-    out: dict[Key, int] = {}
-    for k, split in query.splits.items():
-        pos, sp = positions[k], split.store
-        end = latest.get(k, sp.history.next_offset or 0 if sp is not None else 0)
-        if pos.kind is Kind.EARLIEST:
-            out[k] = (sp.history.first_offset or 0) if sp is not None else first.get(k, end)
-            if sp is not None and (hole := planner.start_hole(sp, first.get(k))) is not None:
-                planner.data_loss(hole.message())
-        elif pos.kind is Kind.LATEST:
-            out[k] = end
-        elif pos.kind is Kind.OFFSET:
-            out[k] = pos.value or 0
-        elif k in hits:
-            hit = hits[k]
-            out[k] = end if hit is None else hit
-        else:
-            assert sp is not None and pos.value is not None
-            found = first_at(planner, sp, pos.value)  # the stream reader's exact lookup in the store
-            out[k] = end if found is None else found
-    return out
 
 
 def stream_latest(

@@ -2,9 +2,10 @@
 
 Everything here runs on the driver from manifests and stored indexes only (no `.log` byte is read):
 
-- each partition's range comes from the offset options (`rsm.catalog.history` gives earliest and latest),
-  narrowed by pushed `offset` filters and, under read_committed, by the oldest transaction still open at
-  the end of the tiered data (a consumer stops at the last stable offset);
+- each partition's range comes from the offset options, resolved by `spark_reader.offset_resolver` (the
+  one copy of the rules for batch, stream and hybrid reads: earliest and latest from the history, under
+  read_committed stopped at the oldest transaction still open at the end of the tiered data, as a
+  consumer stops at the last stable offset), then narrowed by pushed `offset` filters;
 - timestamp options pick the first segment whose maximum timestamp reaches them and hand the exact cut
   to the task reading that segment; pushed `timestamp >= T` filters skip segments and the start of a
   segment through the time index;
@@ -55,7 +56,8 @@ from rsm.stored.pieces import TransformError
 from segment_format.errors import CorruptRecordError
 from spark_reader.errors import DataLossError, ReaderError
 from spark_reader.filters import PushedFilters
-from spark_reader.offsets import Kind, Position
+from spark_reader.offset_resolver import OffsetResolver, PartitionFacts, Resolved
+from spark_reader.offsets import Position
 from spark_reader.options import IsolationLevel, SourceOptions
 from spark_reader.partition_reader import ReadSettings, TieredPartition
 from spark_reader.topics import SelectedPartition, select_partitions
@@ -214,77 +216,36 @@ class Planner:
             return None
         return before_start(sp.topic, sp.partition, sp.history.first_offset, log_start, why, sp.looked_in)
 
-    def _below_earliest(self, sp: SelectedPartition, lo: int, earliest: int, log_start: int | None) -> None:
-        """A start offset below the store's first one: data loss, the offsets the log still has (a hole)
-        named apart from those retention removed."""
-        name = f"{sp.topic}-{sp.partition}"
-        hole = self.start_hole(sp, log_start)
-        hole = None if hole is None else clipped(hole, lo, None)
-        if hole is not None:
-            self.data_loss(hole.message())
-        gone = earliest - 1 if hole is None else hole.first_offset - 1
-        if lo <= gone:
-            self.data_loss(f"{name}: offsets {lo}..{gone} are no longer in the store (earliest {earliest})")
-
     def partition_range(
         self, sp: SelectedPartition, start: Position, end: Position, log_start: int | None = None
     ) -> PartitionRange | None:
-        """Offsets [start, end) of a partition for these positions; None when it contributes nothing.
+        """Offsets [start, end) of a partition for these positions (`OffsetResolver`); None when it
+        contributes nothing.
 
         ``log_start``: the brokers' log start offset, when asked (`spark_reader.hybrid`): a read from the
         partition's start measures the store's history against it (else against the RSM's mark)."""
-        h = sp.history
-        earliest, latest = h.first_offset, h.next_offset
-        if earliest is None or latest is None:
-            return None
-        name = f"{sp.topic}-{sp.partition}"
-        start_ts = start_slice = end_ts = end_slice = None
-        hole = None
-        if start.kind is Kind.EARLIEST:
-            lo = earliest
-            hole = self.start_hole(sp, log_start)
-        elif start.kind is Kind.LATEST:
-            lo = latest
-        elif start.kind is Kind.OFFSET:
-            assert start.value is not None
-            lo = start.value
-            if lo < earliest:
-                self._below_earliest(sp, lo, earliest, log_start)
-                lo = earliest
-        else:
-            assert start.value is not None
-            start_slice = h.first_at_timestamp(start.value)
-            if start_slice is None:
-                if self.opts.starting_by_timestamp_strategy == "error":
-                    raise ReaderError(
-                        f"{name}: no tiered record has a timestamp >= {start.value} "
-                        "(startingOffsetsByTimestampStrategy=error)"
-                    )
-                lo = latest
-            else:
-                lo, start_ts = start_slice.first_offset, start.value
-                if lo == earliest:  # the offset for the timestamp may lie before the store's history
-                    hole = self.start_hole(sp, log_start)
-        if end.kind is Kind.LATEST:
-            hi = latest
-        elif end.kind is Kind.OFFSET:
-            assert end.value is not None
-            hi = min(end.value, latest)
-        else:
-            assert end.value is not None
-            end_slice = h.first_at_timestamp(end.value)
-            hi = latest if end_slice is None else end_slice.last_offset + 1
-            end_ts = None if end_slice is None else end.value
-        hi = self._stable_end(sp, hi)
-        if lo >= hi:
+        facts = PartitionFacts.of(sp.key, sp, log_start=log_start)
+        return self.store_range(OffsetResolver(self).range(facts, start, end))
+
+    def store_range(self, resolved: Resolved, stop: int | None = None) -> PartitionRange | None:
+        """The store's part of a resolved range: offsets [start, stop) (`stop`: its end by default);
+        None when empty, a hole the read asked for then being data loss up to `stop`."""
+        sp = resolved.facts.store
+        assert sp is not None
+        hi = resolved.end if stop is None else stop
+        if resolved.start >= hi:
+            hole = resolved.hole_before
             if hole is not None and (hole := clipped(hole, None, hi - 1)) is not None:
                 self.data_loss(hole.message())  # the range lies in the hole: nothing else to read
             return None
         # gaps are data loss where the plan reads (`plan`, after pushed offset filters narrowed the range):
         # finding them here would read the manifests of the whole range before the filters narrow it
-        return PartitionRange(sp, lo, hi, start_ts, start_slice, end_ts, end_slice, hole)
+        return PartitionRange(
+            sp, resolved.start, hi, resolved.start_timestamp, resolved.start_slice,
+            resolved.end_timestamp, resolved.end_slice, resolved.hole_before,
+        )  # fmt: skip
 
-    def _stable_end(self, sp: SelectedPartition, hi: int) -> int:
+    def stable_end(self, sp: SelectedPartition, hi: int) -> int:
         """`hi`, stopped under read_committed at the oldest transaction still open at the end of the
         tiered data (the last segment's producer snapshot): a consumer stops at the last stable offset."""
         last_slice = sp.history.last_slice
@@ -309,7 +270,7 @@ class Planner:
         earliest, latest = sp.history.first_offset, sp.history.next_offset
         if earliest is None or latest is None:
             return None
-        return earliest, max(earliest, self._stable_end(sp, latest))
+        return earliest, max(earliest, self.stable_end(sp, latest))
 
     # -- splits --------------------------------------------------------------------------------------
     def aborted(self, pr: PartitionRange) -> list[tuple[int, int, int]]:

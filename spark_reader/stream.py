@@ -39,6 +39,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from spark_reader.errors import one_line_errors
 from spark_reader.filters import PushedFilters
+from spark_reader.offset_resolver import OffsetResolver, StoreFacts
 from spark_reader.offsets import Kind, Position, from_stream_offset, starting_spec, to_stream_offset
 from spark_reader.options import SourceOptions
 from spark_reader.partition_reader import read_partition
@@ -107,44 +108,17 @@ class TieredStreamReader(DataSourceStreamReader, *AVAILABLE_NOW_BASES):
         earliest = sp.history.first_offset or 0
         return (earliest, earliest) if found is None else found
 
-    def _first_offset_at(self, planner: Planner, sp: SelectedPartition, timestamp: int) -> int | None:
-        """The first offset whose record has a timestamp >= `timestamp` (reads the one segment it is in)."""
-        pr = planner.partition_range(sp, Position(Kind.TIMESTAMP, timestamp), Position(Kind.LATEST))
-        if pr is None:
-            return None
-        if pr.start_timestamp is None:
-            return pr.start
-        for part in planner.plan([pr], PushedFilters()):
-            for batch in read_partition(part):
-                if batch.num_rows:
-                    return int(batch.column("offset")[0].as_py())
-        return pr.end
-
     @one_line_errors
     def initialOffset(self) -> dict:  # noqa: N802 - Spark's name
         spec = starting_spec(self.opts, streaming=True)
         if self.opts.bootstrap_servers:  # the brokers' latest, the store's earliest (spark_reader.hybrid)
             from spark_reader.hybrid import stream_initial
 
-            return to_stream_offset(stream_initial(Planner(self.opts), spec, self._first_offset_at))
+            return to_stream_offset(stream_initial(Planner(self.opts), spec))
         planner, current = self._partitions()
-        offsets: Offsets = {}
-        for key, sp in current.items():
-            earliest, latest = self._bounds(planner, sp)
-            pos = spec.position(*key)
-            if pos.kind is Kind.EARLIEST:
-                offsets[key] = earliest
-                if (hole := planner.start_hole(sp)) is not None:
-                    planner.data_loss(hole.message())
-            elif pos.kind is Kind.LATEST:
-                offsets[key] = latest
-            elif pos.kind is Kind.OFFSET:
-                assert pos.value is not None
-                offsets[key] = pos.value
-            else:
-                assert pos.value is not None
-                found = self._first_offset_at(planner, sp, pos.value)
-                offsets[key] = latest if found is None else found
+        resolver = OffsetResolver(planner)  # the rules of every read (`spark_reader.offset_resolver`)
+        facts = StoreFacts(current.values()).gather()
+        offsets: Offsets = {key: resolver.resolve_start(f, spec.position(*key)) for key, f in facts.items()}
         self._remember(current, offsets)
         self._last_end = dict(offsets)
         return to_stream_offset(offsets)
@@ -220,12 +194,9 @@ class TieredStreamReader(DataSourceStreamReader, *AVAILABLE_NOW_BASES):
                 if stop > begin.get(key, stop):
                     planner.data_loss(f"{key[0]}-{key[1]}: the partition is no longer in the store")
                 continue
-            first = begin.get(key, sp.history.first_offset or 0)
-            if key not in begin and (hole := planner.start_hole(sp)) is not None:
-                planner.data_loss(hole.message())  # a partition new to the query, read from its start
-            if first >= stop:
-                continue
-            pr = planner.partition_range(sp, Position(Kind.OFFSET, first), Position(Kind.OFFSET, stop))
+            # a partition new to the query is read from its start (a hole before it: data loss)
+            first = Position(Kind.OFFSET, begin[key]) if key in begin else Position(Kind.EARLIEST)
+            pr = planner.partition_range(sp, first, Position(Kind.OFFSET, stop))
             if pr is not None:
                 ranges.append(pr)
         parts = planner.plan(ranges, PushedFilters())
