@@ -1,4 +1,4 @@
-"""The hybrid row of benchmarks/spark_read.py (issue 22): the whole topic, 90% tiered and 10% on the broker.
+"""The hybrid row of benchmarks/spark_read.py: the whole topic, 90% tiered and 10% on the broker.
 
 After the tiered-only rounds, the topic gets ``records / 9`` more records that stay on the broker's disk
 (segment.bytes and segment.ms are raised first, so they sit in the active segment, which Kafka never

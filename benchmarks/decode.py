@@ -13,7 +13,7 @@ so they compress like real payloads) and measures, best of several runs:
 - decompression alone: ``segment_format.codecs.decompress`` of every batch's records section, which is
   the least any decoder of these bytes must spend.
 
-records/s and MB/s (segment bytes on disk per second) for each, then issue 3's targets: columnar decode
+records/s and MB/s (segment bytes on disk per second) for each, then the targets: columnar decode
 of uncompressed 100-byte records >= 3 M records/s and >= 20x the reference; for compressed batches
 columnar time <= 2x decompression alone. Prints a PASS/FAIL line per target; exits 0 unless ``--check``
 is given and a target failed.

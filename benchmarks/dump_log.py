@@ -7,7 +7,7 @@ wall time (and CPU time) of each is the best of ``--runs``, the two measured alt
 they share the machine's load. Two shapes of segment: batches of 100 records (a producer with linger)
 and one record per batch (a producer without). Kafka's tool is DumpLogSegments from kafka-tools 4.3.1,
 resolved by Maven into .cache/dumplog-libs as the differential tests do (Java 17 and Maven needed).
-The outputs must be byte-identical; the target is issue 16's: ours no slower than Kafka's.
+The outputs must be byte-identical; the target: ours no slower than Kafka's.
 """
 
 from __future__ import annotations

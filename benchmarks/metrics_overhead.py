@@ -21,7 +21,7 @@ between two identical sides ("off vs off"): what it shows is the noise of the me
   as fetches of old data are (through the bridge a 1 MiB fetch takes about 1 ms either way).
 
 Also the recording alone: what one fetch adds (its record at close and two clock readings), in a loop.
-Targets (issue 17): the metrics cost under 2% of copy and of fetch throughput, for fetches reading chunks
+Targets: the metrics cost under 2% of copy and of fetch throughput, for fetches reading chunks
 from the store as the RSM serves old data, and for the cached fetch, which does nothing but the bookkeeping
 of a fetch and one memory copy: the worst case (through the bridge a 1 MiB fetch takes about 1 ms, see the
 last row). The control row shows how far the measurement itself wanders.

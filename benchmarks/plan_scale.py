@@ -1,4 +1,4 @@
-"""Planning cost against history (issue 27): does a narrow query's planning grow with the range, not the topic?
+"""Planning cost against history: does a narrow query's planning grow with the range, not the topic?
 
 For each size (default 2,000, 8,000 and 20,000 small segments over 4 partitions) a topic is tiered onto
 moto's S3 server (its own process, over HTTP). Each partition's first segment goes through the RSM's own
@@ -59,7 +59,7 @@ from rsm.catalog.usage import topic_usage  # noqa: E402
 from rsm.config.settings import RsmConfig  # noqa: E402
 from rsm.fetch.reader import SegmentReader  # noqa: E402
 from rsm.store.layout import Location, SegmentKeys  # noqa: E402
-from rsm.store.locations import REGISTRY_DIR, SCANNED_MARKER  # noqa: E402
+from rsm.stored.location_record import REGISTRY_DIR, SCANNED_MARKER  # noqa: E402
 from rsm.stored.manifest import INDEX_NUMBERS, Manifest, SegmentInfo  # noqa: E402
 from rsm.stored.pieces import PieceKind, bind_crc32c, piece_tag  # noqa: E402
 from segment_format.crc import crc32c  # noqa: E402

@@ -3,7 +3,7 @@
     python benchmarks/rsm_copy_fetch.py [--size-mib 256] [--chunk-mib 4] [--no-s3] [--no-clouds]
         [--cloud-size-mib 64] [--json out.json]
 
-What it reports (issue 4's acceptance):
+What it reports:
 - copy MB/s of one segment (default 256 MiB of uncompressed magic-2 batches, ~64 KiB each, values half
   text half random so zstd has real work) to the file store and to S3 over HTTP (moto's server in its own
   process), plain / compressed / compressed+encrypted, against the "pipeline limit": the same bytes read

@@ -3,7 +3,7 @@
     python benchmarks/spark_read.py [--records 5000000] [--partitions 2] [--segments 26] [--rounds 3]
                                     [--rss-segment-mib 256] [--json out.json]
 
-One run, one topic, everything real (issues 12 and 23):
+One run, one topic, everything real:
 
 - a Kafka 4.4 broker (KRaft, tests/harness) tiers to a file store through our JVM plugin and the Python
   bridge (encrypted, as README's broker config does); a topic of ``--partitions`` partitions gets
@@ -20,14 +20,14 @@ One run, one topic, everything real (issues 12 and 23):
   ``count()`` and ``sum(crc32(value))`` (touches every value byte; its result must be equal across the two
   Kafka readers), over
   * ``kafka-tiered (columnar)``: this source with its jar on the class path (`spark_reader.jar_path()`):
-    the DataSource V2 scan handing Spark the decoder's Arrow batches as ColumnarBatches (issue 23);
+    the DataSource V2 scan handing Spark the decoder's Arrow batches as ColumnarBatches;
   * ``kafka-tiered (Python)``: the Python Data Source (the jar's scan turned off for that DataFrame);
   * ``kafka``: Spark's own Kafka source, spark-sql-kafka-0-10_2.13 4.2.0 (4.3.0 is not on Maven Central;
     4.2.0 runs on PySpark 4.3.0), reading from the broker, which fetches the range from the remote tier;
   * the ceiling: a Python data source yielding prebuilt Arrow batches of the same schema, partitions and
     batch sizes from memory (benchmarks/_memory_source.py);
 - and the columnar decoder alone, one thread, over the same input partitions' decoded chunks in memory;
-- then the hybrid row (issue 22, benchmarks/_hybrid.py): ``--records / 9`` more records that stay on the
+- then the hybrid row (benchmarks/_hybrid.py): ``--records / 9`` more records that stay on the
   broker's disk (90% of the topic tiered, 10% local), and the whole topic read by ``kafka-tiered`` with
   ``kafka.bootstrap.servers`` (history from the store, tail from the broker) and by ``kafka``, with the
   broker's CPU seconds (its JVM and bridge, from /proc) during each read.
@@ -36,12 +36,12 @@ Then the columnar scan's own figures, from its workers' reports (benchmarks/_col
 decompressed by a count(), and the peak RSS of a Python worker reading ``--rss-segment-mib`` segments (two
 partitions of one such segment each, written without a broker).
 
-Targets (issue 23), ratios in this one run: the columnar scan's sum(crc32(value)) >= 2.5x the Python Data
+Targets of the columnar scan, ratios in this one run: the columnar scan's sum(crc32(value)) >= 2.5x the Python Data
 Source, >= 5x Spark's Kafka source, >= 0.5x the decode limit (the decoder alone, one thread, times the 2
 cores of local[2]); its count() >= 10x Spark's Kafka source with zero payloads decompressed; a worker's
-peak RSS on the big segments < 200 MiB. Issue 12's Python-path figures stay in the table.
+peak RSS on the big segments < 200 MiB. The Python Data Source's figures stay in the table.
 
-Hybrid (issue 22): >= 1.8x Spark's Kafka source, the broker's CPU during our read <= 1/5 of it during
+Hybrid: >= 1.8x Spark's Kafka source, the broker's CPU during our read <= 1/5 of it during
 Spark's.
 Prints a table and a PASS/FAIL line per target; exits 1 if one fails.
 Needs Java 17 and Maven (like the test suite); jars are cached under .cache/.

@@ -1,4 +1,4 @@
-"""What record validation adds to a copy, as ratios measured in one run (issue 14).
+"""What record validation adds to a copy, as ratios measured in one run.
 
     python benchmarks/validation.py [--records 200000] [--repeat 5] [--json out.json]
 
@@ -14,7 +14,7 @@ RemoteStorageManager to a file store (as a new user would: defaults, no encrypti
   the per-record adapter;
 - and, for the compressed segment, decompressing every batch's records alone (what any decoder must pay).
 
-Targets (issue 14): the header and schema-id policies add to the copy at most 2x the decompression time (on
+Targets: the header and schema-id policies add to the copy at most 2x the decompression time (on
 the uncompressed segment: at most the plain copy's own time) and check >= 5 M records/s per core beyond
 decompression (records / (added time - decompression time), since a decoder cannot be faster than the
 decompression it needs; the uncompressed segment has none); the hints visibly save work: the header and

@@ -11,7 +11,10 @@ the store (`rsm.config.overlay`, set with `rsm topic-config`, keyed by topic id,
 metadata (where it was written), so a changed bucket or prefix never orphans it.
 
 This class is the contract and nothing else: it checks the arguments (`rsm.api.checks`) and hands each
-operation to the module that does the job, all reading one `rsm.state.RsmState` (what `configure` built):
+operation to the module that does the job. `configure` decides the settings (`rsm.broker_settings`, one
+immutable value) and builds the services they name (`rsm.services`: the store, the keyring, the policies, the
+overlays, the location record); `rsm.state.RsmState` holds both, with the caches and threads that outlive a
+reconfiguration, and each job takes the settings and services it uses:
 
 - copy: `rsm.copy.pipeline` (check the whole segment, upload the `.log` and `.indexes`, the manifest last
   as the commit point, clean up on failure);
@@ -90,13 +93,13 @@ class RemoteStorageManager:
     @property
     def pending_overlays(self) -> PendingOverlayStore:
         """Settings of topics not created yet, adopted before their first copy (`rsm.policy.pending`)."""
-        return self._state.pending
+        return self._state.services.pending
 
     @property
     def topic_policy(self) -> TopicManagementPolicy:
         """The topic management policy (`policy.class.name`, or the built-in one), configured like the RSM:
         the bridge answers the broker's policy classes with it, and copies and deletions ask it too."""
-        return self._state.policy_gate.policy
+        return self._state.services.gate.policy
 
     @property
     def _metrics(self) -> metrics.RsmMetrics:

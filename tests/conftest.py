@@ -262,7 +262,7 @@ def spark() -> Iterator[SparkSession]:
 @pytest.fixture(scope="module", params=["python", "columnar"])
 def tiered_spark(spark, request: pytest.FixtureRequest):  # noqa: ANN001, ANN201
     """The session with `format("kafka-tiered")` registered, served by the Python Data Source or by the
-    columnar scan (issue 23): a module's Spark reader tests run on both, expecting the same rows."""
+    columnar scan: a module's Spark reader tests run on both, expecting the same rows."""
     from harness.spark import COLUMNAR_CONF, use_path  # noqa: PLC0415
 
     import spark_reader  # noqa: PLC0415

@@ -53,8 +53,9 @@ from rsm.cli.console import err_console, out_console
 from rsm.cli.options import config_and_json
 from rsm.config.settings import RsmConfig
 from rsm.store.layout import Location
-from rsm.store.locations import FoundBy, FoundTopicDir
+from rsm.store.locations import FoundTopicDir
 from rsm.store.objects import ObjectStore
+from rsm.stored.location_record import FoundBy
 
 ACTIONS = ("du", "ls", "locate")
 

@@ -1,1 +1,2 @@
-"""Configuration: every setting (`settings`), per-topic overlays, names, the keyring, redaction of secrets."""
+"""Configuration: every setting (`settings`), per-topic overlays read through a cache (`overlay`; the document
+is `rsm.stored.overlay`), names, the keyring, redaction of secrets."""

@@ -21,7 +21,7 @@ TOPIC_MAX_LENGTH = 249  # Kafka's Topic.MAX_NAME_LENGTH
 BUCKET_MAX_LENGTH = 63  # S3's limit, kept for the file store too so data can move between backends
 S3_BUCKET_MIN_LENGTH = 3  # S3 only: a file store bucket is a directory, one character is enough
 PREFIX_MAX_BYTES = (
-    60  # keeps the custom metadata within Kafka's default 128 bytes (rsm.store.custom_metadata)
+    60  # keeps the custom metadata within Kafka's default 128 bytes (rsm.stored.custom_metadata)
 )
 KEY_MAX_BYTES = 1024  # S3's limit on object keys
 

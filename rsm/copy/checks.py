@@ -22,20 +22,28 @@ from rsm.validation.records import RecordValidator, ValidationResult
 from rsm.validation.values import TopicMetadata
 
 if TYPE_CHECKING:
-    from rsm.state import RsmState
+    from rsm.metrics import RsmMetrics
+    from rsm.validation.api import RecordValidationPolicy
+    from rsm.validation.records import ValidationStats
 
 log = logging.getLogger("rsm.manager")  # the copy's lines, under the name operators' filters know
 
 
 def verify_segment(
-    state: RsmState, metadata: RemoteLogSegmentMetadata, data: LogSegmentData, settings: TopicSettings
+    metadata: RemoteLogSegmentMetadata,
+    data: LogSegmentData,
+    settings: TopicSettings,
+    *,
+    policy: RecordValidationPolicy | None,
+    stats: ValidationStats,
+    metrics: RsmMetrics,
 ) -> tuple[IntegritySummary, list[int], dict[str, object] | None]:
     """Read the segment once, chunk by chunk: integrity (every batch, the offset and time indexes), a
     CRC-32C per chunk, and the topic's record validation policy over the same bytes (compressed batches
     are decompressed once, by the validation's decoder: `rsm.validation.records`). Returns the summary,
     the chunk CRCs and the validation report for the manifest (None when the topic has no policy)."""
     path = data.log_segment
-    validator = _record_validator(state, metadata, settings, path)
+    validator = _record_validator(policy, metadata, settings, path)
     crcs: list[int] = []
     buf = bytearray(settings.chunk_size)
     view = memoryview(buf)
@@ -74,21 +82,25 @@ def verify_segment(
         raise RemoteStorageException(
             f"cannot read segment file {path} of {metadata.remote_log_segment_id}: {exc.strerror or exc}"
         ) from None
-    report = None if result is None else _validation_report(state, metadata, path, settings, result)
+    report = None if result is None else _validation_report(stats, metrics, metadata, path, settings, result)
     return summary, crcs, report
 
 
 def _record_validator(
-    state: RsmState, metadata: RemoteLogSegmentMetadata, settings: TopicSettings, path: Path
+    policy: RecordValidationPolicy | None,
+    metadata: RemoteLogSegmentMetadata,
+    settings: TopicSettings,
+    path: Path,
 ) -> RecordValidator | None:
-    if settings.validation_policy is None or state.policy is None:
+    if settings.validation_policy is None or policy is None:
         return None
     topic = TopicMetadata(metadata.topic_id_partition, settings.validation_policy)
-    return RecordValidator(state.policy.for_topic(topic), topic, str(path))
+    return RecordValidator(policy.for_topic(topic), topic, str(path))
 
 
 def _validation_report(
-    state: RsmState,
+    stats: ValidationStats,
+    metrics: RsmMetrics,
     metadata: RemoteLogSegmentMetadata,
     path: Path,
     settings: TopicSettings,
@@ -97,8 +109,8 @@ def _validation_report(
     tip = metadata.topic_id_partition
     count, violations = result.violation_count, result.violations
     refuse = bool(count) and settings.on_violation is ViolationAction.FAIL
-    totals = state.validation_stats.add(tip.topic, result, refuse)
-    state.metrics.validated(tip.topic, tip.partition, result.records, count, refuse, result.seconds)
+    totals = stats.add(tip.topic, result, refuse)
+    metrics.validated(tip.topic, tip.partition, result.records, count, refuse, result.seconds)
     # the copy's line names the records checked; a segment with violations gets its own line
     log.log(
         logging.INFO if count else logging.DEBUG,

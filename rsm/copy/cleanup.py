@@ -28,12 +28,12 @@ from rsm.store.debris import remove_segment_leftovers
 from rsm.store.layout import SegmentKeys
 
 if TYPE_CHECKING:
-    from rsm.state import RsmState
+    from rsm.store.objects import ObjectStore
 
 log = logging.getLogger("rsm.manager")
 
 
-def remove_failed_copy(state: RsmState, metadata: RemoteLogSegmentMetadata, keys: SegmentKeys) -> bool:
+def remove_failed_copy(store: ObjectStore, metadata: RemoteLogSegmentMetadata, keys: SegmentKeys) -> bool:
     """Remove every object of the segment, the manifest first, then its unfinished writes; every key whether
     or not its write seemed to succeed (a write whose answer was lost may have landed). Only this copy
     writes these keys (Kafka runs one copy of a segment id at a time), so nothing removed belongs to anyone
@@ -43,12 +43,12 @@ def remove_failed_copy(state: RsmState, metadata: RemoteLogSegmentMetadata, keys
     first_problem = ""
     for key in keys.all():
         try:
-            state.store.delete(keys.bucket, key)
+            store.delete(keys.bucket, key)
         except Exception as exc:  # noqa: BLE001 - see the docstring
             left.append(key.rpartition("/")[2])
             first_problem = first_problem or str(exc)
     try:
-        remove_segment_leftovers(state.store, keys.bucket, keys.stem)
+        remove_segment_leftovers(store, keys.bucket, keys.stem)
     except Exception as exc:  # noqa: BLE001 - see the docstring
         left.append("unfinished writes")
         first_problem = first_problem or str(exc)
@@ -61,7 +61,7 @@ def remove_failed_copy(state: RsmState, metadata: RemoteLogSegmentMetadata, keys
         "delete of the segment id or `rsm migrate gc` removes it, readers never count it (no manifest): %s",
         metadata.remote_log_segment_id.id_base64,
         ", ".join(left),
-        state.store.describe(keys.bucket, keys.stem),
+        store.describe(keys.bucket, keys.stem),
         f" within {budget.setting}" if spent and budget is not None else "",
         " ".join(first_problem.split())[:300],
     )

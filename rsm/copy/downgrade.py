@@ -36,12 +36,12 @@ from rsm.store.errors import safe_message
 from rsm.store.home import PROCEDURE
 from rsm.store.layout import Location, partition_dir
 from rsm.store.objects import ObjectNotFound
-from rsm.store.topic_encryption import EncryptionState
+from rsm.stored.topic_encryption import EncryptionState
 from segment_format.errors import CorruptRecordError
 from segment_format.leader_epoch import LeaderEpochCheckpoint
 
 if TYPE_CHECKING:
-    from rsm.state import RsmState
+    from rsm.services import RsmServices
 
 log = logging.getLogger(__name__)
 
@@ -63,15 +63,14 @@ def _earlier_start(metadata: RemoteLogSegmentMetadata, segment_data: LogSegmentD
 
 
 def _topic_known(
-    state: RsmState, topic: str, topic_id: uuid.UUID, partition: int, location: Location
+    services: RsmServices, topic: str, topic_id: uuid.UUID, partition: int, location: Location
 ) -> bool:
     """Whether the catalog home (or the copy's own location) holds anything of this topic id beside its
     encryption memory (which the caller has read already)."""
-    assert state.registry is not None
-    if state.registry.locations(topic, topic_id) or state.topic_overlay_exists(topic, topic_id):
+    if services.registry.locations(topic, topic_id) or services.overlays.configs(topic, topic_id):
         return True
     # a store written before location records: the partition's earlier segments where this one goes
-    found = state.store.list_from(
+    found = services.store.list_from(
         location.bucket, partition_dir(location.prefix, topic, topic_id, partition), limit=1
     )
     return bool(found)
@@ -86,29 +85,32 @@ def _wanted(settings: TopicSettings) -> EncryptionState:
 
 
 def guard_copy(
-    state: RsmState,
+    services: RsmServices,
+    known: set[uuid.UUID],
     metadata: RemoteLogSegmentMetadata,
     segment_data: LogSegmentData,
     settings: TopicSettings,
+    *,
+    warned: bool = False,
 ) -> None:
     """Refuse a copy that would silently downgrade the topic (see the module docstring); remember the
-    topic's encryption when it changes. Runs before anything of the segment is written."""
-    assert state.home is not None and state.encryption_memory is not None
+    topic's encryption when it changes. Runs before anything of the segment is written. `known`: the topic
+    ids the catalog home was found to know (added to); `warned`: a missing default location was said."""
+    home, memory = services.home, services.encryption_memory
     seg = metadata.remote_log_segment_id
     tip = seg.topic_id_partition
     topic, tid = tip.topic, to_uuid(tip.topic_id)
     location = Location(settings.bucket, settings.prefix)
     what = f"{tip} segment {seg.id_base64}"
     try:
-        state.home.check()
-        prior = state.encryption_memory.read(topic, tid)
-        known = state.known_topics
+        home.check()
+        prior = memory.read(topic, tid)
         earlier = _earlier_start(metadata, segment_data)
         if earlier is not None and tid not in known:
-            if prior is None and not _topic_known(state, topic, tid, tip.partition, location):
+            if prior is None and not _topic_known(services, topic, tid, tip.partition, location):
                 raise ConfigException(
                     f"copy of {what} refused: its offsets {earlier}..{metadata.start_offset - 1} were tiered "
-                    f"already, but the catalog at {state.home.describe()} knows nothing of topic {topic} "
+                    f"already, but the catalog at {home.describe()} knows nothing of topic {topic} "
                     f"({uuid_to_base64(tid)}): was bucket or prefix changed without catalog.bucket / "
                     f"catalog.prefix? Keep the catalog where it was ({PROCEDURE})"
                 )
@@ -117,7 +119,7 @@ def guard_copy(
         raise
     except Exception as exc:  # noqa: BLE001 - a store failure fails the copy, never reads as "nothing there"
         raise RemoteStorageException(
-            f"copy of {what} refused: cannot read the catalog at {state.home.describe()}: "
+            f"copy of {what} refused: cannot read the catalog at {home.describe()}: "
             f"{type(exc).__name__}: {safe_message(exc)}"
         ) from exc
     wanted = _wanted(settings)
@@ -147,19 +149,19 @@ def guard_copy(
             )
     if wanted != prior and (prior is not None or wanted.key_id is not None):
         try:
-            state.encryption_memory.write(topic, tid, wanted)
+            memory.write(topic, tid, wanted)
         except (ObjectNotFound, FileNotFoundError):
             # no catalog bucket at all (every topic names its own, so no overlay can exist either): the copy
             # goes on as it does without a location record (rsm.copy.pipeline), and says so once
-            if not state.registry_warned:
+            if not warned:
                 log.warning(
                     "the catalog home %s does not exist: topics' encryption is not remembered there",
-                    state.home.describe(),
+                    home.describe(),
                 )
         except Exception as exc:  # noqa: BLE001 - nothing is written before the topic's memory is
             raise RemoteStorageException(
                 f"copy of {what} refused: cannot write the topic's encryption memory "
-                f"{state.encryption_memory.describe(topic, tid)}: {type(exc).__name__}: {safe_message(exc)}"
+                f"{memory.describe(topic, tid)}: {type(exc).__name__}: {safe_message(exc)}"
             ) from exc
 
 

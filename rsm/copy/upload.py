@@ -9,28 +9,26 @@ says so, and uploaded as a part (from a background thread on S3, overlapping the
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rsm.api.errors import RemoteStorageException
 from rsm.api.metadata import IndexType, LogSegmentData, RemoteLogSegmentMetadata
 from rsm.config.settings import TopicSettings
 from rsm.copy.checks import fill
 from rsm.copy.integrity import IntegritySummary
+from rsm.store.errors import StoreErrors
 from rsm.store.layout import SegmentKeys
+from rsm.store.objects import ObjectStore
 from rsm.stored.cipher import SegmentCipher
 from rsm.stored.manifest import ChunkIndex, IndexEntry
 from rsm.stored.pieces import Codec, PieceKind, bind_crc32c, crc32c, piece_tag
 from rsm.stored.stages import encode_piece
-
-if TYPE_CHECKING:
-    from rsm.state import RsmState
 
 INDEX_ORDER = list(IndexType)  # piece numbers of indexes in the `.indexes` object
 SKIP_COMPRESSION_FRACTION = 0.5  # chunks whose bytes are mostly compressed batches are stored as they are
 
 
 def upload_log(
-    state: RsmState,
+    store: ObjectStore,
     metadata: RemoteLogSegmentMetadata,
     keys: SegmentKeys,
     path: Path,
@@ -44,8 +42,8 @@ def upload_log(
     codecs: list[Codec] = []
     buf = bytearray(cs)
     view = memoryview(buf)
-    with state.errors("upload", metadata, keys.bucket, keys.log):
-        writer = state.store.open_writer(keys.bucket, keys.log, background=True)
+    with StoreErrors(store, "upload", metadata, keys.bucket, keys.log):
+        writer = store.open_writer(keys.bucket, keys.log, background=True)
         try:
             with path.open("rb", buffering=0) as f:
                 i = 0
@@ -96,7 +94,7 @@ def upload_log(
 
 
 def upload_indexes(
-    state: RsmState,
+    store: ObjectStore,
     metadata: RemoteLogSegmentMetadata,
     keys: SegmentKeys,
     data: LogSegmentData,
@@ -111,8 +109,8 @@ def upload_indexes(
         IndexType.LEADER_EPOCH: data.leader_epoch_index,
     }
     entries: dict[IndexType, IndexEntry] = {}
-    with state.errors("upload", metadata, keys.bucket, keys.indexes):
-        writer = state.store.open_writer(keys.bucket, keys.indexes)
+    with StoreErrors(store, "upload", metadata, keys.bucket, keys.indexes):
+        writer = store.open_writer(keys.bucket, keys.indexes)
         try:
             offset = 0
             for index_type, source in sources.items():

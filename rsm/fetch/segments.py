@@ -17,12 +17,17 @@ from typing import TYPE_CHECKING, BinaryIO
 from rsm.api.errors import RemoteResourceNotFoundException, RemoteStorageException
 from rsm.api.metadata import IndexType, RemoteLogSegmentMetadata
 from rsm.fetch.reader import SegmentReader, cipher_for
-from rsm.store import custom_metadata as cm
 from rsm.store import forward
+from rsm.store.errors import StoreErrors
 from rsm.store.layout import SegmentKeys
+from rsm.stored import custom_metadata as cm
+from rsm.stored.forward import SegmentRef
 from rsm.stored.manifest import Manifest, require_authenticated
 
 if TYPE_CHECKING:
+    from rsm.broker_settings import RsmSettings
+    from rsm.metrics import RsmMetrics
+    from rsm.services import RsmServices
     from rsm.state import RsmState
 
 
@@ -40,16 +45,18 @@ def fetch_log_segment(
         )
     # failures of the segment are counted here and in on_error (rsm.metrics), not by a wrapper: this
     # runs once per Kafka fetch, and a wrapper's frame cost more than the counting
+    broker, services = state.configured()
+    recorder = state.metrics
     try:
-        reader, keys = reader_of(state, metadata, log_config)
+        reader, keys = _reader_of(state, broker, services, metadata, log_config)
     except Exception as exc:
-        count_fetch_failure(state, metadata, exc)
+        count_fetch_failure(recorder, metadata, exc)
         raise
     if start_position > reader.size or (start_position == reader.size and reader.size > 0):
-        count_fetch_failure(state, metadata, None)
+        count_fetch_failure(recorder, metadata, None)
         raise RemoteStorageException(
             f"start position {start_position} is beyond the {reader.size}-byte segment "
-            f"{metadata.remote_log_segment_id} ({state.store.describe(keys.bucket, keys.log)})"
+            f"{metadata.remote_log_segment_id} ({services.store.describe(keys.bucket, keys.log)})"
         )
 
     def on_error(exc: BaseException) -> BaseException:
@@ -57,22 +64,23 @@ def fetch_log_segment(
         # forget it so the next fetch reads the store afresh
         state.forget(keys)
         try:
-            with state.errors("fetch", metadata, keys.bucket, keys.log):
+            with StoreErrors(services.store, "fetch", metadata, keys.bucket, keys.log):
                 raise exc
         except RemoteStorageException as mapped:
-            count_fetch_failure(state, metadata, mapped)  # by the kind Kafka sees
+            count_fetch_failure(recorder, metadata, mapped)  # by the kind Kafka sees
             return mapped
         return exc  # pragma: no cover - _errors always maps
 
     # the stream counts itself when it closes (reader.stats): nothing more to do per fetch here
-    return reader.stream(start_position, end_position, state.executor, state.prefetch, on_error)  # type: ignore[return-value]
+    prefetch = broker.prefetch_chunks
+    return reader.stream(start_position, end_position, state.executor, prefetch, on_error)  # type: ignore[return-value]
 
 
 def count_fetch_failure(
-    state: RsmState, metadata: RemoteLogSegmentMetadata, exc: BaseException | None
+    recorder: RsmMetrics, metadata: RemoteLogSegmentMetadata, exc: BaseException | None
 ) -> None:
     tip = metadata.remote_log_segment_id.topic_id_partition
-    state.metrics.failed("fetch", tip.topic, tip.partition, exc or RemoteStorageException("position"))
+    recorder.failed("fetch", tip.topic, tip.partition, exc or RemoteStorageException("position"))
 
 
 def fetch_index(
@@ -82,13 +90,14 @@ def fetch_index(
     log_config: Mapping[str, str] | None,
 ) -> BinaryIO:
     """A stream of one index file as the broker had it; missing optional index -> not found."""
-    reader, keys = reader_of(state, metadata, log_config)
+    broker, services = state.configured()
+    reader, keys = _reader_of(state, broker, services, metadata, log_config)
     if index_type not in reader.manifest.indexes:
         raise RemoteResourceNotFoundException(
             f"segment {metadata.remote_log_segment_id.id_base64} of {metadata.topic_id_partition} has no "
-            f"{index_type.name} index ({state.store.describe(keys.bucket, keys.indexes)})"
+            f"{index_type.name} index ({services.store.describe(keys.bucket, keys.indexes)})"
         )
-    with state.errors(f"{index_type.name} index fetch", metadata, keys.bucket, keys.indexes):
+    with StoreErrors(services.store, f"{index_type.name} index fetch", metadata, keys.bucket, keys.indexes):
         data = reader.index(index_type)
     tip = metadata.remote_log_segment_id.topic_id_partition
     state.metrics.index_fetched(tip.topic, tip.partition)
@@ -98,8 +107,19 @@ def fetch_index(
 def reader_of(
     state: RsmState, metadata: RemoteLogSegmentMetadata, log_config: Mapping[str, str] | None
 ) -> tuple[SegmentReader, SegmentKeys]:
+    """The segment's reader and the keys it reads (where forwards led, if they did)."""
+    return _reader_of(state, *state.configured(), metadata, log_config)
+
+
+def _reader_of(
+    state: RsmState,
+    broker: RsmSettings,
+    services: RsmServices,
+    metadata: RemoteLogSegmentMetadata,
+    log_config: Mapping[str, str] | None,
+) -> tuple[SegmentReader, SegmentKeys]:
     keys = keys_of(state, metadata, log_config)
-    manifest, keys = manifest_or_moved(state, metadata, keys)
+    manifest, keys = manifest_or_moved(state, broker, services, metadata, keys)
     # plain segments: one reader per manifest (it holds no state of a fetch); encrypted ones unwrap their
     # data key on every fetch, so a key taken out of the keyring stops decrypting at once
     plain = manifest.encryption is None
@@ -108,13 +128,13 @@ def reader_of(
         if hit is not None:
             return hit, keys
     try:
-        with state.errors("decryption setup", metadata, keys.bucket, keys.manifest):
-            cipher = cipher_for(manifest, state.keyring)  # checks the manifest's seal
+        with StoreErrors(services.store, "decryption setup", metadata, keys.bucket, keys.manifest):
+            cipher = cipher_for(manifest, services.keyring)  # checks the manifest's seal
     except RemoteStorageException:
         state.forget(keys)  # a manifest refused now may be rewritten by a retried copy: reread it
         raise
     reader = SegmentReader(
-        state.store, keys.bucket, manifest, cipher, state.chunks, state.allocate, state.metrics
+        services.store, keys.bucket, manifest, cipher, state.chunks, state.allocate, state.metrics
     )
     if plain:
         state.readers.put(manifest, reader)
@@ -137,20 +157,26 @@ def keys_of(
 
 
 def manifest_or_moved(
-    state: RsmState, metadata: RemoteLogSegmentMetadata, keys: SegmentKeys
+    state: RsmState,
+    broker: RsmSettings,
+    services: RsmServices,
+    metadata: RemoteLogSegmentMetadata,
+    keys: SegmentKeys,
 ) -> tuple[Manifest, SegmentKeys]:
     """`_manifest`, or, when the manifest is gone, the one where `rsm migrate move` took the segment:
     its forwards (`rsm.store.forward`) are followed to the first location holding its manifest."""
     try:
-        return manifest_of(state, metadata, keys), keys
+        return manifest_of(state, broker, services, metadata, keys), keys
     except RemoteResourceNotFoundException as not_here:
-        ref = forward.SegmentRef.of(metadata)
-        with state.errors("forward read", metadata, keys.bucket, ref.forward_key(keys.location)):
-            hops = forward.chain(state.store, keys.location, ref)
+        ref = SegmentRef.of(metadata)
+        with StoreErrors(
+            services.store, "forward read", metadata, keys.bucket, ref.forward_key(keys.location)
+        ):
+            hops = forward.chain(services.store, keys.location, ref)
         for location in hops:
             moved = SegmentKeys.of(location, metadata)
             try:
-                manifest = manifest_of(state, metadata, moved)
+                manifest = manifest_of(state, broker, services, metadata, moved)
             except RemoteResourceNotFoundException:
                 continue
             if metadata.custom_metadata is not None and metadata.custom_metadata.value:
@@ -159,22 +185,30 @@ def manifest_or_moved(
         raise not_here
 
 
-def manifest_of(state: RsmState, metadata: RemoteLogSegmentMetadata, keys: SegmentKeys) -> Manifest:
+def manifest_of(
+    state: RsmState,
+    broker: RsmSettings,
+    services: RsmServices,
+    metadata: RemoteLogSegmentMetadata,
+    keys: SegmentKeys,
+) -> Manifest:
+    """The segment's manifest at `keys`, from the manifest cache (`state.manifests`) or the store."""
     cache_key = (keys.bucket, keys.manifest)
     hit = state.manifests.get(cache_key)
     if hit is not None:
         return hit[0]
-    with state.errors("manifest read", metadata, keys.bucket, keys.manifest):
-        raw = state.store.get(keys.bucket, keys.manifest)
-        manifest = Manifest.from_bytes(raw, state.store.describe(keys.bucket, keys.manifest))
-        if state.config.get("manifest.require.authenticated"):
+    store = services.store
+    with StoreErrors(store, "manifest read", metadata, keys.bucket, keys.manifest):
+        raw = store.get(keys.bucket, keys.manifest)
+        manifest = Manifest.from_bytes(raw, store.describe(keys.bucket, keys.manifest))
+        if broker.require_authenticated:
             require_authenticated(manifest)
     if manifest.segment.segment_id != metadata.remote_log_segment_id.id_base64:
         raise RemoteStorageException(
-            f"manifest {state.store.describe(keys.bucket, keys.manifest)} belongs to segment "
+            f"manifest {store.describe(keys.bucket, keys.manifest)} belongs to segment "
             f"{manifest.segment.segment_id}, not {metadata.remote_log_segment_id.id_base64}"
         )
     state.manifests.put(cache_key, (manifest, len(raw)))
-    if state.notes is not None:  # a location other than the default: in the current record (off-path)
-        state.notes.fetched(metadata, keys.location)
+    # a location other than the default: in the current record (off-path)
+    services.notes.fetched(metadata, keys.location)
     return manifest

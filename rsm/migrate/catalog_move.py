@@ -26,9 +26,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from rsm.store.home import HOME_DIR, MOVED_POINTER, MOVING_POINTER, CatalogHome
+from rsm.store.home import CatalogHome
 from rsm.store.layout import Location
 from rsm.store.objects import ObjectNotFound, ObjectStore
+from rsm.stored.home import HOME_DIR, MOVED_POINTER, MOVING_POINTER
 
 log = logging.getLogger(__name__)
 

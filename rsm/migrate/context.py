@@ -18,12 +18,12 @@ from rsm.config.settings import RsmConfig
 from rsm.fetch.reader import cipher_for
 from rsm.migrate.journal import Journal
 from rsm.migrate.plan import PlanItem
-from rsm.store.forward import FORWARD_SUFFIX, SegmentRef
 from rsm.store.home import catalog_home, data_default
 from rsm.store.layout import INDEXES_SUFFIX, LOG_SUFFIX, MANIFEST_SUFFIX, Location, SegmentKeys
 from rsm.store.locations import LocationRegistry
 from rsm.store.objects import ObjectNotFound, ObjectStore
 from rsm.stored.cipher import SegmentCipher
+from rsm.stored.forward import FORWARD_SUFFIX, SegmentRef
 from rsm.stored.manifest import Manifest
 
 T = TypeVar("T")

@@ -34,9 +34,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from rsm.store.forward import FORWARD_SUFFIX, Forward, ForwardError, chain
+from rsm.store.forward import chain
 from rsm.store.layout import INDEXES_SUFFIX, LOG_SUFFIX, MANIFEST_SUFFIX, Location
 from rsm.store.objects import ObjectInfo, ObjectNotFound, ObjectStore, UnfinishedWrite
+from rsm.stored.forward import FORWARD_SUFFIX, Forward, ForwardError
 
 log = logging.getLogger(__name__)
 

@@ -44,9 +44,10 @@ from rsm.config.overlay import TopicOverlayStore
 from rsm.migrate.gc import Orphan
 from rsm.migrate.journal import JOURNAL_DIR
 from rsm.store.layout import Location
-from rsm.store.locations import COMPLETE_MARKER, LocationRegistry
+from rsm.store.locations import LocationRegistry
 from rsm.store.objects import ObjectInfo, ObjectNotFound, ObjectStore
 from rsm.store.topic_encryption import EncryptionMemory
+from rsm.stored.location_record import COMPLETE_MARKER
 
 log = logging.getLogger(__name__)
 

@@ -28,8 +28,8 @@ from rsm.catalog import TopicCatalog
 from rsm.catalog.segments import StoredSegment, list_segments, reporting_damage
 from rsm.config.settings import RsmConfig, TopicSettings
 from rsm.migrate.findings import damaged_manifests, store_problems
-from rsm.store.forward import FORWARD_SUFFIX, SegmentRef
 from rsm.store.layout import Location
+from rsm.stored.forward import FORWARD_SUFFIX, SegmentRef
 
 STAGING_PREFIX = "_rsm-staging/"
 

@@ -13,10 +13,8 @@ So an operator writes the settings under the name first:
 which stores, under the broker's default bucket and prefix (a format other tools may read):
 
     <prefix>_rsm/pending-topic-configs/<topic>.json
-    {"version": 1, "topic": "payments", "configs": {"unchecked.rsm.encryption.enabled": "true", ...},
-     "created_ms": ..., "expires_ms": ...}
 
-and then:
+(the document, its JSON and its checks: `rsm.stored.pending_overlay`), and then:
 
 1. The create policy (the broker's `CreateTopicPolicy`, `rsm topic-config --pending`'s own check) judges a
    new topic with its pending overlay applied, so the creation is accepted.
@@ -39,84 +37,32 @@ unencrypted when the policy requires encryption; its copies fail, naming the fix
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from types import MappingProxyType
 
 from rsm.api.errors import ConfigException
 from rsm.api.metadata import to_uuid, uuid_to_base64
-from rsm.config.names import topic_problem
-from rsm.config.overlay import MAX_OVERLAY_BYTES, TopicOverlay, TopicOverlayStore, validate_overlay_configs
+from rsm.config.overlay import TopicOverlayStore
 from rsm.store.locations import LocationRegistry
 from rsm.store.objects import ObjectNotFound, ObjectStore
+from rsm.stored.overlay import TopicOverlay, validate_overlay_configs
+from rsm.stored.pending_overlay import (
+    PENDING_DIR,
+    PENDING_SUFFIX,
+    PENDING_TTL_MS,
+    PendingOverlay,
+    pending_key,
+)
 
 log = logging.getLogger(__name__)
 
-PENDING_VERSION = 1
-PENDING_DIR = "_rsm/pending-topic-configs/"
-PENDING_SUFFIX = ".json"
-PENDING_TTL_MS = 7 * 24 * 3600 * 1000
-
-__all__ = ["PENDING_DIR", "PENDING_TTL_MS", "PendingAdopter", "PendingOverlay", "PendingOverlayStore"]
+__all__ = ["PendingAdopter", "PendingOverlayStore"]
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-@dataclass(frozen=True)
-class PendingOverlay:
-    """Settings for a topic not created yet, bound by name."""
-
-    topic: str
-    configs: Mapping[str, str] = field(default_factory=dict)
-    created_ms: int = 0
-    expires_ms: int = 0
-    version: int = PENDING_VERSION
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "configs", MappingProxyType(dict(self.configs)))
-
-    def expired(self, now_ms: int | None = None) -> bool:
-        return (_now_ms() if now_ms is None else now_ms) >= self.expires_ms
-
-    def to_bytes(self) -> bytes:
-        doc = {
-            "version": self.version,
-            "topic": self.topic,
-            "configs": dict(sorted(self.configs.items())),
-            "created_ms": self.created_ms,
-            "expires_ms": self.expires_ms,
-        }
-        return json.dumps(doc, indent=2).encode() + b"\n"
-
-    @classmethod
-    def from_bytes(cls, raw: bytes, where: str) -> PendingOverlay:
-        if len(raw) > MAX_OVERLAY_BYTES:
-            raise ConfigException(f"pending overlay {where} is {len(raw)} bytes, over {MAX_OVERLAY_BYTES}")
-        try:
-            doc = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ConfigException(f"pending overlay {where} is not JSON: {exc}") from None
-        if not isinstance(doc, dict) or doc.get("version") != PENDING_VERSION:
-            raise ConfigException(f"pending overlay {where} is not a version {PENDING_VERSION} document")
-        topic, configs = doc.get("topic"), doc.get("configs")
-        if not isinstance(topic, str) or topic_problem(topic):
-            raise ConfigException(f"pending overlay {where} names no valid topic")
-        if not isinstance(configs, dict) or not all(isinstance(v, str) for v in configs.values()):
-            raise ConfigException(f"pending overlay {where}: configs must be an object of strings")
-        try:
-            checked = validate_overlay_configs(configs)
-        except ConfigException as exc:
-            raise ConfigException(f"pending overlay {where}: {exc}") from None
-        created, expires = doc.get("created_ms"), doc.get("expires_ms")
-        if not isinstance(created, int) or not isinstance(expires, int):
-            raise ConfigException(f"pending overlay {where} lacks created_ms or expires_ms")
-        return cls(topic, checked, created, expires)
 
 
 class PendingOverlayStore:
@@ -128,10 +74,7 @@ class PendingOverlayStore:
         self.prefix = prefix
 
     def key(self, topic: str) -> str:
-        problem = topic_problem(topic)
-        if problem:
-            raise ConfigException(f"invalid topic name {topic!r}: it {problem}")
-        return f"{self.prefix}{PENDING_DIR}{topic}{PENDING_SUFFIX}"
+        return pending_key(self.prefix, topic)
 
     def describe(self, topic: str) -> str:
         return self.store.describe(self.bucket, self.key(topic))

@@ -14,15 +14,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from rsm.api.metadata import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
 from rsm.config.names import topic_problem
 from rsm.store import forward
 from rsm.store.debris import remove_segment_leftovers
+from rsm.store.errors import StoreErrors
 from rsm.store.layout import SegmentKeys
-from rsm.store.objects import ObjectNotFound
+from rsm.store.locations import LocationRegistry
+from rsm.store.objects import ObjectNotFound, ObjectStore
+from rsm.stored.forward import SegmentRef
 
 if TYPE_CHECKING:
     from rsm.state import RsmState
@@ -40,22 +43,27 @@ def delete_segment(
     mid-copy) through this call, and nothing else would ever find its temporary files or incomplete
     multipart uploads. A failure to remove them fails the delete, so Kafka retries it.
     """
+    services = state.services
+    store = services.store
     # a legal hold keeps the segment (rsm.policy.enforce)
-    state.policy_gate.check_delete(metadata, log_config, _delete_overlay(state, metadata.topic_id_partition))
+    services.gate.check_delete(metadata, log_config, _delete_overlay(state, metadata.topic_id_partition))
     started = time.monotonic()
     location = state.location(metadata, log_config)
     keys = SegmentKeys.of(location, metadata)
-    if _was_committed(state, metadata, keys):  # a copy that never finished moves no log start
-        _note_log_start(state, metadata)
+    # a copy that never finished moves no log start
+    if _was_committed(store, metadata, keys) and _note_log_start(
+        services.registry, metadata, state.registry_warned
+    ):
+        state.registry_warned = True
     state.forget(keys)
-    if state.notes is not None:  # the topic's other segments there stay findable (rsm.store.location_notes)
-        state.notes.deleted(metadata, [location])
+    # the topic's other segments there stay findable (rsm.store.location_notes)
+    services.notes.deleted(metadata, [location])
     for key in keys.all():
-        with state.errors("delete", metadata, keys.bucket, key):
-            state.store.delete(keys.bucket, key)
-    _delete_moved(state, metadata, keys)
-    with state.errors("removal of unfinished writes", metadata, keys.bucket, keys.stem):
-        remove_segment_leftovers(state.store, keys.bucket, keys.stem)
+        with StoreErrors(store, "delete", metadata, keys.bucket, key):
+            store.delete(keys.bucket, key)
+    _delete_moved(store, state.forget, metadata, keys)
+    with StoreErrors(store, "removal of unfinished writes", metadata, keys.bucket, keys.stem):
+        remove_segment_leftovers(store, keys.bucket, keys.stem)
     elapsed = time.monotonic() - started
     seg = metadata.remote_log_segment_id
     tip = seg.topic_id_partition
@@ -69,51 +77,52 @@ def delete_segment(
         metadata.end_offset,
         metadata.segment_size_in_bytes,
         round(elapsed * 1000),
-        state.store.describe(keys.bucket, keys.stem),
+        store.describe(keys.bucket, keys.stem),
     )
 
 
-def _was_committed(state: RsmState, metadata: RemoteLogSegmentMetadata, keys: SegmentKeys) -> bool:
+def _was_committed(store: ObjectStore, metadata: RemoteLogSegmentMetadata, keys: SegmentKeys) -> bool:
     """Whether the segment being deleted held offsets of the log: one Kafka saw copied (retention), or one
     whose copy Kafka never saw finish but that was committed here (its manifest, or a move's forward).
     Kafka also deletes the copies that failed: they hold no offsets and must not raise the log-start mark."""
     if metadata.state is not RemoteLogSegmentState.COPY_SEGMENT_STARTED:
         return True
-    ref = forward.SegmentRef.of(metadata)
-    with state.errors("manifest check", metadata, keys.bucket, keys.manifest):
-        return state.store.exists(keys.bucket, keys.manifest) or state.store.exists(
+    ref = SegmentRef.of(metadata)
+    with StoreErrors(store, "manifest check", metadata, keys.bucket, keys.manifest):
+        return store.exists(keys.bucket, keys.manifest) or store.exists(
             keys.bucket, ref.forward_key(keys.location)
         )
 
 
-def _note_log_start(state: RsmState, metadata: RemoteLogSegmentMetadata) -> None:
+def _note_log_start(registry: LocationRegistry, metadata: RemoteLogSegmentMetadata, warned: bool) -> bool:
     """Raise the partition's log-start mark past the segment, before anything is deleted: a mark that ran
     ahead of a delete cut short hides nothing that is gone, while one behind it would have readers call
     retention a hole. A failure fails the delete (Kafka retries it); a record location whose bucket does
-    not exist has no record to keep (said once, as the copy says it)."""
-    registry = state.registry
+    not exist has no record to keep (said once, as the copy says it: True when said now, `warned`: said
+    already)."""
     tip = metadata.topic_id_partition
-    if registry is None or topic_problem(tip.topic):
-        return  # a name Kafka refuses (only a forged value gets here): the store refuses its keys below
-    with state.errors("log-start mark", metadata, registry.bucket, registry.prefix):
+    if topic_problem(tip.topic):
+        return False  # a name Kafka refuses (only a forged value gets here): the store refuses its keys below
+    with StoreErrors(registry.store, "log-start mark", metadata, registry.bucket, registry.prefix):
         try:
             registry.note_log_start(tip.topic, tip.topic_id, tip.partition, metadata.end_offset + 1)
         except (ObjectNotFound, FileNotFoundError):
-            if not state.registry_warned:
-                state.registry_warned = True
+            if not warned:
                 log.warning(
                     "the default location %s does not exist, so deletes are not recorded there; readers "
                     "without a broker cannot tell a hole at a partition's start from retention",
                     registry.describe(),
                 )
+                return True
+    return False
 
 
-def sweep_leftovers(state: RsmState, metadata: RemoteLogSegmentMetadata, keys: SegmentKeys) -> None:
+def sweep_leftovers(store: ObjectStore, metadata: RemoteLogSegmentMetadata, keys: SegmentKeys) -> None:
     """Remove the segment's unfinished writes at the end of a copy; a failure only warns: the copy's
     outcome stands, and `delete_log_segment_data` (or `rsm migrate gc`) tries again later."""
     try:
-        with state.errors("removal of unfinished writes", metadata, keys.bucket, keys.stem):
-            remove_segment_leftovers(state.store, keys.bucket, keys.stem)
+        with StoreErrors(store, "removal of unfinished writes", metadata, keys.bucket, keys.stem):
+            remove_segment_leftovers(store, keys.bucket, keys.stem)
     except Exception as exc:  # noqa: BLE001 - see the docstring
         log.warning("%s", exc)
 
@@ -126,19 +135,24 @@ def _delete_overlay(state: RsmState, tip: TopicIdPartition) -> Mapping[str, str]
     return state.topic_overlay(tip)
 
 
-def _delete_moved(state: RsmState, metadata: RemoteLogSegmentMetadata, keys: SegmentKeys) -> None:
+def _delete_moved(
+    store: ObjectStore,
+    forget: Callable[[SegmentKeys], None],
+    metadata: RemoteLogSegmentMetadata,
+    keys: SegmentKeys,
+) -> None:
     """After the segment's own objects: its objects at every location forwards lead to from there
     (`rsm migrate move`), then the forwards themselves, last, so a delete cut short and retried still
-    finds whatever the first attempt left (`rsm.store.forward`)."""
-    ref = forward.SegmentRef.of(metadata)
-    with state.errors("forward read", metadata, keys.bucket, ref.forward_key(keys.location)):
-        hops = forward.chain(state.store, keys.location, ref)
+    finds whatever the first attempt left (`rsm.store.forward`). `forget`: drops a copy's cached manifest."""
+    ref = SegmentRef.of(metadata)
+    with StoreErrors(store, "forward read", metadata, keys.bucket, ref.forward_key(keys.location)):
+        hops = forward.chain(store, keys.location, ref)
     for location in hops:
         moved = SegmentKeys.of(location, metadata)
-        state.forget(moved)
+        forget(moved)
         for key in moved.all():
-            with state.errors("delete", metadata, moved.bucket, key):
-                state.store.delete(moved.bucket, key)
+            with StoreErrors(store, "delete", metadata, moved.bucket, key):
+                store.delete(moved.bucket, key)
     for location in [keys.location, *hops] if hops else []:
-        with state.errors("delete", metadata, location.bucket, ref.forward_key(location)):
-            state.store.delete(location.bucket, ref.forward_key(location))
+        with StoreErrors(store, "delete", metadata, location.bucket, ref.forward_key(location)):
+            store.delete(location.bucket, ref.forward_key(location))

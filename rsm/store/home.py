@@ -15,7 +15,7 @@ copies tiered with the broker's defaults: in plaintext. So the documents stay at
 change freely (`bucket`, `prefix`) and which need a step (`catalog.*`).
 
 Moving the home itself is the explicit, resumable step `rsm migrate catalog` (`rsm.migrate.catalog`). It
-leaves two pointers, both small JSON documents:
+leaves two pointers, both small JSON documents (their names and JSON: `rsm.stored.home`):
 
     <new home>_rsm/catalog-moving.json  {"version": 1, "from": {"bucket", "prefix"}, "started_ms"}
         written first, removed last: a home whose move has not finished is refused by every user
@@ -31,32 +31,24 @@ A change of `bucket` without `catalog.bucket` moves the home silently; the copy 
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from rsm.api.errors import ConfigException
 from rsm.config.settings import RsmConfig
 from rsm.store.layout import Location
 from rsm.store.objects import ObjectNotFound, ObjectStore
+from rsm.stored.home import HOME_DIR, MOVED_POINTER, MOVING_POINTER, CatalogPointer
 
 log = logging.getLogger(__name__)
 
-HOME_DIR = "_rsm/"
-MOVED_POINTER = HOME_DIR + "catalog-moved.json"
-MOVING_POINTER = HOME_DIR + "catalog-moving.json"
-POINTER_VERSION = 1
 PROCEDURE = "README: Moving the default bucket"
 
 __all__ = [
     "CatalogHome",
     "CatalogMoved",
-    "HOME_DIR",
-    "MOVED_POINTER",
-    "MOVING_POINTER",
     "PROCEDURE",
     "catalog_home",
     "data_default",
@@ -77,20 +69,9 @@ class CatalogMoved(ConfigException):
     """The configured home was moved away (or is being moved to): its documents must not be used."""
 
 
-@dataclass(frozen=True)
-class _Pointer:
-    location: Location
-    at_ms: int
-
-
-def _parse_pointer(raw: bytes, where: str, field: str, stamp: str) -> _Pointer:
+def _parse_pointer(raw: bytes, where: str, field: str, stamp: str) -> CatalogPointer:
     try:
-        doc = json.loads(raw)
-        target = doc[field]
-        location = Location(str(target["bucket"]), str(target["prefix"]))
-        if doc.get("version") != POINTER_VERSION:
-            raise ValueError(f"version {doc.get('version')!r}")
-        return _Pointer(location, int(doc.get(stamp, 0)))
+        return CatalogPointer.from_bytes(raw, field, stamp)
     except (ValueError, KeyError, TypeError) as exc:
         raise ConfigException(f"catalog pointer {where} is unreadable ({exc}): see {PROCEDURE}") from None
 
@@ -175,12 +156,8 @@ class CatalogHome:
                 self._checked_until = now + self.ttl
 
     def write_pointer(self, relative: str, field: str, stamp: str, location: Location) -> None:
-        doc = {
-            "version": POINTER_VERSION,
-            field: {"bucket": location.bucket, "prefix": location.prefix},
-            stamp: int(time.time() * 1000),
-        }
-        self.store.put(self.location.bucket, self.key(relative), json.dumps(doc, indent=2).encode() + b"\n")
+        body = CatalogPointer(location, int(time.time() * 1000)).to_bytes(field, stamp)
+        self.store.put(self.location.bucket, self.key(relative), body)
 
     def invalidate(self) -> None:
         with self._lock:

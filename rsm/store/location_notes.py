@@ -30,8 +30,9 @@ from concurrent.futures import ThreadPoolExecutor
 from rsm.api.metadata import RemoteLogSegmentMetadata
 from rsm.store.first_copy import vouch_for_first_copy
 from rsm.store.layout import Location
-from rsm.store.locations import FoundBy, LocationRegistry
+from rsm.store.locations import LocationRegistry
 from rsm.store.objects import ObjectNotFound
+from rsm.stored.location_record import FoundBy
 
 log = logging.getLogger(__name__)
 

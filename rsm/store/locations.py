@@ -3,7 +3,8 @@
 A topic's bucket and prefix can change over its life (`unchecked.rsm.bucket`, its overlay, `rsm migrate
 move`), and each segment stays where it was written. Readers without a broker (the Spark reader, `rsm
 migrate`, `rsm store`) must still find all of them, so the RSM records each location a topic id writes to,
-once, before the first segment lands there. The record is a format other tools read:
+once, before the first segment lands there. The record is a format other tools read (its documents, their
+names and JSON: `rsm.stored.location_record`; this module lists, reads and writes them through a store):
 
     <broker bucket>/<broker prefix>_rsm/topic-locations/<topic>-<topicId base64>/<digest>.json
     {"version": 1, "topic": "t", "topic_id": "<22-char base64>", "bucket": "b", "prefix": "p/",
@@ -68,50 +69,39 @@ until a registry of this process writes to the record (`writes`).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import re
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import NamedTuple
 
 from rsm.api.metadata import to_uuid, uuid_to_base64
 from rsm.store.concurrency import map_concurrently
-from rsm.store.layout import MANIFEST_SUFFIX, Location
-from rsm.store.log_starts import is_mark, parse_marks, raise_mark
+from rsm.store.layout import Location
+from rsm.store.log_starts import raise_mark
 from rsm.store.objects import ObjectInfo, ObjectNotFound, ObjectStore
+from rsm.stored.layout import MANIFEST_KEY
+from rsm.stored.location_record import (
+    COMPLETE_MARKER,
+    ENTRY_LEAF,
+    REGISTRY_DIR,
+    SCANNED_MARKER,
+    TOPIC_DIR,
+    FoundBy,
+    LocationEntry,
+    RecordMarker,
+    entry_doc,
+    entry_location,
+    recorded_ms,
+    scanned_ms_of,
+    topic_dir,
+    written_by_copy,
+)
+from rsm.stored.log_start import is_mark, parse_marks
 
 log = logging.getLogger(__name__)
-
-REGISTRY_DIR = "_rsm/topic-locations/"
-RECORD_VERSION = 1
-COMPLETE_MARKER = "_complete.json"
-SCANNED_MARKER = "_scanned.json"  # at the record's root: see the module docstring
-_ENTRY_LEAF = re.compile(r"[0-9a-f]{32}\.json")
-_TOPIC_DIR = re.compile(r"^(?P<topic>.+)-(?P<tid>[A-Za-z0-9_-]{22})$")
-# <anything><topic>-<tid>/<partition>/<20-digit offset>-<segment id>.manifest
-_MANIFEST_KEY = re.compile(
-    r"^(?P<dir>(?:.*/)?)(?P<name>[^/]+)-(?P<tid>[A-Za-z0-9_-]{22})/(?P<partition>\d+)/"
-    r"(?P<offset>\d{20})-(?P<sid>[A-Za-z0-9_-]{22})" + re.escape(MANIFEST_SUFFIX) + "$"
-)
-
-
-class FoundBy(StrEnum):
-    """How an entry that was not written by a copy came to be (its `found_by` field)."""
-
-    FETCH = "fetch"
-    DELETE = "delete"
-    SCAN = "scan"
-
-
-def location_digest(location: Location) -> str:
-    """The stable name of a location's record entry (idempotent PUTs, no shared document)."""
-    return hashlib.sha256(f"{location.bucket}\n{location.prefix}".encode()).hexdigest()[:32]
 
 
 @dataclass(frozen=True)
@@ -140,7 +130,7 @@ def scan_bucket(store: ObjectStore, bucket: str) -> list[FoundTopicDir]:
     """Every topic directory with at least one committed segment in a bucket (one listing)."""
     found: dict[tuple[str, str, str], FoundTopicDir] = {}
     for key in store.list(bucket, ""):
-        m = _MANIFEST_KEY.match(key)
+        m = MANIFEST_KEY.match(key)
         if m is None:
             continue
         ident = (m["dir"], m["name"], m["tid"])
@@ -157,11 +147,11 @@ def bucket_holds_segment(store: ObjectStore, bucket: str) -> bool:
     """Whether any committed segment (a manifest key of any prefix) lies in the bucket: listed only until
     the first one (on S3 a page at a time; an empty or missing bucket is one request)."""
     if not store.ranged_listing:
-        return any(_MANIFEST_KEY.match(key) for key in store.list(bucket, ""))
+        return any(MANIFEST_KEY.match(key) for key in store.list(bucket, ""))
     after = ""
     while True:
         page = store.list_from(bucket, "", start_after=after, limit=1000)
-        if any(_MANIFEST_KEY.match(o.key) for o in page):
+        if any(MANIFEST_KEY.match(o.key) for o in page):
             return True
         if len(page) < 1000:
             return False
@@ -198,7 +188,7 @@ class LocationRegistry:
         self._fresh_checked = False
 
     def _topic_dir(self, topic: str, topic_id: uuid.UUID | str) -> str:
-        return f"{self.prefix}{REGISTRY_DIR}{topic}-{uuid_to_base64(to_uuid(topic_id))}/"
+        return topic_dir(self.prefix, topic, topic_id)
 
     def describe(self) -> str:
         return self.store.describe(self.bucket, self.prefix + REGISTRY_DIR)
@@ -233,20 +223,11 @@ class LocationRegistry:
         with self._lock:
             if ident in self._recorded:
                 return False
-        key = self._topic_dir(topic, tid) + location_digest(location) + ".json"
+        entry = LocationEntry(topic, tid, location, int(time.time() * 1000), found_by)
+        key = self._topic_dir(topic, tid) + entry.leaf
         wrote = False
         if not self.store.exists(self.bucket, key):
-            doc = {
-                "version": RECORD_VERSION,
-                "topic": topic,
-                "topic_id": uuid_to_base64(tid),
-                "bucket": location.bucket,
-                "prefix": location.prefix,
-                "recorded_ms": int(time.time() * 1000),
-            }
-            if found_by is not None:
-                doc["found_by"] = found_by.value
-            self.store.put(self.bucket, key, json.dumps(doc, sort_keys=True).encode() + b"\n")
+            self.store.put(self.bucket, key, entry.to_bytes())
             self._wrote()
             how = "" if found_by is None else f" (found by a {found_by.value})"
             log.info("recorded location %s of topic %s (%s)%s", location, topic, uuid_to_base64(tid), how)
@@ -278,8 +259,8 @@ class LocationRegistry:
         for key in self.store.list(self.bucket, base):
             rest = key[len(base) :]
             directory, _, leaf = rest.partition("/")
-            m = _TOPIC_DIR.match(directory)
-            if m is None or not _ENTRY_LEAF.fullmatch(leaf):
+            m = TOPIC_DIR.match(directory)
+            if m is None or not ENTRY_LEAF.fullmatch(leaf):
                 continue
             try:
                 found.append((m["topic"], to_uuid(m["tid"]), key))
@@ -287,7 +268,7 @@ class LocationRegistry:
                 continue
         docs = map_concurrently(self._read, [key for *_, key in found])
         for (topic, tid, _), entry in zip(found, docs, strict=True):
-            stamp = int(entry.get("recorded_ms", 0)) if entry and "found_by" not in entry else 0
+            stamp = recorded_ms(entry) if entry and written_by_copy(entry) else 0
             ids = out.setdefault(topic, {})
             ids[tid] = max(ids.get(tid, 0), stamp)
         return out
@@ -296,7 +277,7 @@ class LocationRegistry:
         """Every topic name with a directory in the record: one delimited listing (names only, no entry
         read)."""
         names = self.store.list_dirs(self.bucket, self.prefix + REGISTRY_DIR)
-        return sorted({m["topic"] for m in map(_TOPIC_DIR.match, names) if m is not None})
+        return sorted({m["topic"] for m in map(TOPIC_DIR.match, names) if m is not None})
 
     def topic_lookups(self, topic: str) -> dict[uuid.UUID, RecordLookup]:
         """`lookup` of every id the topic name has in the record, from one listing of the keys under
@@ -306,7 +287,7 @@ class LocationRegistry:
         by_dir: dict[str, list[str]] = {}
         for obj in self.store.list_from(self.bucket, f"{base}{topic}-"):
             directory = obj.key[len(base) :].partition("/")[0]
-            m = _TOPIC_DIR.match(directory)
+            m = TOPIC_DIR.match(directory)
             if m is not None and m["topic"] == topic:
                 by_dir.setdefault(directory, []).append(obj.key)
         ids: dict[str, uuid.UUID] = {}
@@ -315,7 +296,7 @@ class LocationRegistry:
                 ids[directory] = to_uuid(directory[len(topic) + 1 :])
             except ValueError:
                 continue
-        entries = [k for d in ids for k in by_dir[d] if _ENTRY_LEAF.fullmatch(k.rpartition("/")[2])]
+        entries = [k for d in ids for k in by_dir[d] if ENTRY_LEAF.fullmatch(k.rpartition("/")[2])]
         docs = dict(zip(entries, map_concurrently(self._read, entries), strict=True))
         return {tid: self._lookup_of(f"{base}{d}/", by_dir[d], docs) for d, tid in ids.items()}
 
@@ -327,8 +308,8 @@ class LocationRegistry:
         base = self.prefix + REGISTRY_DIR
         for obj in self.store.list_objects(self.bucket, base):
             directory, _, leaf = obj.key[len(base) :].partition("/")
-            m = _TOPIC_DIR.match(directory)
-            if m is None or not (leaf == COMPLETE_MARKER or _ENTRY_LEAF.fullmatch(leaf) or is_mark(leaf)):
+            m = TOPIC_DIR.match(directory)
+            if m is None or not (leaf == COMPLETE_MARKER or ENTRY_LEAF.fullmatch(leaf) or is_mark(leaf)):
                 continue
             try:
                 tid = to_uuid(m["tid"])
@@ -363,12 +344,12 @@ class LocationRegistry:
             if doc is None:
                 continue
             try:
-                stamp = int(doc.get("recorded_ms", 0))
-                found.append((stamp, Location(str(doc["bucket"]), str(doc["prefix"]))))
+                stamp, location = entry_location(doc)
             except (KeyError, TypeError, ValueError):
                 log.warning("ignoring malformed location record %s", self.store.describe(self.bucket, key))
                 continue
-            if "found_by" not in doc:
+            found.append((stamp, location))
+            if written_by_copy(doc):
                 written.append(stamp)
         locations = [loc for _, loc in sorted(found, key=lambda x: x[0])]
         starts = tuple(sorted(parse_marks(directory, keys).items()))
@@ -392,15 +373,9 @@ class LocationRegistry:
     ) -> None:
         """Write the topic id's `_complete.json`: its record names every location of it (module docstring;
         `by`: `locate` after a scan, `copy` for a topic id whose first copy the RSM recorded)."""
-        doc = {
-            "version": RECORD_VERSION,
-            "scanned_ms": int(time.time() * 1000),
-            "buckets": sorted(scanned_buckets),
-            "by": by,
-        }
-        self.store.put(
-            self.bucket, self._topic_dir(topic, topic_id) + COMPLETE_MARKER, json.dumps(doc).encode() + b"\n"
-        )
+        marker = RecordMarker(int(time.time() * 1000), tuple(scanned_buckets), by)
+        key = self._topic_dir(topic, topic_id) + COMPLETE_MARKER
+        self.store.put(self.bucket, key, marker.to_bytes(sort_keys=False))
         self._wrote()
 
     def _scanned_key(self) -> str:
@@ -410,10 +385,7 @@ class LocationRegistry:
         """When the store-wide scan behind `_scanned.json` began (ms), or None: topic ids first written
         since are recorded whole (module docstring)."""
         try:
-            doc = json.loads(self.store.get(self.bucket, self._scanned_key()))
-            if not isinstance(doc, dict) or doc.get("version") != RECORD_VERSION:
-                raise ValueError("not a version 1 marker")
-            return int(doc["scanned_ms"])
+            return scanned_ms_of(self.store.get(self.bucket, self._scanned_key()))
         except (ObjectNotFound, FileNotFoundError):
             return None
         except (KeyError, TypeError, ValueError):
@@ -422,8 +394,8 @@ class LocationRegistry:
 
     def mark_scanned(self, scanned_ms: int, buckets: Iterable[str], by: str) -> None:
         """Write `_scanned.json`: a scan that began at `scanned_ms` left nothing of `buckets` unrecorded."""
-        doc = {"version": RECORD_VERSION, "scanned_ms": scanned_ms, "buckets": sorted(set(buckets)), "by": by}
-        self.store.put(self.bucket, self._scanned_key(), json.dumps(doc, sort_keys=True).encode() + b"\n")
+        marker = RecordMarker(scanned_ms, tuple(set(buckets)), by)
+        self.store.put(self.bucket, self._scanned_key(), marker.to_bytes())
         self._wrote()
         log.info("marked %s: every topic id first written since is recorded whole", self.describe())
 
@@ -447,11 +419,9 @@ class LocationRegistry:
 
     def _read(self, key: str) -> dict[str, object] | None:
         try:
-            raw = self.store.get(self.bucket, key)
-            doc = json.loads(raw)
+            return entry_doc(self.store.get(self.bucket, key))
         except ObjectNotFound:
             return None
         except ValueError:
             log.warning("ignoring malformed location record %s", self.store.describe(self.bucket, key))
             return None
-        return doc if isinstance(doc, dict) and doc.get("version") == RECORD_VERSION else None

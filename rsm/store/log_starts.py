@@ -11,7 +11,8 @@ The mark of a partition is one small object beside the topic id's location recor
 (`rsm.store.locations`), its offset in the name (the body says the same, for people and other tools):
 
     <record dir><topic>-<topicId base64>/_log-start-<partition>-<20-digit offset>
-    {"version": 1, "partition": 3, "log_start": 1200, "recorded_ms": 1700000000000}
+
+(its name and body: `rsm.stored.log_start`).
 
 `offset` is one past the end offset of the segment deleted (Kafka's retention deletes from the oldest
 segment up, so that is the partition's new log start). The name carries the value, so a reader learns every
@@ -33,43 +34,13 @@ the mark rises, one DELETE per lower mark; nothing per fetch or copy, and nothin
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 import time
-from collections.abc import Iterable
 
 from rsm.store.objects import ObjectStore
+from rsm.stored.log_start import LOG_START, is_mark, mark_body, mark_key
 
 log = logging.getLogger(__name__)
-
-LOG_START = "_log-start-"
-OFFSET_DIGITS = 20
-_MARK = re.compile(re.escape(LOG_START) + r"(\d+)-(\d{20})")
-
-
-def mark_key(record_dir: str, partition: int, offset: int) -> str:
-    """The key of a partition's mark under a topic id's record directory (ending in '/')."""
-    return f"{record_dir}{LOG_START}{partition}-{offset:0{OFFSET_DIGITS}d}"
-
-
-def is_mark(leaf: str) -> bool:
-    """Whether a key relative to a topic id's record directory is a log-start mark."""
-    return _MARK.fullmatch(leaf) is not None
-
-
-def parse_marks(record_dir: str, keys: Iterable[str]) -> dict[int, int]:
-    """partition -> its greatest mark, from a listing of a topic id's record directory."""
-    out: dict[int, int] = {}
-    for key in keys:
-        if not key.startswith(record_dir):
-            continue
-        m = _MARK.fullmatch(key[len(record_dir) :])
-        if m is None:
-            continue
-        partition, offset = int(m.group(1)), int(m.group(2))
-        out[partition] = max(out.get(partition, offset), offset)
-    return out
 
 
 def raise_mark(store: ObjectStore, bucket: str, record_dir: str, partition: int, offset: int) -> bool:
@@ -80,10 +51,8 @@ def raise_mark(store: ObjectStore, bucket: str, record_dir: str, partition: int,
     marks = {key: int(key.rsplit("-", 1)[1]) for key in listed}
     if marks and max(marks.values()) >= offset:
         return False
-    doc = {"version": 1, "partition": partition, "log_start": offset, "recorded_ms": int(time.time() * 1000)}
-    store.put(
-        bucket, mark_key(record_dir, partition, offset), json.dumps(doc, sort_keys=True).encode() + b"\n"
-    )
+    body = mark_body(partition, offset, int(time.time() * 1000))
+    store.put(bucket, mark_key(record_dir, partition, offset), body)
     for key in marks:  # all lower; removed once the new mark is in place
         store.delete(bucket, key)
     log.debug(

@@ -9,5 +9,15 @@ here and imports none of them (only `segment_format`, `rsm.api` and `rsm.config`
 - `cipher`: AES-256-GCM of a segment's pieces and the HMAC seal of its manifest;
 - `stages`: the per-piece transforms (compression, encryption) as composable stages;
 - `data_keys`: unwrapping a segment's data key with the keyring;
-- `rekey`: rewriting a manifest without touching its pieces (sealing, re-keying, moving).
+- `rekey`: rewriting a manifest without touching its pieces (sealing, re-keying, moving);
+
+and the store's other documents, each a value type with its JSON (or bytes) and its checks, read and written
+through a store by `rsm.store`, `rsm.config.overlay` and `rsm.policy.pending`:
+
+- `custom_metadata`: the <= 128 bytes a copy hands Kafka, naming the segment's location;
+- `forward`: the object a move leaves at a segment's old location;
+- `location_record`: the location record's entries and markers; `log_start`: its log-start marks;
+- `overlay` and `pending_overlay`: a topic's `unchecked.*` settings, by topic id and (before it exists) by name;
+- `topic_encryption`: each topic's encryption memory;
+- `home`: the catalog home's directory and the pointers a catalog move leaves.
 """

@@ -88,6 +88,14 @@ class SegmentKeys:
 OBJECT_NAME = re.compile(r"^(\d{20})-([A-Za-z0-9_-]{22})\.(log|indexes|manifest)$")
 
 
+#: A manifest's key at any prefix: `<anything><topic>-<topicId>/<partition>/<offset>-<segment id>.manifest`
+#: (`dir` is everything up to the last '/' before the topic directory's name).
+MANIFEST_KEY = re.compile(
+    r"^(?P<dir>(?:.*/)?)(?P<name>[^/]+)-(?P<tid>[A-Za-z0-9_-]{22})/(?P<partition>\d+)/"
+    r"(?P<offset>\d{20})-(?P<sid>[A-Za-z0-9_-]{22})" + re.escape(MANIFEST_SUFFIX) + "$"
+)
+
+
 def is_tiered_object(name: str) -> bool:
     """True for the name (or path) of a stored segment object (`OBJECT_NAME`)."""
     return bool(OBJECT_NAME.match(Path(name).name))

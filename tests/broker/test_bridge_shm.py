@@ -36,6 +36,7 @@ from rsm.bridge.protocol import FrameType
 from rsm.bridge.server import BridgeServer
 from rsm.bridge.shm import ShmRing, ensure_private_dir, remove_stale_rings
 from rsm.cli.bridge import serve_command
+from rsm.processes import pid_alive
 
 MIB = 1024 * 1024
 
@@ -388,3 +389,20 @@ def test_a_ring_without_room_falls_back_to_socket_frames(dirs, tmp_path, monkeyp
         wait_until("the ring file removed", lambda: list(dirs[1].iterdir()) == [], 5, interval=0.01)
     finally:
         stop(server, t)
+
+
+def test_a_killed_owner_is_dead_before_its_parent_reaps_it() -> None:
+    """What a killed bridge or migration leaves (rings, a parent watch, a job lock) is reclaimed once its
+    owner is dead: a process killed but not yet reaped (a zombie) is dead, a running one (ours, or pid 1
+    whoever owns it) is alive, and a pid that is not positive never is (`kill(0, 0)` signals a group)."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        assert pid_alive(child.pid)
+        child.kill()
+        os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # it has exited; it is not reaped
+        assert not pid_alive(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    assert pid_alive(os.getpid()) and pid_alive(1)
+    assert not pid_alive(0) and not pid_alive(-1)

@@ -1,4 +1,4 @@
-"""Issue 15: Kafka as operators run it, with the leader of a tiering partition killed with SIGKILL.
+"""Kafka as operators run it, with the leader of a tiering partition killed with SIGKILL.
 
 Three KRaft nodes (broker+controller each), replication factor 3, min.insync.replicas=2, our plugin and
 its own bridge on every broker, one shared moto bucket. An idempotent acks=all producer writes keyed

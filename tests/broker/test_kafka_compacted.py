@@ -1,4 +1,4 @@
-"""Compacted history on a real Kafka 4.4 broker (issue 21): a compacted topic switched to delete and tiered.
+"""Compacted history on a real Kafka 4.4 broker: a compacted topic switched to delete and tiered.
 
 One broker (KRaft), the JVM plugin and the Python bridge, a file store. A topic with `cleanup.policy=compact`
 gets a committed and an aborted transaction, then keyed records overwritten several times and tombstones;

@@ -76,7 +76,7 @@ class Store:
         return [k for k in self.objects(f"{TOPIC}-") if k.endswith(".manifest")]
 
     def unfinished(self) -> list[str]:
-        """Temporary objects and incomplete multipart uploads anywhere in the bucket (issue 15, defect 5)."""
+        """Temporary objects and incomplete multipart uploads anywhere in the bucket."""
         pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket)
         temporary = [o["Key"] for page in pages for o in page.get("Contents", []) if ".tmp-" in o["Key"]]
         uploads = self.client.list_multipart_uploads(Bucket=self.bucket).get("Uploads", [])

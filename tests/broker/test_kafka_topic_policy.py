@@ -29,7 +29,7 @@ from test_bridge_plugin import REPO, bridge_plugin_jar  # noqa: F401 - fixtures
 
 from rsm.bridge.client import BridgeClient
 from rsm.cli.main import main
-from rsm.policy.pending import PENDING_DIR
+from rsm.stored.pending_overlay import PENDING_DIR
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(400)]
 

@@ -26,12 +26,13 @@ from segment_format.columnar import (
     iter_stream_record_batches,
 )
 from segment_format.errors import CorruptRecordError
+from segment_format.kernel_arrays import header_key, lenient_utf8
 
 CORRUPT_FIXTURE = "fetch2.mytopic.nocompression.invalid_crc.kafka.0900.messageset.bin"
 
 
 # ----------------------------------------------------------------------------------------------------
-# An encoder written from the format description (FORMATS.md), independent of segment_format.writer.
+# An encoder written from Kafka's format description, independent of segment_format.writer.
 
 
 def _varint(value: int) -> bytes:
@@ -418,6 +419,10 @@ def test_header_key_bad_utf8_is_replaced_like_java() -> None:
     assert fast.column("headers").to_pylist() == [
         [{"key": "\ufffd", "value": None}, {"key": "ok", "value": b"v"}]
     ]
+    # segment_format.records keeps bad bytes as surrogate escapes; the columnar rows show Java's string
+    kept = b"\xffk\xc3\xa9".decode("utf-8", "surrogateescape")
+    assert header_key(kept) == lenient_utf8(b"\xffk\xc3\xa9") == "\ufffdk\u00e9"
+    assert header_key("ascii") == "ascii"
 
 
 @settings(max_examples=200, deadline=None)

@@ -198,7 +198,7 @@ def test_mutated_index_files(kind: str, data: st.DataObject) -> None:
 
 
 # ======================================================================================================
-# Issue 15 (kept in the suite): real inputs mutated, for every parser a hostile store or peer can reach:
+# Hostile inputs (kept in the suite): real inputs mutated, for every parser a hostile store or peer can reach:
 # the index readers, the manifest reader, the columnar decoder (C kernel against its Python reference)
 # and the bridge's frame and argument decoders. Only the documented exceptions, no hang (each test has a
 # hypothesis deadline; socket reads a timeout), and no allocation beyond what the input justifies.

@@ -1,8 +1,8 @@
 """The Java oracle writes genuine Kafka segments and reads them back with Kafka's classes.
 
 Checked here: the dump agrees with what was handed to Kafka (expected.json), and the raw bytes agree
-with small independent facts of FORMATS.md (header layout, codec bits, CRC-32C, index rules). The
-segment_format package's own differential tests live elsewhere.
+with small independent facts of Kafka's documented format (header layout, codec bits, CRC-32C, index
+rules). The segment_format package's own differential tests live elsewhere.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def test_segment_per_codec_round_trips(java_oracle: JavaOracle, tmp_path: Path, 
         "codecs": [codec],
     }
 
-    # Independent facts from FORMATS.md about the first batch's raw header.
+    # Independent facts from Kafka's documented format about the first batch's raw header.
     raw = log.read_bytes()
     base_offset, batch_length, leader_epoch, magic, crc, attributes = struct.unpack_from(">qiibIh", raw, 0)
     assert (base_offset, magic) == (0, 2)

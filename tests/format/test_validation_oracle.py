@@ -1,4 +1,4 @@
-"""Record validation and index integrity on segments Kafka's own classes wrote, in every codec (issue 14).
+"""Record validation and index integrity on segments Kafka's own classes wrote, in every codec.
 
 The Java oracle writes the records given (``contents``: headers, JSON or schema-registry values, one bad
 record) through Kafka's UnifiedLog, with transactions (COMMIT/ABORT markers policies must not see), the

@@ -1,4 +1,4 @@
-"""Issue 26, item 15: `/path/to/venv/bin/rsm migrate ... --engine spark` without an activated venv.
+"""`/path/to/venv/bin/rsm migrate ... --engine spark` without an activated venv.
 
 Spark starts its Python workers with the `python3` on the PATH unless PYSPARK_PYTHON says otherwise; a
 venv's `rsm` run by its path, the venv not activated, then had workers that could not import `rsm`. The

@@ -1,4 +1,4 @@
-"""The public API refuses malformed input with Kafka's exceptions (issue 15, defect 6).
+"""The public API refuses malformed input with Kafka's exceptions.
 
 A wrong type or value given to RemoteStorageManager or to the value types is refused with a
 RemoteStorageException (`InvalidArgumentException`, also a ValueError) naming the argument, never leaks a
@@ -127,7 +127,7 @@ def test_an_end_offset_past_the_last_batch_copies_and_one_below_it_is_refused(
     rsm: RemoteStorageManager, tmp_path: Path
 ) -> None:
     """Kafka's endOffset is the next segment's base - 1: past the last batch where compaction left a hole at
-    the segment's end (issue 21). The copy takes it and the manifest keeps both offsets; an end offset below
+    the segment's end (a compacted tail). The copy takes it and the manifest keeps both offsets; an end offset below
     the last batch would serve offsets Kafka gives the next segment, and is refused in one line."""
     seg = make_segment(tmp_path / "seg", TopicIdPartition(uuid.uuid4(), "types", 0), batches=5)
     last = seg.metadata.end_offset

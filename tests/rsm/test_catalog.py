@@ -19,7 +19,8 @@ from rsm.catalog.history import resolve_history
 from rsm.catalog.segments import CatalogError
 from rsm.config.settings import RsmConfig
 from rsm.store.layout import Location
-from rsm.store.locations import REGISTRY_DIR, LocationRegistry
+from rsm.store.locations import LocationRegistry
+from rsm.stored.location_record import REGISTRY_DIR
 
 
 def _configs(root: Path, **extra: str) -> dict[str, str]:

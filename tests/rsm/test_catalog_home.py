@@ -34,7 +34,8 @@ from rsm.catalog import TopicCatalog
 from rsm.cli.main import main
 from rsm.config.overlay import TopicOverlayStore
 from rsm.config.settings import RsmConfig
-from rsm.store.home import MOVED_POINTER, MOVING_POINTER, CatalogMoved
+from rsm.store.home import CatalogMoved
+from rsm.stored.home import MOVED_POINTER, MOVING_POINTER
 from rsm.stored.manifest import Manifest
 
 LC = LogConfig({"retention.ms": "-1", "remote.storage.enable": "true"})

@@ -1,4 +1,4 @@
-"""Compacted history (issue 21): Kafka's endOffset past a segment's last batch, and the leader-epoch rule.
+"""Compacted history: Kafka's endOffset past a segment's last batch, and the leader-epoch rule.
 
 A topic compacted and then switched to `cleanup.policy=delete` with remote storage keeps its cleaner's
 holes, and Kafka hands the copy `endOffset = next segment's base - 1`, past the last batch where a hole

@@ -25,8 +25,8 @@ from rsm.catalog import TopicCatalog
 from rsm.config.settings import RsmConfig
 from rsm.store import first_copy, locations
 from rsm.store.first_copy import starts_the_log, topic_id_dirs
-from rsm.store.locations import COMPLETE_MARKER, REGISTRY_DIR, SCANNED_MARKER
 from rsm.store.objects import ObjectStore
+from rsm.stored.location_record import COMPLETE_MARKER, REGISTRY_DIR, SCANNED_MARKER
 
 
 def _configs(tmp_path: Path) -> dict[str, str]:

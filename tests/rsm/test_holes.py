@@ -28,9 +28,10 @@ from rsm.cli.main import main
 from rsm.config.settings import RsmConfig
 from rsm.migrate.gc_records import StaleRecords
 from rsm.store.layout import Location, SegmentKeys
-from rsm.store.locations import REGISTRY_DIR, LocationRegistry
-from rsm.store.log_starts import LOG_START
+from rsm.store.locations import LocationRegistry
 from rsm.store.objects import ObjectStore
+from rsm.stored.location_record import REGISTRY_DIR
+from rsm.stored.log_start import LOG_START
 from spark_reader import partition_reader
 from spark_reader.errors import DataLossError
 from spark_reader.options import parse_options

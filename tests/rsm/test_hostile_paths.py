@@ -1,4 +1,4 @@
-"""Hostile names never reach storage outside where they belong (issue 15, defect 1).
+"""Hostile names never reach storage outside where they belong.
 
 Every name that becomes part of an object path (topic, bucket, prefix, and object keys from custom metadata
 or a manifest) is checked where it enters, and the file store refuses any path that resolves outside its
@@ -31,12 +31,13 @@ from rsm import (
 from rsm.api.errors import ConfigException
 from rsm.api.metadata import RemoteLogSegmentMetadata, uuid_to_base64
 from rsm.cli.main import main
+from rsm.config.names import CLOUD_BUCKET_RULES, bucket_problem, key_problem, prefix_problem, topic_problem
 from rsm.config.overlay import TopicOverlayStore
 from rsm.config.settings import RsmConfig
 from rsm.fetch.reader import SegmentReader
-from rsm.store import custom_metadata as cm
 from rsm.store.layout import Location, SegmentKeys
 from rsm.store.objects import ObjectStore
+from rsm.stored import custom_metadata as cm
 from rsm.stored.manifest import Manifest, ManifestError, canonical_bytes
 
 BUCKET = "tiered"
@@ -351,3 +352,44 @@ def test_legal_names_still_round_trip(rsm: RemoteStorageManager, tmp_path: Path)
         True,
     ], left
     assert all(p.parent.parent.name == "topic-locations" for p in left if p.name != "_scanned.json")
+
+
+@pytest.mark.parametrize(
+    ("check", "name", "problem"),
+    [
+        (topic_problem, "orders.v2_eu-1", None),
+        (topic_problem, "t" * 249, None),
+        (topic_problem, "t" * 250, "over Kafka's 249"),
+        (topic_problem, "..", "cannot be '.' or '..'"),
+        (topic_problem, "a/b", "may hold only ASCII letters"),
+        (bucket_problem, "a", None),  # a directory on the file store
+        (bucket_problem, "Main", "lowercase"),
+        (bucket_problem, "-main", "begin and end with a letter or a digit"),
+        (bucket_problem, "a..b", "'..'"),
+        (bucket_problem, "192.168.0.1", "IP address"),
+        (prefix_problem, "tenant-a/", None),
+        (prefix_problem, "/abs", "must be relative"),
+        (prefix_problem, "a//b/", "empty segments"),
+        (prefix_problem, "a/..", "must be relative"),
+        (prefix_problem, "p" * 61, "over 60"),
+        (key_problem, "orders-x/0/00000000000000000000-s.log", None),
+        (key_problem, "../escape", "must be relative"),
+        (key_problem, "a\\b", "backslashes"),
+        (key_problem, "a\nb", "control character"),
+    ],
+)
+def test_names_that_become_object_paths_follow_one_rule_per_kind(
+    check, name: str, problem: str | None
+) -> None:  # type: ignore[no-untyped-def]
+    """Every door a name comes in by (config, overlay, custom metadata, manifest, CLI) asks the same rule:
+    Kafka's for topics, S3's for buckets (one plain directory on the file store), and keys and prefixes that
+    stay relative and inside their bucket."""
+    answer = check(name)
+    assert answer is None if problem is None else problem in answer
+
+
+def test_each_cloud_adds_its_own_bucket_rules_to_the_common_one() -> None:
+    assert bucket_problem("ab") is None and all(rule("ab") for rule in CLOUD_BUCKET_RULES.values())
+    assert CLOUD_BUCKET_RULES["azure"]("my.logs") and CLOUD_BUCKET_RULES["s3"]("my.logs") is None
+    assert CLOUD_BUCKET_RULES["gcs"]("google-logs") and CLOUD_BUCKET_RULES["s3"]("google-logs") is None
+    assert CLOUD_BUCKET_RULES["s3"]("logs-s3alias") and CLOUD_BUCKET_RULES["gcs"]("logs-s3alias") is None

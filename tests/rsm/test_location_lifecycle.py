@@ -1,4 +1,4 @@
-"""The location record's life cycle (issue 21): it follows a changed default, and `gc` ends it.
+"""The location record's life cycle: it follows a changed default, and `gc` ends it.
 
 - The brokers' default `bucket` changes from A to B: new segments go to B, the older ones stay in A, and
   the readers given B's configuration (the catalog, the Spark reader, `rsm migrate verify`) must still find
@@ -34,9 +34,11 @@ from rsm.cli.main import main
 from rsm.config.settings import RsmConfig
 from rsm.migrate.gc_records import StaleRecords
 from rsm.store.layout import Location
-from rsm.store.locations import REGISTRY_DIR, LocationRegistry
+from rsm.store.locations import LocationRegistry
 from rsm.store.objects import ObjectStore
-from rsm.store.topic_encryption import EncryptionMemory, EncryptionState
+from rsm.store.topic_encryption import EncryptionMemory
+from rsm.stored.location_record import REGISTRY_DIR
+from rsm.stored.topic_encryption import EncryptionState
 
 
 def _rsm(configs: dict[str, str]) -> RemoteStorageManager:

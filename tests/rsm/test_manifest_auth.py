@@ -1,4 +1,4 @@
-"""Issue 15, defect 2: manifests and stored pieces that were edited, truncated or rewritten are refused,
+"""Manifests and stored pieces that were edited, truncated or rewritten are refused,
 naming the object at fault, and never answered with wrong bytes."""
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from rsm.api.metadata import uuid_from_base64
 from rsm.config.keyring import Keyring
 from rsm.config.settings import RsmConfig
 from rsm.fetch.reader import SegmentReader, cipher_for, list_manifests
-from rsm.store import custom_metadata as cm
 from rsm.store.layout import SegmentKeys
 from rsm.store.objects import ObjectStore
+from rsm.stored import custom_metadata as cm
 from rsm.stored.cipher import SegmentCipher
 from rsm.stored.data_keys import unwrap_data_key
 from rsm.stored.manifest import INDEX_NUMBERS, Manifest, ManifestError

@@ -21,6 +21,7 @@ from rsm.catalog import TopicCatalog
 from rsm.catalog.usage import topic_usage
 from rsm.config.settings import RsmConfig
 from rsm.metrics import WINDOW_S, MetricsRegistry, RsmMetrics
+from rsm.metrics.series import FOLD_AFTER, Series
 from rsm.store.objects import ObjectStore
 
 
@@ -476,3 +477,35 @@ def test_fetches_recorded_from_threads_without_a_lock_add_up_exactly():
     assert got["segment-fetch-time-avg"] == pytest.approx(sum(i % 5 for i in range(per_thread)) / per_thread)
     assert got["segment-fetch-time-max"] == pytest.approx(4.0)
     assert len(fetches.fetches.pending) == 0
+
+
+def test_a_series_window_is_kafkas_two_sample_window_and_loses_no_queued_event() -> None:
+    """Rates and maxima over the last window, with marks taken where readers look: the first read covers
+    everything since the series began, a read a window later only what came after the first mark (the old
+    maximum is gone), and a read sooner takes no new mark. Events queued without the lock are all counted,
+    and the queue folds itself in once `FOLD_AFTER` wait."""
+    series = Series(2, now=0.0)
+    series.record(10.0, 1.0)
+    for _ in range(FOLD_AFTER + 5):
+        series.queue((1.0, 2.0))
+    assert len(series.pending) < FOLD_AFTER
+    events = FOLD_AFTER + 6
+    total = 10.0 + FOLD_AFTER + 5
+    assert series.window(now=WINDOW_S) == [
+        (total, total / WINDOW_S, total, events, 10.0),
+        (
+            1.0 + 2.0 * (FOLD_AFTER + 5),
+            (1.0 + 2.0 * (FOLD_AFTER + 5)) / WINDOW_S,
+            1.0 + 2.0 * (FOLD_AFTER + 5),
+            events,
+            2.0,
+        ),
+    ]
+    series.record(3.0, 0.5)
+    assert series.window(now=2 * WINDOW_S) == [
+        (total + 3.0, 3.0 / WINDOW_S, 3.0, 1, 3.0),
+        (1.5 + 2.0 * (FOLD_AFTER + 5), 0.5 / WINDOW_S, 0.5, 1, 0.5),
+    ]
+    series.queue((1.0, 0.0))
+    first, _ = series.window(now=2.5 * WINDOW_S)  # within the window: measured from the same mark
+    assert first == (total + 4.0, 4.0 / (1.5 * WINDOW_S), 4.0, 2, 3.0)

@@ -1,4 +1,4 @@
-"""Planning that does not grow with history (issue 27): a narrow plan reads the manifests of its range.
+"""Planning that does not grow with history: a narrow plan reads the manifests of its range.
 
 The planner's store counts its requests (`IOStats`: GETs and listing pages), so these tests count what a
 plan costs, through the very functions Spark calls (`TieredBatchReader.partitions`, the stream reader's

@@ -25,8 +25,9 @@ from rsm.catalog import TopicCatalog
 from rsm.cli.main import main
 from rsm.config.settings import Backend, RsmConfig
 from rsm.store import locations
-from rsm.store.locations import COMPLETE_MARKER, REGISTRY_DIR, SCANNED_MARKER, bucket_holds_segment
+from rsm.store.locations import bucket_holds_segment
 from rsm.store.objects import ObjectStore
+from rsm.stored.location_record import COMPLETE_MARKER, REGISTRY_DIR, SCANNED_MARKER
 
 
 def _configs(tmp_path: Path) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""Record validation on the columnar decoder (issue 14): the vectorised API, the per-record adapter, the
+"""Record validation on the columnar decoder: the vectorised API, the per-record adapter, the
 built-in policies against per-record definitions, the hints deciding the work, decompression once per
 batch, and the counters. (Segments written by Kafka itself: tests/format/test_validation_oracle.py.)"""
 

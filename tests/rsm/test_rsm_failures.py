@@ -25,8 +25,9 @@ from rsm import (
 )
 from rsm.api.errors import RecordValidationError, SegmentIntegrityError
 from rsm.config.settings import Backend, RsmConfig
-from rsm.store.locations import REGISTRY_DIR, LocationRegistry
+from rsm.store.locations import LocationRegistry
 from rsm.store.objects import ObjectStore
+from rsm.stored.location_record import REGISTRY_DIR
 from rsm.stored.manifest import Manifest
 
 

@@ -17,8 +17,9 @@ from tiering import PartitionLog
 
 from rsm import RemoteStorageManager, TopicIdPartition
 from rsm.api.errors import RemoteResourceNotFoundException, RemoteStorageException
-from rsm.store.forward import FORWARD_SUFFIX, Forward, SegmentRef, chain, write_forward
+from rsm.store.forward import chain, write_forward
 from rsm.store.layout import Location, SegmentKeys
+from rsm.stored.forward import FORWARD_SUFFIX, Forward, SegmentRef
 from rsm.stored.rekey import rekey_manifest
 
 

@@ -19,12 +19,13 @@ from test_rsm_topics import Store, store  # noqa: F401 - parametrized store fixt
 from rsm import LogConfig, RemoteStorageManager, TopicIdPartition
 from rsm.api.errors import ConfigException, RemoteStorageException
 from rsm.api.metadata import uuid_to_base64
-from rsm.config.overlay import OVERLAY_DIR, OverlayCache, TopicOverlay, TopicOverlayStore, overlay_key
+from rsm.config.overlay import OverlayCache, TopicOverlayStore
 from rsm.config.settings import ConfigSource, RsmConfig
 from rsm.store.local import LocalStore
-from rsm.store.locations import REGISTRY_DIR
 from rsm.store.objects import ObjectStore
+from rsm.stored.location_record import REGISTRY_DIR
 from rsm.stored.manifest import Manifest
+from rsm.stored.overlay import OVERLAY_DIR, TopicOverlay, overlay_key
 
 
 def _file_store(tmp_path: Path) -> tuple[RsmConfig, ObjectStore]:
@@ -256,7 +257,7 @@ def test_copies_follow_the_overlay_and_old_segments_stay_reachable(
             is None
         )
         assert read_all(rsm.fetch_log_segment(md_a, 0, None, lc)) == raw
-        # a LogConfig carrying the key (a broker with seed 004) wins over the overlay
+        # a LogConfig carrying the key (a broker passing the `unchecked.*` keys through) wins over the overlay
         seg_a3 = make_segment(tmp_path / "a3", a, base_offset=9000, batches=2)
         rsm.copy_log_segment_data(
             seg_a3.metadata, seg_a3.data, LogConfig({"unchecked.rsm.bucket": store.buckets["b"]})

@@ -1,4 +1,4 @@
-"""Per-topic configuration (seed 004): objects land where each topic's `unchecked.rsm.*` keys say, encrypted
+"""Per-topic configuration: objects land where each topic's `unchecked.rsm.*` keys say, encrypted
 topics store no plaintext, and segments stay reachable after a topic's bucket or prefix changes."""
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from rsm import (
 )
 from rsm.api.metadata import uuid_to_base64
 from rsm.store.layout import Location, SegmentKeys
-from rsm.store.locations import REGISTRY_DIR
-from rsm.store.topic_encryption import MEMORY_DIR
+from rsm.stored.location_record import REGISTRY_DIR
 from rsm.stored.manifest import Manifest
+from rsm.stored.topic_encryption import MEMORY_DIR
 
 
 class Store:

@@ -1,4 +1,4 @@
-"""Secrets in output (issue 15, defect 7), one leak per test: a URL's credentials in the configured-RSM
+"""Secrets in output, one leak per test: a URL's credentials in the configured-RSM
 INFO line and `describe`, a keyring with id and key swapped, a secret pasted into the wrong key (config,
 overlay, `topic-config set --dry-run`), and the session token in botocore's DEBUG log.
 tests/tools/test_secrets_scan.py scans everything a whole flow writes for the same bytes."""
@@ -22,9 +22,10 @@ from rsm.api.metadata import uuid_to_base64
 from rsm.bridge.server import mask_configs
 from rsm.cli.main import main
 from rsm.config.keyring import Keyring, generate_key
-from rsm.config.overlay import validate_overlay_configs
 from rsm.config.redact import looks_like_key_material, looks_secret, redact_url
 from rsm.config.settings import RsmConfig, parse_topic_config
+from rsm.store.errors import safe_message
+from rsm.stored.overlay import validate_overlay_configs
 
 USER, PASSWORD = "tenant-admin", "pw-Zq81-url-secret"
 AWS_SECRET = "wJalrXUtnFI7K7MDENG+bPxRfiCY3kEY9xAmPLE2"  # the shape of an AWS secret access key (40)
@@ -194,3 +195,16 @@ def test_third_party_debug_logs_never_show_credentials(
     assert "botocore" in caplog.text  # DEBUG was on
     assert "X-Amz-Security-Token" in caplog.text or "x-amz-security-token" in caplog.text
     assert token not in caplog.text and key_id not in caplog.text
+
+
+def test_a_store_failure_message_is_one_line_without_what_an_sdk_put_in_it() -> None:
+    """An SDK's error may carry a whole XML body with a presigned URL: the message the RSM raises keeps its
+    first words, on one line, and cuts from the first credential-looking marker on."""
+    body = (
+        "An error occurred (AccessDenied)\n<Error><Code>AccessDenied</Code>\n<Url>https://b.s3/k?"
+        "X-Amz-Credential=AKIAEXAMPLE%2F20260101&Signature=0123abcd</Url></Error>"
+    )
+    message = safe_message(RuntimeError(body))
+    assert message.startswith("An error occurred (AccessDenied) <Error>") and message.endswith("[redacted]")
+    assert "\n" not in message and "AKIAEXAMPLE" not in message and "0123abcd" not in message
+    assert len(safe_message(RuntimeError("x" * 5000))) == 500

@@ -1,4 +1,4 @@
-"""The topic management policy (seeds 000, 001, 003): the API, every rule of the built-in policy for every
+"""The topic management policy: the API, every rule of the built-in policy for every
 operation, a user's own policy by `module:Class`, and the RSM's own use of it (copies refused for a topic that
 breaks it, tiered segments kept under legal hold). The pending overlays, the bridge ops and the CLI are in
 test_topic_policy_paths.py; the JVM classes in test_topic_policy_plugin.py; a real broker in

@@ -23,11 +23,12 @@ from rsm.bridge.client import BridgeClient
 from rsm.bridge.policy_ops import policy_handlers
 from rsm.bridge.server import BridgeServer
 from rsm.cli.main import main
-from rsm.config.overlay import OVERLAY_DIR, OverlayCache, TopicOverlayStore
+from rsm.config.overlay import OverlayCache, TopicOverlayStore
 from rsm.policy import PolicyViolationException
-from rsm.policy.pending import PENDING_DIR, PENDING_TTL_MS
-from rsm.store.locations import REGISTRY_DIR
 from rsm.store.objects import ObjectStore
+from rsm.stored.location_record import REGISTRY_DIR
+from rsm.stored.overlay import OVERLAY_DIR
+from rsm.stored.pending_overlay import PENDING_DIR, PENDING_TTL_MS
 
 SECRET = "s3-secret-that-must-never-show-0xBEEF"
 ENCRYPTED = {"unchecked.rsm.encryption.enabled": "true", "unchecked.rsm.encryption.key.id": "k2"}

@@ -1,4 +1,4 @@
-"""The whole topic in one query (issue 22): history from the store, the live tail from a real Kafka 4.4 broker.
+"""The whole topic in one query: history from the store, the live tail from a real Kafka 4.4 broker.
 
 One broker (KRaft) tiers through our JVM plugin and the Python bridge to a file store. A topic's local
 retention (`local.retention.bytes`) leaves its oldest segments in the store only, the newest tiered ones

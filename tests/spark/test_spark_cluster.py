@@ -106,7 +106,7 @@ def _executor_view(_: int) -> list[str]:
 
 def cluster_driver(master: str, store: dict[str, str], path: str = "python") -> dict[str, Any]:
     """Connect to ``master``, wait for its two executors, run the queries; the results and the executors'
-    view of themselves. ``path`` "columnar": with the columnar scan's jar in ``spark.jars`` (issue 23)."""
+    view of themselves. ``path`` "columnar": with the columnar scan's jar in ``spark.jars``."""
     from pyspark.sql import SparkSession
 
     quiet = ROOT / "spark_reader" / "log4j2-quiet.properties"

@@ -1,4 +1,4 @@
-"""The columnar scan (issue 23): what it adds over the Python Data Source, beyond the shared reader tests
+"""The columnar scan: what it adds over the Python Data Source, beyond the shared reader tests
 (tests/spark/test_spark_reader*.py run every case on both paths).
 
 - `count()` from batch headers: `counting.count_partition` equals `counting.reference_count` (the reader

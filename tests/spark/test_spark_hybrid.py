@@ -1,4 +1,4 @@
-"""The hybrid read's pieces that need no broker (issue 22): options, client settings, partitions, errors.
+"""The hybrid read's pieces that need no broker: options, client settings, partitions, errors.
 
 The end-to-end behaviour against a real broker and Spark's own Kafka source is tests/spark/test_kafka_hybrid.py
 (store and brokers) and tests/spark/test_kafka_broker_tail.py (the brokers alone); the tail's decoding and

@@ -1,4 +1,4 @@
-"""The source's options checked on the driver, without Spark (issue 26, items 8 and 9): each mistake is one
+"""The source's options checked on the driver, without Spark: each mistake is one
 line naming the option or key, with the closest valid name when one is close."""
 
 from __future__ import annotations

@@ -337,7 +337,7 @@ def _error(spark, opts: dict[str, str], **options: str) -> str:  # noqa: ANN001
 
 
 def test_a_misspelled_option_gets_the_closest_one_in_a_short_error(tiered_spark, orders) -> None:  # noqa: ANN001
-    """Issue 26, item 9: `subscibe` -> "did you mean subscribe?", names as documented (Spark lowercases
+    """A misspelled option: `subscibe` -> "did you mean subscribe?", names as documented (Spark lowercases
     them), and the source's line is Spark's first line when tracebacks are hidden, else a one-frame one."""
     opts, _ = orders
     message = _error(tiered_spark, opts, subscibe="orders")
@@ -356,7 +356,7 @@ def test_a_misspelled_option_gets_the_closest_one_in_a_short_error(tiered_spark,
 
 
 def test_the_store_options_are_checked_naming_the_key(tiered_spark, orders, tmp_path: Path) -> None:  # noqa: ANN001
-    """Issue 26, items 7 and 8 (the reader's side): no store, a misspelled store key (an option or in the
+    """Configuration mistakes (the reader's side): no store, a misspelled store key (an option or in the
     rsm.properties file) and a root that does not exist are each one line naming what to fix."""
     opts, _ = orders
     message = _error(tiered_spark, {}, subscribe="orders")
@@ -386,7 +386,7 @@ def test_the_store_options_are_checked_naming_the_key(tiered_spark, orders, tmp_
 
 
 def test_an_s3_bucket_that_does_not_exist_is_named(tiered_spark, s3_server) -> None:  # noqa: ANN001
-    """Issue 26, items 4 and 7 (the reader's side): a missing bucket is refused naming it, not an empty table."""
+    """A bucket that does not exist (the reader's side): a missing bucket is refused naming it, not an empty table."""
     opts = s3_server.rsm_configs(bucket="no-such-bucket-26")
     message = _error(tiered_spark, opts, subscribe="orders")
     assert "bucket 'no-such-bucket-26' (bucket) does not exist in s3 at http" in message

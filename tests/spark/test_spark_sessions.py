@@ -193,7 +193,7 @@ def test_spark_submit_of_a_plain_application(tiered, tmp_path) -> None:  # noqa:
     ids=["shared-memory", "too-big-for-a-slot", "no-slots"],
 )
 def test_spark_submit_with_the_jar_reads_on_the_columnar_scan(tiered, tmp_path, handoff, slot_bytes) -> None:  # noqa: ANN001
-    """Issue 23: `spark-submit --jars $(rsm spark jar) app.py`, the same application: the columnar scan
+    """`spark-submit --jars $(rsm spark jar) app.py`, the same application: the columnar scan
     serves format("kafka-tiered") (register() then registers the Python source under its other name), the
     rows are the same, and the scan takes the filters whatever the Python pushdown setting says. The same
     rows whichever way the batches cross to the JVM (spark_reader/handoff.py), as the workers' own
@@ -395,7 +395,7 @@ def test_readme_spark_blocks_run_as_written(tiered, tmp_path) -> None:  # noqa: 
 
 
 def test_readmes_spark_submit_line_runs_its_application(tiered, tmp_path) -> None:  # noqa: ANN001
-    """Issue 26, item 14: README's `spark-submit` line, as written but for the venv's path and
+    """README's `spark-submit` line, as written but for the venv's path and
     spark-submit's, runs README's application (`read_payments.py`) with a `python3` first on the PATH that
     cannot run it: the settings the line gives are all the workers need."""
     from harness.spark_cluster import spark_home

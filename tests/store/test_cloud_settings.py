@@ -12,8 +12,11 @@ import pytest
 
 from rsm.api.errors import ConfigException
 from rsm.cli.main import main
+from rsm.config.cloud_settings import CLOUD_SETTINGS
+from rsm.config.gcs_token import KEYWORDS, REQUIRED
 from rsm.config.keyring import Keyring, keyring_for
 from rsm.config.kms import KmsKeys, is_kms_key, kms_key
+from rsm.config.setting_types import Setting
 from rsm.config.settings import SETTINGS_BY_NAME, Backend, RsmConfig
 from rsm.store.deadlines import Deadlines
 from rsm.store.objects import ObjectStore
@@ -190,3 +193,35 @@ def test_a_black_holed_kms_fails_within_its_deadline_naming_the_setting(
         assert "\n" not in str(failed.value) and "kms:alias/k" in str(failed.value)
     finally:
         hole.close()
+
+
+def test_a_gcs_token_keyword_or_a_complete_credentials_file_is_taken(tmp_path: Path) -> None:
+    """gcsfs's own keywords are taken as they are; a credentials file of each kind Google's libraries read,
+    holding the fields they need, is taken as its path."""
+    for keyword in KEYWORDS:
+        config = RsmConfig({"storage.backend": "gcs", "storage.gcs.token": f" {keyword} "})
+        assert config.get("storage.gcs.token") == keyword
+    for kind, fields in REQUIRED.items():
+        credentials = tmp_path / f"{kind}.json"
+        credentials.write_text(json.dumps({"type": kind, **dict.fromkeys(fields, "x")}))
+        config = RsmConfig({"storage.backend": "gcs", "storage.gcs.token": str(credentials)})
+        assert config.get("storage.gcs.token") == str(credentials)
+
+
+def test_every_default_parses_and_the_clouds_name_their_settings_alike() -> None:
+    """A setting's default passes its own parser (a broken default would only show when a user leaves the
+    key unset), and each cloud's store takes its endpoint and deadlines under the same names."""
+    for setting in SETTINGS_BY_NAME.values():
+        assert isinstance(setting, Setting)
+        if setting.default is not None:
+            setting.parse(setting.name, setting.default)
+    assert {s.name for s in CLOUD_SETTINGS} <= set(SETTINGS_BY_NAME)
+    shared = (
+        "endpoint.url",
+        "connect.timeout.ms",
+        "read.timeout.ms",
+        "request.timeout.ms",
+        "retry.max.attempts",
+    )
+    missing = [f"storage.{c}.{s}" for c in ("s3", "gcs", "azure") for s in shared]
+    assert [name for name in missing if name not in SETTINGS_BY_NAME] == []

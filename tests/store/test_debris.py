@@ -1,4 +1,4 @@
-"""Debris of interrupted copies (issue 15, defect 5): what `kill -9` or a lost answer leaves is removed.
+"""Debris of interrupted copies: what `kill -9` or a lost answer leaves is removed.
 
 A copy killed mid-way runs no cleanup: on the file store its temporary files (`.<stem>.log.tmp-<hex>`) stay,
 on S3 its multipart upload stays incomplete. Kafka later deletes the segment id whose copy never finished,

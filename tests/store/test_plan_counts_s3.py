@@ -27,8 +27,8 @@ from tiering import BASE_TS, PartitionLog
 
 from rsm import RemoteStorageManager, TopicIdPartition
 from rsm.api.metadata import uuid_to_base64
-from rsm.config.overlay import TopicOverlay, overlay_key
-from rsm.store.locations import COMPLETE_MARKER, REGISTRY_DIR, SCANNED_MARKER
+from rsm.stored.location_record import COMPLETE_MARKER, REGISTRY_DIR, SCANNED_MARKER
+from rsm.stored.overlay import TopicOverlay, overlay_key
 from spark_reader.options import parse_options
 from spark_reader.source import TieredBatchReader
 from spark_reader.stream import TieredStreamReader

@@ -1,4 +1,4 @@
-"""S3 requests have deadlines (issue 15, defect 4).
+"""S3 requests have deadlines.
 
 An endpoint that accepts connections and never answers, or answers the headers and then stalls mid-body,
 used to keep a fetch retrying for more than nine minutes (s3fs's nested retry loops around botocore's, 15 s
@@ -29,8 +29,8 @@ from kafka_segments import make_segment
 from rsm import RemoteStorageException, RemoteStorageManager, TopicIdPartition
 from rsm.api.errors import ConfigException
 from rsm.config.settings import RsmConfig
-from rsm.store import custom_metadata as cm
 from rsm.store.layout import Location, SegmentKeys
+from rsm.stored import custom_metadata as cm
 
 BUCKET = "stalled-bucket"
 GENEROUS = 30.0  # seconds: a bound no deadline below should come near; before the fix calls ran minutes

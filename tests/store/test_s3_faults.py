@@ -1,4 +1,4 @@
-"""Hostile S3 (issue 15, kept in the suite): a fault-injecting proxy between the RSM and moto's S3.
+"""Hostile S3 (kept in the suite): a fault-injecting proxy between the RSM and moto's S3.
 
 `harness.fault_proxy` answers a seeded fraction of the RSM's requests with 500 InternalError, 503 SlowDown,
 connection resets (before or after the headers), stalls longer than the read timeout and truncated bodies.

@@ -1,4 +1,4 @@
-"""Issue 26, items 4, 7, 8 and 11: wrong configuration is one line naming what is wrong, never an empty
+"""Wrong configuration is one line naming what is wrong, never an empty
 table with exit 0.
 
 A key that is no setting, in a file given to a tool, is refused naming the closest setting (a broker only
@@ -11,16 +11,20 @@ directory that does not exist names the directory.
 from __future__ import annotations
 
 import logging
+import re
+import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_runs import one_line, properties, rsm
 from kafka_segments import make_segment
-from test_first_hour import one_line, properties, rsm
 
 from rsm import RemoteStorageException, RemoteStorageManager, TopicIdPartition
 from rsm.api.errors import ConfigException
+from rsm.cli.main import main
+from rsm.config.classes import load_class
 from rsm.config.settings import RsmConfig
 
 READ_ONLY = (
@@ -42,7 +46,7 @@ def _command(template: list[str], props: Path, tmp_path: Path) -> list[str]:
     return [a.format(p=props, d=tmp_path / "t-0") for a in template]
 
 
-# -- item 7: an unknown key in a file given to a tool ------------------------------------------------------
+# -- an unknown key in a file given to a tool ------------------------------------------------------
 
 
 def test_an_unknown_key_in_a_server_properties_is_one_line_with_the_closest_setting(tmp_path: Path) -> None:
@@ -91,7 +95,7 @@ def test_a_broker_still_only_warns_about_an_unknown_key_with_the_closest_setting
     assert warnings and "cache.chunk.byte (did you mean cache.chunk.bytes?)" in warnings[0]
 
 
-# -- item 7: read-only tools refuse a root that does not exist ---------------------------------------------
+# -- read-only tools refuse a root that does not exist ---------------------------------------------
 
 
 def test_read_only_commands_refuse_a_store_root_that_does_not_exist(tmp_path: Path) -> None:
@@ -105,7 +109,7 @@ def test_read_only_commands_refuse_a_store_root_that_does_not_exist(tmp_path: Pa
         assert not root.exists(), f"{template[0]} created the store root"
 
 
-# -- item 8: a typo of a required key names itself ----------------------------------------------------------
+# -- a typo of a required key names itself ----------------------------------------------------------
 
 
 def test_a_misspelled_required_key_is_named_with_the_one_it_misspells(tmp_path: Path) -> None:
@@ -131,7 +135,7 @@ def test_a_misspelled_required_key_is_named_with_the_one_it_misspells(tmp_path: 
     )
 
 
-# -- item 4: a bucket that does not exist is named ----------------------------------------------------------
+# -- a bucket that does not exist is named ----------------------------------------------------------
 
 
 def test_every_command_names_a_missing_s3_bucket_and_its_setting(tmp_path: Path, s3_server: Any) -> None:
@@ -159,7 +163,7 @@ def test_the_rsm_names_a_missing_s3_bucket_and_its_setting(tmp_path: Path, s3_se
     assert "not found" not in message
 
 
-# -- item 11: keyring new into a directory that does not exist ----------------------------------------------
+# -- keyring new into a directory that does not exist ----------------------------------------------
 
 
 def test_keyring_new_in_a_directory_that_does_not_exist_names_the_directory(tmp_path: Path) -> None:
@@ -270,3 +274,148 @@ def test_the_cli_names_the_settings_of_refused_credentials_and_an_unreachable_en
     assert done.returncode == 1 and "\n" not in line, line
     assert "storage" in line and "endpoint" in line and "127.0.0.1:9" in line, line
     assert "wJalrXUtnFEMI" not in line
+
+
+# -- a class a setting names ---------------------------------------------------------------------------------
+def test_a_class_setting_takes_both_spellings_and_names_itself_when_it_cannot_load() -> None:
+    """`module:Class` and `module.Class` load the same class; one that cannot be loaded is one line naming
+    the setting and the value, for the validation policy and the topic policy alike."""
+    assert load_class("pathlib:PurePosixPath", "policy.class.name") is load_class(
+        "pathlib.PurePosixPath", "policy.class.name"
+    )
+    for value in ("pathlib:NoSuchClass", "no_such_module_xyz:Policy", "NoDots"):
+        with pytest.raises(ConfigException) as refused:
+            load_class(value, "record.validation.policy.class.name")
+        message = str(refused.value)
+        assert message.startswith(f"config record.validation.policy.class.name: cannot load {value!r}")
+        assert "\n" not in message
+
+
+# -- one line per mistake ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("records", ["0", "-1", "many"])
+def test_quickstart_refuses_bad_record_counts(records: str) -> None:
+    done = rsm("quickstart", "--records", records, "--no-spark")
+    assert done.returncode == 2
+    one_line(done, "--records", "(see rsm quickstart --help)")
+
+
+def test_s3_without_credentials_is_one_line(tmp_path: Path) -> None:
+    props = properties(
+        tmp_path / "s3.properties",
+        **{"storage.backend": "s3", "storage.s3.endpoint.url": "http://127.0.0.1:9", "storage.s3.region": "us-east-1",
+           "bucket": "my-bucket"},
+    )  # fmt: skip
+    env: dict[str, str | None] = dict.fromkeys(
+        (
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_SESSION_TOKEN",
+            "AWS_PROFILE",
+            "AWS_DEFAULT_PROFILE",
+        )
+    )
+    env.update(AWS_EC2_METADATA_DISABLED="true", AWS_CONFIG_FILE=str(tmp_path / "none"),
+               AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"))  # fmt: skip
+    for command in (
+        ["topic-config", "--config", str(props), "list"],
+        ["store", "--config", str(props), "du"],
+    ):
+        one_line(rsm(*command, env=env), "no S3 credentials", "storage.s3.access.key.id", "--debug")
+    done = rsm("--debug", "store", "--config", str(props), "du", env=env)
+    assert "Traceback" in done.stderr and "NoCredentialsError" in done.stderr
+
+
+def test_file_root_that_is_a_file(tmp_path: Path) -> None:
+    from rsm import RemoteStorageManager
+    from rsm.api.errors import ConfigException
+
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for root, problem in ((afile, "is a file, not a directory"), (afile / "sub", "cannot be created")):
+        with pytest.raises(ConfigException, match=re.escape(f"config storage.file.root {root} {problem}")):
+            RemoteStorageManager().configure({"storage.backend": "file", "storage.file.root": str(root)})
+        props = properties(
+            tmp_path / "p.properties", **{"storage.backend": "file", "storage.file.root": str(root)}
+        )
+        # the read-only tools (and topic-config's list) create no root: one under a file does not exist
+        for tool in (
+            ("topic-config", "--config", str(props), "list"),
+            ("store", "--config", str(props), "du"),
+        ):
+            one_line(
+                rsm(*tool),
+                "storage.file.root",
+                "does not exist" if problem == "cannot be created" else problem,
+            )
+        done = rsm(
+            "bridge", "serve", "--config", str(props), "--socket", str(tmp_path / "b.sock"), timeout=60
+        )
+        one_line(done, "storage.file.root", problem)
+
+
+def test_bad_bridge_setting_names_the_key(tmp_path: Path) -> None:
+    props = properties(
+        tmp_path / "p.properties",
+        **{"storage.backend": "file", "storage.file.root": str(tmp_path / "s"), "bridge.frame.bytes": "abc"},
+    )
+    done = rsm("bridge", "serve", "--config", str(props), "--socket", str(tmp_path / "b.sock"), timeout=60)
+    one_line(done, "bridge.frame.bytes", "abc")
+    assert "invalid literal" not in done.stderr
+
+
+def test_dry_run_with_a_missing_keyring_says_why(tmp_path: Path) -> None:
+    props = properties(
+        tmp_path / "p.properties",
+        **{"storage.backend": "file", "storage.file.root": str(tmp_path / "s"),
+           "encryption.keyring.path": str(tmp_path / "missing.json"), "encryption.key.id": "k1"},
+    )  # fmt: skip
+    done = rsm("topic-config", "--config", str(props), "set", "--topic", "t", "--topic-id", "AAAAAAAAAAAAAAAAAAAAAQ",
+               "unchecked.rsm.encryption.enabled=true", "--dry-run")  # fmt: skip
+    one_line(done, "missing.json", "No such file or directory")
+
+
+def test_bootstrap_server_without_a_broker_is_one_quick_line(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:  # a loopback port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    props = properties(
+        tmp_path / "p.properties", **{"storage.backend": "file", "storage.file.root": str(tmp_path)}
+    )
+    (tmp_path / "kafka-tiered-storage").mkdir()  # the store's bucket: describe reads it
+    started = time.monotonic()
+    done = rsm("topic-config", "--config", str(props), "describe", "--topic", "t",
+               "--bootstrap-server", f"127.0.0.1:{port}")  # fmt: skip
+    assert time.monotonic() - started < 15
+    one_line(done, f"no broker answers at 127.0.0.1:{port}", "--topic-id")
+
+
+def test_every_error_in_main_is_one_line_and_debug_shows_it(monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    import rsm.cli.dump_log as dump_log
+
+    def boom(args):  # type: ignore[no-untyped-def]
+        raise RuntimeError("something specific broke")
+
+    monkeypatch.setattr(dump_log, "run", boom)
+    assert main(["dump-log", "x.log"]) == 1
+    assert capsys.readouterr().err == "rsm dump-log: something specific broke (--debug shows the traceback)\n"
+    with pytest.raises(RuntimeError):
+        main(["--debug", "dump-log", "x.log"])
+
+
+def test_unknown_config_keys_are_warned_about_once_per_process(tmp_path: Path, caplog) -> None:  # type: ignore[no-untyped-def]
+    from rsm import RemoteStorageManager
+
+    configs = {"storage.backend": "file", "storage.file.root": str(tmp_path), "bukket": "typo",
+               "chunk.sise": "1", "bridge.frame.bytes": "262144"}  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="rsm.manager"):
+        for _ in range(5):  # a bridge configures one RSM per connection
+            rsm_ = RemoteStorageManager()
+            rsm_.configure(configs)
+            rsm_.close()
+    warnings = [r.getMessage() for r in caplog.records if "unknown RSM config" in r.getMessage()]
+    assert len(warnings) == 1 and "bukket" in warnings[0] and "chunk.sise" in warnings[0]
+    assert "bridge.frame.bytes" not in warnings[0]

@@ -5,11 +5,24 @@ from __future__ import annotations
 import base64
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from cli_runs import REPO, one_line
 from fixtures_data import fixture_path
+from migrate_helpers import run_cli
 
+from rsm.cli.kafka_dump.common import (
+    INT_MAX,
+    DumpError,
+    base_offset_of,
+    decrement_sequence,
+    increment_sequence,
+    java_file_name,
+    java_string,
+)
 from rsm.cli.main import main as rsm_main
 from segment_format import SegmentWriter, build_batch, build_control_batch
 from segment_format.records import ControlRecordType
@@ -233,3 +246,51 @@ def test_a_tiered_segment_dumps_as_its_local_file(capsysbinary, tmp_path: Path) 
     assert header.startswith("Dumping file:secure/pci/payments-") and ".log (" in header, header
     code, out, err = _raw(capsysbinary, *tiered, "--offset", "99999")
     assert code == 1 and b"no tiered segment holds offset 99999" in err
+
+
+# -- a missing file is said to be missing; a closed pipe ends the dump quietly -------------------------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "nope.log",
+        "nope.index",
+        "00000000000000000000.timeindex",
+        "00000000000000000000-AAAAAAAAAAAAAAAAAAAAAA.log",
+    ],
+)
+def test_dump_log_of_a_missing_file_says_it_does_not_exist(tmp_path: Path, name: str) -> None:
+    missing = tmp_path / name
+    line = one_line(run_cli(["dump-log", str(missing)]), str(missing), "No such file or directory")
+    assert "For input string" not in line
+    one_line(run_cli(["dump-log", "--json", str(missing)]), "No such file or directory")
+
+
+def test_dump_log_into_a_closed_pipe_is_quiet(tmp_path: Path) -> None:
+    from segment_format import SegmentWriter, build_batch
+
+    with SegmentWriter(tmp_path, 0) as w:
+        for i in range(0, 20_000, 100):
+            w.append(build_batch([(b"k", b"v" * 200, [], i + j) for j in range(100)], base_offset=i))
+    done = subprocess.run(
+        f"{sys.executable} -m rsm.cli.main dump-log --print-data-log {w.log_path} | head -n 1",
+        shell=True, capture_output=True, text=True, cwd=REPO, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.stdout == f"Dumping {w.log_path}\n" and done.stderr == ""
+
+
+def test_values_are_printed_as_java_prints_them() -> None:
+    """kafka-dump-log's text is Java's: a malformed string decoded as `new String(bytes, UTF_8)` (a surrogate
+    in three bytes is one U+FFFD, a sequence cut short by the end is one), producer sequences wrapping at
+    Integer.MAX_VALUE, `new File(path)` dropping repeated and trailing slashes, and a base offset read by
+    `Long.parseLong` (its error text when the name holds none)."""
+    assert java_string(b"ok\xc3\xa9") == b"ok\xc3\xa9"
+    assert java_string(b"a\xed\xa0\x80b") == "a\ufffdb".encode()
+    assert java_string(b"x\xe2\x82") == "x\ufffd".encode()
+    assert increment_sequence(INT_MAX, 1) == 0 and increment_sequence(INT_MAX - 1, 3) == 1
+    assert decrement_sequence(0, 1) == INT_MAX and decrement_sequence(5, 2) == 3
+    assert java_file_name("/a//b///c/") == "/a/b/c" and java_file_name("/") == "/"
+    assert base_offset_of("00000000000000000042.log") == 42 and base_offset_of("+7.index") == 7
+    with pytest.raises(DumpError, match='For input string: "nope"'):
+        base_offset_of("nope.log")

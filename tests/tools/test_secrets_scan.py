@@ -1,4 +1,4 @@
-"""A secrets scan of everything a representative run writes (issue 15, defect 7).
+"""A secrets scan of everything a representative run writes.
 
 The run: an RSM configured for S3 (moto) with an access key id, a secret key, a session token and an
 endpoint URL carrying `user:password@`, encrypting with a keyring; a copy (multipart), fetches, an index

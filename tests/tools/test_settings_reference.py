@@ -1,4 +1,4 @@
-"""Issue 26, item 3: README's table of settings is the one generated from `rsm.config.settings.SETTINGS`."""
+"""README's table of settings is the one generated from `rsm.config.settings.SETTINGS`."""
 
 from __future__ import annotations
 

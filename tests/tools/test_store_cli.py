@@ -16,7 +16,7 @@ from rsm.api.metadata import uuid_to_base64
 from rsm.catalog import TopicCatalog
 from rsm.cli.main import main
 from rsm.config.settings import RsmConfig
-from rsm.store.locations import REGISTRY_DIR
+from rsm.stored.location_record import REGISTRY_DIR
 
 
 @pytest.fixture(params=["file", "s3", "gcs", "azure"])

@@ -15,9 +15,9 @@ from rsm import LogConfig, RemoteStorageManager, TopicIdPartition
 from rsm.api.metadata import uuid_to_base64
 from rsm.bridge.server import load_properties, split_rsm_configs
 from rsm.cli.main import main
-from rsm.config.overlay import OVERLAY_DIR
-from rsm.store.locations import REGISTRY_DIR
-from rsm.store.topic_encryption import MEMORY_DIR
+from rsm.stored.location_record import REGISTRY_DIR
+from rsm.stored.overlay import OVERLAY_DIR
+from rsm.stored.topic_encryption import MEMORY_DIR
 
 SECRET = "not-a-real-secret-0123"
 

@@ -1,5 +1,8 @@
 """The custom metadata a copy returns: where the segment went, in at most 128 bytes.
 
+Why in the stored format: the copy writes these bytes, Kafka keeps them, and fetch, delete and the tools
+read them back to find the segment's objects, so their encoding belongs to none of those paths.
+
 Kafka stores these bytes with the segment's metadata and passes them back to fetch and delete. They record
 the location (bucket and prefix) the segment was written to, so a segment stays reachable after the
 topic's `unchecked.rsm.bucket` or `unchecked.rsm.prefix` changes. Everything else (chunking, key id,
@@ -23,7 +26,7 @@ from __future__ import annotations
 from rsm.api.errors import RemoteStorageException
 from rsm.api.metadata import CustomMetadata
 from rsm.config.names import bucket_problem, prefix_problem
-from rsm.store.layout import Location
+from rsm.stored.layout import Location
 
 VERSION = 1
 MAX_BYTES = 128
