@@ -5,7 +5,7 @@ receives the topic's LogConfig, whose `unchecked.rsm.*` keys choose bucket, pref
 compression and chunk size (see `rsm.config.settings`).
 
 Today's brokers refuse `unchecked.*` topic configs, so those keys also come from the topic's overlay in
-the store (`rsm.config.overlay`, set with `rsm topic-config`, keyed by topic id, cached
+the store (`rsm.store.overlays`, set with `rsm topic-config`, keyed by topic id, cached
 `topic.overlay.cache.ms`): LogConfig keys win over the overlay, the overlay over the broker's
 `rsm.config.*`. Only new copies read the settings: an existing segment is found through its custom
 metadata (where it was written), so a changed bucket or prefix never orphans it.
@@ -42,7 +42,6 @@ from rsm.api.metadata import (
     RemoteLogSegmentMetadata,
     TopicIdPartition,
 )
-from rsm.config.overlay import OverlayCache
 from rsm.config.settings import ConfigEntry, RsmConfig
 from rsm.copy.pipeline import copy_segment
 from rsm.fetch import segments
@@ -52,6 +51,7 @@ from rsm.policy.pending import PendingOverlayStore
 from rsm.state import RsmState
 from rsm.store.deletion import delete_segment
 from rsm.store.objects import ObjectStore
+from rsm.store.overlays import OverlayCache
 
 
 class RemoteStorageManager:

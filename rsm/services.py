@@ -19,7 +19,6 @@ from rsm.api.errors import ConfigException
 from rsm.broker_settings import RsmSettings
 from rsm.config.keyring import Keyring, keyring_for
 from rsm.config.kms import is_kms_key
-from rsm.config.overlay import OverlayCache, TopicOverlayStore
 from rsm.policy.enforce import PolicyGate
 from rsm.policy.loading import load_topic_policy
 from rsm.policy.pending import PendingAdopter, PendingOverlayStore
@@ -27,6 +26,7 @@ from rsm.store.home import CatalogHome
 from rsm.store.location_notes import LocationNotes
 from rsm.store.locations import LocationRegistry
 from rsm.store.objects import ObjectStore
+from rsm.store.overlays import OverlayCache, TopicOverlayStore
 from rsm.store.topic_encryption import EncryptionMemory
 from rsm.validation.api import RecordValidationPolicy, load_policy
 from rsm.validation.builtin import BuiltinPolicies

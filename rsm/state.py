@@ -1,8 +1,10 @@
 """What a configured RemoteStorageManager holds: its settings, its services, and what outlives both.
 
 `RemoteStorageManager` (`rsm.manager`) is the contract Kafka calls; the jobs it delegates to
-(`rsm.copy.pipeline`, `rsm.fetch.segments`, `rsm.store.deletion`) start from one `RsmState`. `configure`
-decides the settings (`rsm.broker_settings.RsmSettings`, immutable) and builds the services they name
+(`rsm.copy.pipeline`, `rsm.fetch.segments`, `rsm.store.deletion`) start from one `RsmState`, each typed
+against a protocol of its own that names what it uses (`CopyState`, `FetchState`, `DeletionState`), so
+none imports this module, which is built on theirs. `configure` decides the settings
+(`rsm.broker_settings.RsmSettings`, immutable) and builds the services they name
 (`rsm.services.RsmServices`: the store, the keyring, the policies, the overlays, the location record, the
 catalog home), then swaps the pair in as one value, so an operation takes both at its start
 (`configured()`) and keeps them to its end. Each job hands its helpers the settings and the one or two
@@ -26,7 +28,6 @@ from rsm.api.errors import ConfigException, RemoteStorageException
 from rsm.api.log_config import LogConfig
 from rsm.api.metadata import RemoteLogSegmentMetadata, TopicIdPartition
 from rsm.broker_settings import RsmSettings
-from rsm.config.overlay import OverlayCache
 from rsm.config.settings import RsmConfig, TopicSettings, unknown_setting
 from rsm.fetch.cache import ByteLRU, IdentityMemo
 from rsm.fetch.reader import ChunkAllocator, SegmentReader
@@ -34,6 +35,7 @@ from rsm.services import RsmServices
 from rsm.store.errors import safe_message
 from rsm.store.layout import Location, SegmentKeys
 from rsm.store.objects import ObjectStore
+from rsm.store.overlays import OverlayCache
 from rsm.stored import custom_metadata as cm
 from rsm.stored.manifest import Manifest
 from rsm.validation.records import ValidationStats

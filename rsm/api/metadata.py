@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rsm.api.errors import InvalidArgumentException
-from rsm.config.names import topic_problem
+from rsm.api.names import topic_problem
 
 __all__ = [
     "CustomMetadata",

@@ -36,12 +36,12 @@ from rsm.catalog.ranged import EpochCache, RangedHistory
 from rsm.catalog.segments import CatalogError, StoredSegment, list_segments, map_concurrently, read_manifest
 from rsm.catalog.topic_listing import TopicLister
 from rsm.catalog.unreadable import OVERLAY, RECORD, UnreadableLocation, location_problem
-from rsm.config.overlay import TopicOverlayStore, named_buckets
 from rsm.config.settings import RsmConfig
 from rsm.store.home import CatalogHome, catalog_home, data_default
 from rsm.store.layout import Location
 from rsm.store.locations import FoundTopicDir, LocationRegistry, RecordLookup, scan_bucket
 from rsm.store.objects import ObjectNotFound, ObjectStore
+from rsm.store.overlays import TopicOverlayStore, named_buckets
 from rsm.stored.overlay import TopicOverlay
 
 log = logging.getLogger(__name__)

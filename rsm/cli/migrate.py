@@ -396,7 +396,7 @@ def _move(
 
 
 def _check_location(location: Location) -> None:
-    from rsm.config.names import bucket_problem, prefix_problem
+    from rsm.api.names import bucket_problem, prefix_problem
 
     for what, name, problem in (("--to-bucket", location.bucket, bucket_problem(location.bucket)),
                                 ("--to-prefix", location.prefix, prefix_problem(location.prefix))):  # fmt: skip

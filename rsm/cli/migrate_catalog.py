@@ -23,7 +23,7 @@ def move_catalog_command(
     args: argparse.Namespace, config: RsmConfig, store: ObjectStore, out: Console
 ) -> int:
     """`rsm migrate catalog --to-bucket B [--to-prefix P]` (rsm.migrate.catalog_move)."""
-    from rsm.config.names import bucket_problem, prefix_problem
+    from rsm.api.names import bucket_problem, prefix_problem
 
     prefix = config.catalog_prefix if args.to_prefix is None else args.to_prefix
     for what, value, problem in (("--to-bucket", args.to_bucket, bucket_problem(args.to_bucket)),

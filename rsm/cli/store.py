@@ -117,7 +117,7 @@ def _catalog(path: Path, args: argparse.Namespace) -> TopicCatalog:
 
 def _earlier_defaults(config: RsmConfig, args: argparse.Namespace) -> list[Location]:
     """`locate --bucket OLD [--prefix P]`: the earlier default locations to read and scan."""
-    from rsm.config.names import bucket_problem, prefix_problem
+    from rsm.api.names import bucket_problem, prefix_problem
 
     buckets: list[str] = getattr(args, "bucket", None) or []
     prefix = getattr(args, "prefix", None)

@@ -34,7 +34,6 @@ from rsm.api.metadata import to_uuid, uuid_to_base64
 from rsm.cli.console import err_console, out_console
 from rsm.cli.options import config_and_json
 from rsm.config.keyring import Keyring
-from rsm.config.overlay import TopicOverlayStore
 from rsm.config.properties import RSM_CONFIG_PREFIX, check_known_keys, load_properties, split_rsm_configs
 from rsm.config.redact import redact_text, shown
 from rsm.config.settings import ConfigEntry, ConfigSource, RsmConfig, unknown_topic_key
@@ -53,6 +52,7 @@ from rsm.policy.loading import load_topic_policy
 from rsm.policy.pending import PendingOverlayStore
 from rsm.store.home import CatalogHome, catalog_home
 from rsm.store.objects import ObjectStore
+from rsm.store.overlays import TopicOverlayStore
 from rsm.stored.overlay import TopicOverlay, known_keys, validate_overlay_configs
 from rsm.stored.pending_overlay import PendingOverlay
 

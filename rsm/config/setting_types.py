@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from rsm.api.errors import ConfigException
-from rsm.config.names import bucket_problem, prefix_problem
+from rsm.api.names import bucket_problem, prefix_problem
 from rsm.config.redact import redact_url, shown
 
 

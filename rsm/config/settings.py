@@ -7,7 +7,7 @@ chunk size.
 
 Today's brokers (Kafka 4.4) refuse unknown topic configs (`INVALID_CONFIG: Unknown topic config name:
 unchecked.rsm.bucket`) and pass no LogConfig, so a topic cannot hold those keys yet. Until it can, the same
-keys live in a per-topic overlay document kept in the store itself (`rsm.config.overlay`, keyed by topic id,
+keys live in a per-topic overlay document kept in the store itself (`rsm.store.overlays`, keyed by topic id,
 changed at run time by `rsm topic-config`): every broker, the Spark reader and the migration tool see one
 copy, a change needs no restart, and a recreated topic does not inherit its predecessor's settings.
 
@@ -31,8 +31,8 @@ from pathlib import Path
 
 from rsm.api.errors import ConfigException
 from rsm.api.log_config import LogConfig
+from rsm.api.names import CLOUD_BUCKET_RULES
 from rsm.config.cloud_settings import CLOUD_SETTINGS, KMS_SETTINGS
-from rsm.config.names import CLOUD_BUCKET_RULES
 from rsm.config.redact import HIDDEN_VALUE, looks_secret, redact_url
 from rsm.config.setting_types import (  # noqa: F401 - re-exported: parsers and Setting lived here
     Setting,
@@ -60,7 +60,7 @@ class ConfigSource(enum.Enum):
 
     TOPIC_UNCHECKED = "TOPIC_UNCHECKED"
     TOPIC_OVERLAY = (
-        "TOPIC_OVERLAY"  # the per-topic overlay in the store (rsm.config.overlay), for today's brokers
+        "TOPIC_OVERLAY"  # the per-topic overlay in the store (rsm.store.overlays), for today's brokers
     )
     TOPIC = "TOPIC"
     BROKER = "BROKER"
@@ -448,7 +448,7 @@ class RsmConfig:
     ) -> TopicSettings:
         """The effective settings for an operation on a topic with this LogConfig and overlay.
 
-        `overlay` is the topic's `unchecked.*` keys from the store (`rsm.config.overlay`), used for every key the
+        `overlay` is the topic's `unchecked.*` keys from the store (`rsm.store.overlays`), used for every key the
         LogConfig does not carry. Raises ConfigException naming the offending key (never echoing a
         sensitive value).
         """
@@ -478,7 +478,7 @@ class RsmConfig:
 
     def _check_backend_bucket(self, bucket: str, key: str) -> None:
         """Each cloud's own bucket (Azure: container) naming rules, checked when the name is configured or
-        resolved, naming the key, not at the first upload (`rsm.config.names.CLOUD_BUCKET_RULES`).
+        resolved, naming the key, not at the first upload (`rsm.api.names.CLOUD_BUCKET_RULES`).
 
         Why not in the `bucket` parser: a topic's value is parsed without knowing the backend (the overlay
         and the CLI check it alone), and the file store, where a bucket is a directory, takes shorter names.

@@ -1,6 +1,6 @@
 """No silent downgrade: a copy never writes a topic's segment in plaintext, or under another key, by accident.
 
-A topic's encryption is a setting that can vanish: its overlay lives in the store (`rsm.config.overlay`), and
+A topic's encryption is a setting that can vanish: its overlay lives in the store (`rsm.store.overlays`), and
 when that document cannot be read, or is no longer where the broker looks (the default `bucket` changed,
 so the catalog home moved with it: `rsm.store.home`), the broker's defaults apply. Left alone, the next
 segments of an encrypted topic would go out in plaintext. Three checks, before anything is written:

@@ -24,13 +24,18 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from rsm.api.errors import ConfigException
 from rsm.api.log_config import LogConfig
-from rsm.api.metadata import CustomMetadata, IndexType, LogSegmentData, RemoteLogSegmentMetadata
+from rsm.api.metadata import (
+    CustomMetadata,
+    IndexType,
+    LogSegmentData,
+    RemoteLogSegmentMetadata,
+    TopicIdPartition,
+)
 from rsm.config.kms import is_kms_key
-from rsm.config.overlay import named_buckets
 from rsm.config.settings import TopicSettings
 from rsm.copy.checks import verify_segment
 from rsm.copy.cleanup import remove_failed_copy
@@ -42,6 +47,7 @@ from rsm.store.errors import StoreErrors
 from rsm.store.first_copy import starts_the_log
 from rsm.store.layout import Location, SegmentKeys
 from rsm.store.objects import ObjectNotFound, ObjectStore
+from rsm.store.overlays import named_buckets
 from rsm.stored import custom_metadata as cm
 from rsm.stored.cipher import SegmentCipher
 from rsm.stored.manifest import Encryption, Manifest, SegmentInfo
@@ -51,13 +57,33 @@ if TYPE_CHECKING:
     from rsm.config.keyring import Keyring
     from rsm.metrics import RsmMetrics
     from rsm.services import RsmServices
-    from rsm.state import RsmState
+    from rsm.validation.records import ValidationStats
 
 log = logging.getLogger("rsm.manager")  # the copy's line, under the name operators' filters know
 
 
+class CopyState(Protocol):
+    """What the copy uses of the manager's state: the configured settings and services, the topic's overlay,
+    and what outlives a reconfiguration (counters, memos, what was said once). `rsm.state.RsmState` has all
+    of it; it is named here, not imported, because the state sits above the jobs it hands itself to."""
+
+    metrics: RsmMetrics
+    validation_stats: ValidationStats
+    known_topics: set[uuid.UUID]  # topic ids the catalog home was found to know (`rsm.copy.downgrade`)
+    registry_warned: bool
+
+    @property
+    def broker_settings(self) -> RsmSettings: ...
+
+    def configured(self) -> tuple[RsmSettings, RsmServices]: ...
+
+    def topic_overlay(self, topic_id_partition: TopicIdPartition) -> Mapping[str, str]: ...
+
+    def forget(self, keys: SegmentKeys) -> None: ...
+
+
 def copy_segment(
-    state: RsmState,
+    state: CopyState,
     metadata: RemoteLogSegmentMetadata,
     segment_data: LogSegmentData,
     log_config: Mapping[str, str] | None,
@@ -70,7 +96,7 @@ def copy_segment(
 
 
 def _copy(
-    state: RsmState,
+    state: CopyState,
     metadata: RemoteLogSegmentMetadata,
     segment_data: LogSegmentData,
     log_config: Mapping[str, str] | None,

@@ -12,27 +12,52 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, Protocol
 
 from rsm.api.errors import RemoteResourceNotFoundException, RemoteStorageException
 from rsm.api.metadata import IndexType, RemoteLogSegmentMetadata
 from rsm.fetch.reader import SegmentReader, cipher_for
 from rsm.store import forward
 from rsm.store.errors import StoreErrors
-from rsm.store.layout import SegmentKeys
+from rsm.store.layout import Location, SegmentKeys
 from rsm.stored import custom_metadata as cm
 from rsm.stored.forward import SegmentRef
 from rsm.stored.manifest import Manifest, require_authenticated
 
 if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
+
     from rsm.broker_settings import RsmSettings
+    from rsm.fetch.cache import ByteLRU, IdentityMemo
+    from rsm.fetch.reader import ChunkAllocator
     from rsm.metrics import RsmMetrics
     from rsm.services import RsmServices
-    from rsm.state import RsmState
+
+
+class FetchState(Protocol):
+    """What the fetch path uses of the manager's state: the configured settings and services, and the caches,
+    memos and threads that outlive a reconfiguration. `rsm.state.RsmState` has all of it; it is named here,
+    not imported, because the state holds this package's readers and caches (the import would be a circle)."""
+
+    metrics: RsmMetrics
+    manifests: ByteLRU[tuple[Manifest, int]]
+    chunks: ByteLRU[bytes]
+    allocate: ChunkAllocator | None
+    keys: IdentityMemo[RemoteLogSegmentMetadata, SegmentKeys]
+    readers: IdentityMemo[Manifest, SegmentReader]
+    executor: ThreadPoolExecutor | None
+
+    def configured(self) -> tuple[RsmSettings, RsmServices]: ...
+
+    def location(
+        self, metadata: RemoteLogSegmentMetadata, log_config: Mapping[str, str] | None
+    ) -> Location: ...
+
+    def forget(self, keys: SegmentKeys) -> None: ...
 
 
 def fetch_log_segment(
-    state: RsmState,
+    state: FetchState,
     metadata: RemoteLogSegmentMetadata,
     start_position: int,
     end_position: int | None,
@@ -84,7 +109,7 @@ def count_fetch_failure(
 
 
 def fetch_index(
-    state: RsmState,
+    state: FetchState,
     metadata: RemoteLogSegmentMetadata,
     index_type: IndexType,
     log_config: Mapping[str, str] | None,
@@ -105,14 +130,14 @@ def fetch_index(
 
 
 def reader_of(
-    state: RsmState, metadata: RemoteLogSegmentMetadata, log_config: Mapping[str, str] | None
+    state: FetchState, metadata: RemoteLogSegmentMetadata, log_config: Mapping[str, str] | None
 ) -> tuple[SegmentReader, SegmentKeys]:
     """The segment's reader and the keys it reads (where forwards led, if they did)."""
     return _reader_of(state, *state.configured(), metadata, log_config)
 
 
 def _reader_of(
-    state: RsmState,
+    state: FetchState,
     broker: RsmSettings,
     services: RsmServices,
     metadata: RemoteLogSegmentMetadata,
@@ -142,7 +167,7 @@ def _reader_of(
 
 
 def keys_of(
-    state: RsmState, metadata: RemoteLogSegmentMetadata, log_config: Mapping[str, str] | None
+    state: FetchState, metadata: RemoteLogSegmentMetadata, log_config: Mapping[str, str] | None
 ) -> SegmentKeys:
     """The segment's object keys; remembered per metadata object when its custom metadata says where
     it lives (the bridge hands the same object for every fetch of a segment, and so does Kafka)."""
@@ -157,7 +182,7 @@ def keys_of(
 
 
 def manifest_or_moved(
-    state: RsmState,
+    state: FetchState,
     broker: RsmSettings,
     services: RsmServices,
     metadata: RemoteLogSegmentMetadata,
@@ -186,7 +211,7 @@ def manifest_or_moved(
 
 
 def manifest_of(
-    state: RsmState,
+    state: FetchState,
     broker: RsmSettings,
     services: RsmServices,
     metadata: RemoteLogSegmentMetadata,

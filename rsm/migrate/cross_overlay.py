@@ -1,6 +1,6 @@
 """A cross-backend move carries the topic's settings documents: its overlay and its pending overlay.
 
-A topic's `unchecked.rsm.*` settings live in an overlay in the store (`rsm.config.overlay`): its bucket and
+A topic's `unchecked.rsm.*` settings live in an overlay in the store (`rsm.store.overlays`): its bucket and
 prefix, its encryption and key id, its compression, chunk size and record validation. Brokers switched to
 the destination store read overlays from there only, so a move that left the overlay behind would have
 them tier the topic's next segments with the destination's defaults: unencrypted, say, a topic the source

@@ -40,12 +40,12 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from rsm.api.metadata import uuid_to_base64
-from rsm.config.overlay import TopicOverlayStore
 from rsm.migrate.gc import Orphan
 from rsm.migrate.journal import JOURNAL_DIR
 from rsm.store.layout import Location
 from rsm.store.locations import LocationRegistry
 from rsm.store.objects import ObjectInfo, ObjectNotFound, ObjectStore
+from rsm.store.overlays import TopicOverlayStore
 from rsm.store.topic_encryption import EncryptionMemory
 from rsm.stored.location_record import COMPLETE_MARKER
 

@@ -33,9 +33,9 @@ import threading
 from collections.abc import Mapping
 
 from rsm.api.errors import ConfigException
+from rsm.api.names import topic_problem
 from rsm.config.keyring import Keyring
 from rsm.config.kms import is_kms_key
-from rsm.config.names import topic_problem
 from rsm.config.redact import is_sensitive_key
 from rsm.config.settings import (
     TOPIC_KEYS,

@@ -2,7 +2,7 @@
 created under that name before its first segment is tiered.
 
 Why: today's brokers (Kafka 4.4) refuse `unchecked.rsm.*` topic configs, so a topic's bucket, prefix and
-encryption live in an overlay keyed by topic id (`rsm.config.overlay`), and a topic id exists only once the topic
+encryption live in an overlay keyed by topic id (`rsm.store.overlays`), and a topic id exists only once the topic
 does. A topic that the policy requires to be encrypted (`policy.encryption.required.topics`) could then
 never be created: the create policy sees no encryption setting, and there is nothing to attach one to.
 So an operator writes the settings under the name first:
@@ -44,9 +44,9 @@ from collections.abc import Mapping
 
 from rsm.api.errors import ConfigException
 from rsm.api.metadata import to_uuid, uuid_to_base64
-from rsm.config.overlay import TopicOverlayStore
 from rsm.store.locations import LocationRegistry
 from rsm.store.objects import ObjectNotFound, ObjectStore
+from rsm.store.overlays import TopicOverlayStore
 from rsm.stored.overlay import TopicOverlay, validate_overlay_configs
 from rsm.stored.pending_overlay import (
     PENDING_DIR,
@@ -137,7 +137,7 @@ class PendingOverlayStore:
 class PendingAdopter:
     """Adopts a topic name's pending overlay for a topic id that has none (step 2 of the module docstring).
 
-    Called by `rsm.config.overlay.OverlayCache` when a topic id has no overlay; returns the adopted overlay or None.
+    Called by `rsm.store.overlays.OverlayCache` when a topic id has no overlay; returns the adopted overlay or None.
     """
 
     def __init__(

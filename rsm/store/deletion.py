@@ -15,26 +15,74 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from rsm.api.metadata import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
-from rsm.config.names import topic_problem
+from rsm.api.names import topic_problem
 from rsm.store import forward
 from rsm.store.debris import remove_segment_leftovers
 from rsm.store.errors import StoreErrors
-from rsm.store.layout import SegmentKeys
+from rsm.store.layout import Location, SegmentKeys
 from rsm.store.locations import LocationRegistry
 from rsm.store.objects import ObjectNotFound, ObjectStore
 from rsm.stored.forward import SegmentRef
 
 if TYPE_CHECKING:
-    from rsm.state import RsmState
+    from rsm.metrics import RsmMetrics
+    from rsm.store.location_notes import LocationNotes
 
 log = logging.getLogger("rsm.manager")  # the delete's line, under the name operators' filters know
 
 
+class DeleteGate(Protocol):
+    """The topic management policy's say on a delete (`rsm.policy.enforce.PolicyGate`): a legal hold raises
+    RemoteStorageException and the segment is kept."""
+
+    def check_delete(
+        self,
+        metadata: RemoteLogSegmentMetadata,
+        log_config: Mapping[str, str] | None,
+        overlay: Mapping[str, str] | None,
+    ) -> None: ...
+
+
+class DeletionServices(Protocol):
+    """The configured services the delete uses (`rsm.services.RsmServices` has them)."""
+
+    @property
+    def store(self) -> ObjectStore: ...
+
+    @property
+    def gate(self) -> DeleteGate: ...
+
+    @property
+    def registry(self) -> LocationRegistry: ...
+
+    @property
+    def notes(self) -> LocationNotes: ...
+
+
+class DeletionState(Protocol):
+    """What the delete uses of the manager's state. `rsm.state.RsmState` has all of it; it is named here, not
+    imported, because the state and its services are built on this package (the import would be a circle)."""
+
+    metrics: RsmMetrics
+    registry_warned: bool
+
+    @property
+    def services(self) -> DeletionServices: ...
+
+    def location(
+        self, metadata: RemoteLogSegmentMetadata, log_config: Mapping[str, str] | None
+    ) -> Location: ...
+
+    def forget(self, keys: SegmentKeys) -> None: ...
+
+    def topic_overlay(self, topic_id_partition: TopicIdPartition) -> Mapping[str, str]: ...
+
+
 def delete_segment(
-    state: RsmState, metadata: RemoteLogSegmentMetadata, log_config: Mapping[str, str] | None
+    state: DeletionState, metadata: RemoteLogSegmentMetadata, log_config: Mapping[str, str] | None
 ) -> None:
     """Remove the segment's objects, the manifest first so readers never see a half-deleted segment, then
     whatever unfinished writes of them left (`rsm.store.debris`).
@@ -127,7 +175,7 @@ def sweep_leftovers(store: ObjectStore, metadata: RemoteLogSegmentMetadata, keys
         log.warning("%s", exc)
 
 
-def _delete_overlay(state: RsmState, tip: TopicIdPartition) -> Mapping[str, str]:
+def _delete_overlay(state: DeletionState, tip: TopicIdPartition) -> Mapping[str, str]:
     """The overlay a deletion's legal-hold check reads. A topic name Kafka refuses (only a forged value
     gets here) can have no overlay: the store refuses its keys just below, naming them."""
     if topic_problem(tip.topic):

@@ -1,6 +1,6 @@
 """The catalog home: where the store's own documents live, apart from where new segments go.
 
-The store keeps documents of its own beside the segments: topic overlays (`rsm.config.overlay`), pending
+The store keeps documents of its own beside the segments: topic overlays (`rsm.store.overlays`), pending
 overlays (`rsm.policy.pending`), location records (`rsm.store.locations`), the topics' encryption memory
 (`rsm.copy.downgrade`) and migration journals (`rsm.migrate.journal`), all under
 

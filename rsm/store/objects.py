@@ -31,7 +31,7 @@ threads. Within an operation's `Budget` (a copy's `copy.timeout.ms`) a request a
 what is left of it.
 
 Names are checked on every call, whoever the caller: a bucket must be a valid bucket name and a key
-relative, without "." / ".." or empty segments, backslashes or control characters (`rsm.config.names`), and on the
+relative, without "." / ".." or empty segments, backslashes or control characters (`rsm.api.names`), and on the
 file store the path must resolve, symlinks followed, inside `<root>/<bucket>/`. A refused name raises
 `InvalidArgumentException` naming the object. Why here as well as where names enter: a name that slipped
 past one entry point (custom metadata, manifests, topic names) once made the file store unlink and
@@ -52,7 +52,7 @@ from typing import Any, ClassVar, TypeVar
 from fsspec.exceptions import FSTimeoutError
 
 from rsm.api.errors import ConfigException, InvalidArgumentException
-from rsm.config.names import bucket_problem, key_problem
+from rsm.api.names import bucket_problem, key_problem
 from rsm.config.redact import redact_text, split_userinfo
 from rsm.config.settings import Backend, RsmConfig
 from rsm.store.deadlines import current_budget

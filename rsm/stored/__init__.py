@@ -12,7 +12,7 @@ here and imports none of them (only `segment_format`, `rsm.api` and `rsm.config`
 - `rekey`: rewriting a manifest without touching its pieces (sealing, re-keying, moving);
 
 and the store's other documents, each a value type with its JSON (or bytes) and its checks, read and written
-through a store by `rsm.store`, `rsm.config.overlay` and `rsm.policy.pending`:
+through a store by `rsm.store`, `rsm.store.overlays` and `rsm.policy.pending`:
 
 - `custom_metadata`: the <= 128 bytes a copy hands Kafka, naming the segment's location;
 - `forward`: the object a move leaves at a segment's old location;

@@ -12,7 +12,7 @@ Encoding (version 1)::
 
     0x01 | u8 bucket length | bucket (UTF-8) | u8 prefix length | prefix (UTF-8)
 
-`decode` checks the bucket and prefix with the same rules as the config (`rsm.config.names`): these bytes come back
+`decode` checks the bucket and prefix with the same rules as the config (`rsm.api.names`): these bytes come back
 from Kafka's metadata topic, and a crafted location must not make a delete or fetch leave the store.
 
 Kafka's `remote.log.metadata.custom.metadata.max.bytes` defaults to 128 and a larger value makes the broker
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from rsm.api.errors import RemoteStorageException
 from rsm.api.metadata import CustomMetadata
-from rsm.config.names import bucket_problem, prefix_problem
+from rsm.api.names import bucket_problem, prefix_problem
 from rsm.stored.layout import Location
 
 VERSION = 1

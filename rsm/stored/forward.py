@@ -10,7 +10,7 @@ through a store, and following a chain of them, is `rsm.store.forward`'s job; th
      "segment_id": "<22-char base64>", "to": {"bucket": "b", "prefix": "p/"}, "moved_ms": 1700000000000}
 
 (JSON, keys sorted.) What a forward may name is checked like custom metadata: the bucket and prefix must be
-valid names (`rsm.config.names`), and its segment fields must be the segment's own, so a forward can only
+valid names (`rsm.api.names`), and its segment fields must be the segment's own, so a forward can only
 lead to this segment's objects (`rsm.stored.layout` derives every key from the location and the segment).
 """
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rsm.api.metadata import RemoteLogSegmentMetadata, uuid_to_base64
-from rsm.config.names import bucket_problem, prefix_problem
+from rsm.api.names import bucket_problem, prefix_problem
 from rsm.stored.layout import Location, partition_dir
 
 FORMAT = "kafka-tiered-rsm/segment-forward"

@@ -93,7 +93,7 @@ manifest, so a rewritten manifest that copied another's `copy_id` does not share
 
 `location.log` and `location.indexes` must be exactly the keys `rsm.stored.layout` derives from `location.prefix`
 and the segment's own fields (topic, topic id, partition, start offset, segment id), and those fields and the
-bucket and prefix must be valid names (`rsm.config.names`): readers refuse any other manifest, so one planted in
+bucket and prefix must be valid names (`rsm.api.names`): readers refuse any other manifest, so one planted in
 the store cannot make them read another segment's objects or a file outside the store.
 """
 
@@ -110,7 +110,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rsm.api.metadata import IndexType, RemoteLogSegmentMetadata, is_int, uuid_from_base64, uuid_to_base64
-from rsm.config.names import bucket_problem, prefix_problem, topic_problem
+from rsm.api.names import bucket_problem, prefix_problem, topic_problem
 from rsm.stored.cipher import SegmentCipher
 from rsm.stored.layout import INDEXES_SUFFIX, LOG_SUFFIX, partition_dir
 from rsm.stored.pieces import AAD_PREFIXES, CURRENT_VERSION, Codec, PieceKind, piece_tag

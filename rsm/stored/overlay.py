@@ -6,7 +6,7 @@
 
 Why in the stored format: every broker, the Spark reader, `rsm topic-config` and the migration tool read the
 same document, so its shape belongs to none of them. Why overlays exist at all, and reading them through a
-store with a cache, is `rsm.config.overlay`'s story; this module is the document: its key, its JSON and its
+store with a cache, is `rsm.store.overlays`'s story; this module is the document: its key, its JSON and its
 checks. Only known topic-level `unchecked.*` keys are accepted, parsed with the RSM's own parsers (a bad
 value is refused when written, not when the next copy fails), and nothing that looks like a secret is ever
 stored: overlays are readable by whoever can list the bucket.
@@ -22,7 +22,7 @@ from types import MappingProxyType
 
 from rsm.api.errors import ConfigException
 from rsm.api.metadata import to_uuid, uuid_to_base64
-from rsm.config.names import topic_problem
+from rsm.api.names import topic_problem
 from rsm.config.redact import is_sensitive_key, shown
 from rsm.config.settings import TOPIC_KEYS, TOPIC_PREFIX, parse_topic_config
 from rsm.stored.layout import Location

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from rsm.api.errors import ConfigException
-from rsm.config.names import topic_problem
+from rsm.api.names import topic_problem
 from rsm.stored.overlay import MAX_OVERLAY_BYTES, validate_overlay_configs
 
 PENDING_VERSION = 1

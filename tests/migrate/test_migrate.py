@@ -20,9 +20,9 @@ from migrate_helpers import Tiered, objects, tier_topic, topic_keys, write_prope
 
 from rsm.api.errors import RemoteResourceNotFoundException
 from rsm.cli.main import main
-from rsm.config.overlay import TopicOverlayStore
 from rsm.migrate import gc as gc_
 from rsm.store.objects import ObjectStore
+from rsm.store.overlays import TopicOverlayStore
 from rsm.stored.manifest import Manifest
 
 

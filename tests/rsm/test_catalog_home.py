@@ -32,9 +32,9 @@ from rsm import LogConfig, RemoteStorageManager, TopicIdPartition
 from rsm.api.errors import ConfigException
 from rsm.catalog import TopicCatalog
 from rsm.cli.main import main
-from rsm.config.overlay import TopicOverlayStore
 from rsm.config.settings import RsmConfig
 from rsm.store.home import CatalogMoved
+from rsm.store.overlays import TopicOverlayStore
 from rsm.stored.home import MOVED_POINTER, MOVING_POINTER
 from rsm.stored.manifest import Manifest
 

@@ -30,13 +30,13 @@ from rsm import (
 )
 from rsm.api.errors import ConfigException
 from rsm.api.metadata import RemoteLogSegmentMetadata, uuid_to_base64
+from rsm.api.names import CLOUD_BUCKET_RULES, bucket_problem, key_problem, prefix_problem, topic_problem
 from rsm.cli.main import main
-from rsm.config.names import CLOUD_BUCKET_RULES, bucket_problem, key_problem, prefix_problem, topic_problem
-from rsm.config.overlay import TopicOverlayStore
 from rsm.config.settings import RsmConfig
 from rsm.fetch.reader import SegmentReader
 from rsm.store.layout import Location, SegmentKeys
 from rsm.store.objects import ObjectStore
+from rsm.store.overlays import TopicOverlayStore
 from rsm.stored import custom_metadata as cm
 from rsm.stored.manifest import Manifest, ManifestError, canonical_bytes
 

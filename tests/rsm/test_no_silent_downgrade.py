@@ -16,10 +16,10 @@ from test_catalog_home import with_past
 
 from rsm import LogConfig, RemoteStorageManager, TopicIdPartition
 from rsm.api.errors import ConfigException, RemoteStorageException
-from rsm.config.overlay import TopicOverlayStore
 from rsm.config.settings import Backend, RsmConfig
 from rsm.store.local import LocalStore
 from rsm.store.objects import ObjectStore
+from rsm.store.overlays import TopicOverlayStore
 from rsm.stored.manifest import Manifest
 from rsm.stored.overlay import overlay_key
 from rsm.stored.topic_encryption import MEMORY_DIR

@@ -1,4 +1,4 @@
-"""Per-topic overlay (rsm.config.overlay): `unchecked.*` settings kept in the store for brokers that refuse them.
+"""Per-topic overlay (rsm.store.overlays): `unchecked.*` settings kept in the store for brokers that refuse them.
 
 Resolution order LogConfig > overlay > broker > default, validation with the RSM's own parsers, the cache
 TTL, isolation of a recreated topic (new id, same name), and copies landing where the overlay says on the
@@ -19,10 +19,10 @@ from test_rsm_topics import Store, store  # noqa: F401 - parametrized store fixt
 from rsm import LogConfig, RemoteStorageManager, TopicIdPartition
 from rsm.api.errors import ConfigException, RemoteStorageException
 from rsm.api.metadata import uuid_to_base64
-from rsm.config.overlay import OverlayCache, TopicOverlayStore
 from rsm.config.settings import ConfigSource, RsmConfig
 from rsm.store.local import LocalStore
 from rsm.store.objects import ObjectStore
+from rsm.store.overlays import OverlayCache, TopicOverlayStore
 from rsm.stored.location_record import REGISTRY_DIR
 from rsm.stored.manifest import Manifest
 from rsm.stored.overlay import OVERLAY_DIR, TopicOverlay, overlay_key

@@ -17,7 +17,6 @@ from kafka_segments import make_segment, write_keyring
 
 from rsm import LogConfig, RemoteStorageException, RemoteStorageManager, TopicIdPartition
 from rsm.api.errors import ConfigException
-from rsm.config.overlay import TopicOverlayStore
 from rsm.policy import (
     AlterTopicRequest,
     CreateTopicRequest,
@@ -32,6 +31,7 @@ from rsm.policy import (
 )
 from rsm.policy.api import broker_configs_for_policy
 from rsm.policy.builtin import BuiltinTopicPolicy
+from rsm.store.overlays import TopicOverlayStore
 
 SECRET = "s3-secret-that-must-never-show-0xC0FFEE"
 TIERED = {"remote.storage.enable": "true"}

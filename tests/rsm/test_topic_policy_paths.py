@@ -23,9 +23,9 @@ from rsm.bridge.client import BridgeClient
 from rsm.bridge.policy_ops import policy_handlers
 from rsm.bridge.server import BridgeServer
 from rsm.cli.main import main
-from rsm.config.overlay import OverlayCache, TopicOverlayStore
 from rsm.policy import PolicyViolationException
 from rsm.store.objects import ObjectStore
+from rsm.store.overlays import OverlayCache, TopicOverlayStore
 from rsm.stored.location_record import REGISTRY_DIR
 from rsm.stored.overlay import OVERLAY_DIR
 from rsm.stored.pending_overlay import PENDING_DIR, PENDING_TTL_MS

@@ -38,6 +38,15 @@ FORBIDDEN = {
     "rsm.policy": ("rsm.catalog", "rsm.migrate", "rsm.bridge", "rsm.cli", "spark_reader"),
     "rsm.manager": ("rsm.catalog", "rsm.migrate", "rsm.bridge", "rsm.cli", "spark_reader"),
     "rsm.state": ("rsm.catalog", "rsm.migrate", "rsm.bridge", "rsm.cli", "spark_reader"),
+    # what configure decides and what it builds: below the jobs that use them and the state that holds them
+    "rsm.broker_settings": (
+        *("rsm.catalog", "rsm.migrate", "rsm.bridge", "rsm.cli", "spark_reader"),
+        *("rsm.services", "rsm.copy", "rsm.fetch", "rsm.state", "rsm.manager"),
+    ),
+    "rsm.services": (
+        *("rsm.catalog", "rsm.migrate", "rsm.bridge", "rsm.cli", "spark_reader"),
+        *("rsm.copy", "rsm.fetch", "rsm.state", "rsm.manager"),
+    ),
     # above the core
     "rsm.catalog": ("rsm.migrate", "rsm.bridge", "rsm.cli", "spark_reader"),
     "rsm.migrate": ("rsm.bridge", "rsm.cli"),

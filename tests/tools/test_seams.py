@@ -136,3 +136,75 @@ def test_the_checks_find_what_they_look_for() -> None:
         "bad.py:4: rsm.store.objects._bounded",
     ]
     assert private_reaches("rsm.store.bad", "bad.py", bad) == []  # inside its own package: its business
+
+
+def module_edges() -> set[tuple[str, str]]:
+    """(module, module it imports) across two packages (a module's own ancestors excluded: they run first)."""
+    from test_layout import imports, modules
+
+    found = dict(modules())
+    return {
+        (name, target)
+        for name, path in found.items()
+        for target in imports(name, path)
+        if target in found and not name.startswith(target + ".") and package_of(target) != package_of(name)
+    }
+
+
+def package_graph(edges: set[tuple[str, str]]) -> dict[str, set[str]]:
+    """Package -> the packages its modules import."""
+    graph: dict[str, set[str]] = {}
+    for module, target in edges:
+        graph.setdefault(package_of(module), set()).add(package_of(target))
+    return graph
+
+
+def circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = [stack.pop()]
+            while component[-1] != v:
+                component.append(stack.pop())
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_two_packages_import_each_other() -> None:
+    """At package level (rsm.api, rsm.config, rsm.stored, rsm.store, ..., spark_reader), imports point one
+    way: in a circle no package can be understood, tested or replaced without the others."""
+    edges = module_edges()
+    graph = package_graph(edges)
+    found = circles(graph)
+    inside = {package for component in found for package in component}
+    why = sorted(
+        f"{m} imports {t}"
+        for m, t in edges
+        if package_of(m) in inside
+        and package_of(t) in inside
+        and any(package_of(m) in c and package_of(t) in c for c in found)
+    )
+    assert found == [], "\n".join(why)
+
+
+def test_the_circle_finder_finds_a_circle() -> None:
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []

@@ -8,6 +8,8 @@ can, those keys live in an overlay document per topic, stored next to the data:
     <broker bucket>/<broker prefix>_rsm/topic-configs/<topic>-<topicId base64>.json
 
 (the document, its JSON and its checks: `rsm.stored.overlay`; this module reads and writes it, and caches it).
+It lives with the store because all it does is I/O through an `ObjectStore`: the configuration
+(`rsm.config.settings`) only merges the keys it is handed, and so needs no store.
 
 Why the store: every broker, the Spark reader and the migration tool read the same document (no per-broker
 divergence, no restart). Why the topic id: a topic deleted and recreated under the same name gets a new
