@@ -208,3 +208,37 @@ def test_no_two_packages_import_each_other() -> None:
 def test_the_circle_finder_finds_a_circle() -> None:
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert circles({"a": {"b"}, "b": set()}) == []
+
+
+DESIGN = ROOT / "docs/DESIGN.md"
+LAYERS_MARK = "<!-- package layers"
+
+
+def drawn_layers() -> list[list[str]]:
+    """The packages of each line of docs/DESIGN.md's drawing, top line first."""
+    text = DESIGN.read_text()
+    block = text[text.index(LAYERS_MARK) :].split("```")[1]
+    layers = []
+    for line in block.splitlines()[1:]:  # after the fence's "text"
+        if line.strip():
+            names = line.split("  ")[0]
+            layers.append([name.strip() for name in names.split(",")])
+    return layers
+
+
+def test_the_drawing_in_design_md_is_the_package_graph() -> None:
+    """Every package is drawn once, and each imports only packages drawn on lines above it."""
+    layers = drawn_layers()
+    line_of = {name: n for n, names in enumerate(layers) for name in names}
+    edges = module_edges()
+    packages = {package_of(module) for module, _ in edges} | {package_of(target) for _, target in edges}
+    assert sorted(line_of) == sorted({*packages, *line_of}), "a package drawn that does not exist"
+    assert sorted(packages - set(line_of)) == [], "packages missing from docs/DESIGN.md's drawing"
+    assert sum(map(len, layers)) == len(line_of), "a package drawn twice"
+    wrong = sorted(
+        f"{module} imports {target} (line {line_of[package_of(target)] + 1} is not above "
+        f"line {line_of[package_of(module)] + 1})"
+        for module, target in edges
+        if line_of[package_of(target)] >= line_of[package_of(module)]
+    )
+    assert wrong == []
