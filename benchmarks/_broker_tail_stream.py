@@ -4,8 +4,9 @@ Kept apart from the batch queries so each module stays one job; everything here 
 Spark session against its one broker, with Spark's own Kafka source measured in the same run:
 
 * `available_now`: a stream of the whole broker-only topic, `Trigger.AvailableNow` with
-  `maxOffsetsPerTrigger`, into Spark's `noop` sink (every row is produced, nothing written): seconds,
-  rows, and the broker JVM's CPU seconds while it ran;
+  `maxOffsetsPerTrigger`, into Spark's `noop` sink (every row is produced, every column, nothing
+  written): seconds, rows, micro-batches, and the broker JVM's CPU seconds while it ran;
+  `available_now_rounds` runs it for each reader in interleaved rounds and keeps each one's best;
 * `latency`: one stream per reader following a one-partition topic with a 1 s ProcessingTime trigger into
   a foreachBatch sink, while a producer writes one record every 0.5-1.5 s (random, so the records land at
   every phase of the trigger) holding its wall-clock send time; a sample is the time from that send to the
@@ -56,6 +57,7 @@ class AvailableNowRun:
     seconds: float
     rows: int
     broker_cpu_s: float
+    batches: int = 0  # micro-batches that read rows
 
 
 def available_now(
@@ -81,8 +83,50 @@ def available_now(
     if query.exception() is not None:
         raise RuntimeError(f"{name} AvailableNow: {query.exception()}")
     rows = sum(p["numInputRows"] for p in query.recentProgress)
+    batches = sum(1 for p in query.recentProgress if p["numInputRows"])
     shutil.rmtree(checkpoint, ignore_errors=True)
-    return AvailableNowRun(elapsed, rows, cpu_used)
+    return AvailableNowRun(elapsed, rows, cpu_used, batches)
+
+
+@dataclass(frozen=True)
+class AvailableNowBest:
+    """A reader's best AvailableNow run over the rounds: seconds, broker CPU, micro-batches."""
+
+    seconds: float
+    broker_cpu_s: float
+    batches: int
+
+
+def available_now_rounds(
+    spark: Any,  # noqa: ANN401
+    readers: tuple[str, ...],
+    store: Mapping[str, str],
+    options: Mapping[str, str],
+    cpu: BrokerCpu,
+    work: Path,
+    rounds: int,
+    records: int,
+    note: Callable[[str], None],
+) -> dict[str, AvailableNowBest]:
+    """`available_now` by each reader in interleaved rounds after a warm-up (round 0): each one's best
+    (the least seconds and the least broker CPU over the rounds); every run must read `records` rows."""
+    runs: dict[str, list[AvailableNowRun]] = {r: [] for r in readers}
+    for round_ in range(rounds + 1):
+        for name in readers:
+            run = available_now(spark, name, store, options, cpu, work)
+            if run.rows != records:
+                raise RuntimeError(f"{name} AvailableNow read {run.rows} rows, not {records}")
+            if round_:
+                runs[name].append(run)
+        done = ", ".join(f"{r} {v[-1].seconds:.2f} s" for r, v in runs.items() if v)
+        note(f"  AvailableNow maxOffsetsPerTrigger {options['maxOffsetsPerTrigger']} round "
+             f"{round_ or 'warm-up'}: {done or 'done'}")  # fmt: skip
+    return {
+        r: AvailableNowBest(
+            min(x.seconds for x in v), min(x.broker_cpu_s for x in v), max(x.batches for x in v)
+        )
+        for r, v in runs.items()
+    }
 
 
 @dataclass

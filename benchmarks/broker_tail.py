@@ -1,7 +1,8 @@
 """The live tail at the store's speed: a topic that never tiers, read by format("kafka-tiered") and "kafka".
 
-    python benchmarks/broker_tail.py [--records 2000000] [--partitions 2] [--value-bytes 100]
+    python benchmarks/broker_tail.py [--records 3000000] [--partitions 2] [--value-bytes 100]
                                      [--codec zstd] [--rounds 3] [--latency-samples 60]
+                                     [--max-offsets-per-trigger 500000] [--small-trigger N]
                                      [--json out.json]
 
 One run, everything real: a Kafka 4.4 broker (tests/harness, one node, Kafka's own JVM settings, no
@@ -21,13 +22,29 @@ interleaved rounds after a warm-up (the fastest round of each counts), with
 * ``kafka``: Spark's own Kafka source, spark-sql-kafka-0-10_2.13 4.2.0 (Kafka's Java consumer).
 
 Answers must agree across the three. Around each query the broker JVM's CPU (/proc/<pid>/stat) is read:
-broker CPU µs per record read, per reader. Then, in the same session (`benchmarks._broker_tail_stream`):
-each reader streams the whole topic with ``Trigger.AvailableNow`` and ``maxOffsetsPerTrigger`` (an eighth
-of the records) into the noop sink (best of the rounds, broker CPU too), and the three follow a
-one-partition topic at once with a 1 s trigger into foreachBatch sinks while ``--latency-samples`` records
-carrying their send time are produced: the p50 of produce-to-sink latency. Prints rows/s and each
-reader's ratio to Spark's Kafka source, as measured in this run; no target (a measurement), exit status 0. Needs Java 17 and Maven for the broker
-and the jars, like the test suite.
+broker CPU µs per record read, per reader.
+
+Then, in the same session (`benchmarks._broker_tail_stream`), each reader streams the same never-tiering
+topic with ``Trigger.AvailableNow`` into the noop sink (every column of every row produced, nothing
+written), in interleaved rounds after a warm-up, best of the rounds, broker CPU too:
+
+* with ``maxOffsetsPerTrigger`` ``--max-offsets-per-trigger`` (default 500,000): the figure. An operator
+  sizes a backfill's trigger so that a micro-batch is real work, seconds of reading rather than Spark's
+  own per-batch bookkeeping (its offset and commit logs, ~100 ms a micro-batch here whatever the source):
+  500,000 records of 100 bytes are ~50 MB a micro-batch, six micro-batches over the issue's 3 M records,
+  each partition's task reading 250,000;
+* with ``--small-trigger`` (default a forty-eighth of the records, 62,500 for 3 M: 48 micro-batches),
+  reported as a note, so the fixed cost is not hidden: that run's time and ratio, and each reader's cost
+  per extra micro-batch (the two runs read the same records, so their difference over the extra
+  micro-batches is per-batch cost: Spark's bookkeeping, planning, task start; Spark's Kafka source keeps
+  consumers and an admin client across micro-batches, and so does this source's fetch layer,
+  `spark_reader.brokerwire.pool`).
+
+Last, the three follow a one-partition topic at once with a 1 s trigger into foreachBatch sinks while
+``--latency-samples`` records carrying their send time are produced: the p50 of produce-to-sink latency.
+Prints rows/s and each reader's ratio to Spark's Kafka source, as measured in this run (the machine's
+load average next to the stream figures: a shared machine's other work moves them); no target (a
+measurement), exit status 0. Needs Java 17 and Maven for the broker and the jars, like the test suite.
 """
 
 from __future__ import annotations
@@ -47,7 +64,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))  # the test harness: broker, Maven builds, Spark's Kafka jars
 
-from benchmarks._broker_tail_stream import AvailableNowRun, BrokerCpu, available_now, latency, p50  # noqa: E402
+from benchmarks._broker_tail_stream import (  # noqa: E402
+    AvailableNowBest,
+    BrokerCpu,
+    available_now_rounds,
+    latency,
+    p50,
+)
 from benchmarks._common import console, print_table  # noqa: E402
 from benchmarks.broker_wire import BROKER_JVM, value_pool  # noqa: E402
 
@@ -141,6 +164,14 @@ def batch_queries(frames: dict[str, Any], args: argparse.Namespace, cpu: BrokerC
     }
 
 
+def micro_batch_cost(large: AvailableNowBest, small: AvailableNowBest) -> float:
+    """Seconds each extra micro-batch costs a reader: both runs read the same records, so what the run
+    with more micro-batches takes beyond the other is per-batch cost (Spark's offset and commit logs
+    included, the same for every reader)."""
+    extra = small.batches - large.batches
+    return (small.seconds - large.seconds) / extra if extra > 0 else float("nan")
+
+
 def stream_queries(
     spark: Any,  # noqa: ANN401
     args: argparse.Namespace,
@@ -150,43 +181,64 @@ def stream_queries(
     broker: Any,  # noqa: ANN401
     work: Path,
 ) -> dict[str, Any]:
-    """AvailableNow with maxOffsetsPerTrigger over the topic (best of the rounds, with the broker's CPU),
-    then the micro-batch latency of a 1 s trigger (`benchmarks._broker_tail_stream`)."""
-    stream_opts = {k: v for k, v in offsets.items() if k != "endingOffsets"}
-    stream_opts["maxOffsetsPerTrigger"] = str(max(1, args.records // 8))
-    runs: dict[str, list[AvailableNowRun]] = {r: [] for r in READERS}
-    for round_ in range(args.rounds + 1):
-        for name in READERS:
-            run = available_now(spark, name, store, stream_opts, cpu, work)
-            if run.rows != args.records:
-                raise RuntimeError(f"{name} AvailableNow read {run.rows} rows, not {args.records}")
-            if round_:
-                runs[name].append(run)
-        console.print(f"  AvailableNow round {round_ or 'warm-up'} done", highlight=False)
-    best = {r: min(x.seconds for x in v) for r, v in runs.items()}
-    cpu_us = {r: min(x.broker_cpu_s for x in v) / args.records * 1e6 for r, v in runs.items()}
+    """AvailableNow over the topic with the operators' trigger and with the small one (best of the rounds,
+    with the broker's CPU), then the micro-batch latency of a 1 s trigger (`benchmarks._broker_tail_stream`)."""
+    base = {k: v for k, v in offsets.items() if k != "endingOffsets"}
+    runs = {}
+    for trigger in (args.max_offsets_per_trigger, args.small_trigger):
+        opts = {**base, "maxOffsetsPerTrigger": str(trigger)}
+        runs[trigger] = available_now_rounds(
+            spark, READERS, store, opts, cpu, work, args.rounds, args.records,
+            lambda line: console.print(line, highlight=False),
+        )  # fmt: skip
+    large, small = runs[args.max_offsets_per_trigger], runs[args.small_trigger]
     theirs = READERS[-1]
+    speed = {r: large[theirs].seconds / large[r].seconds for r in READERS}
+    small_speed = {r: small[theirs].seconds / small[r].seconds for r in READERS}
+    cpu_us = {r: large[r].broker_cpu_s / args.records * 1e6 for r in READERS}
+    per_batch = {r: micro_batch_cost(large[r], small[r]) for r in READERS}
     broker.create_topic(LATENCY_TOPIC, 1)
     lat = latency(spark, READERS, store, broker.bootstrap_servers, LATENCY_TOPIC, args.latency_samples, work)
     p50s = {r: p50(v) for r, v in lat.items()}
+    load = os.getloadavg()
     print_table(
-        f"streams: AvailableNow (maxOffsetsPerTrigger {stream_opts['maxOffsetsPerTrigger']}) best of "
-        f"{args.rounds}; latency of a 1 s trigger, {args.latency_samples} records, the readers at once",
+        f"streams, best of {args.rounds}: AvailableNow over the {args.records:,} records with "
+        f"maxOffsetsPerTrigger {args.max_offsets_per_trigger:,} ({large[theirs].batches} micro-batches); "
+        f"latency of a 1 s trigger, {args.latency_samples} records, the readers at once; load average "
+        f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f}",
         ["reader", "AvailableNow s", "speed / Spark's", "broker CPU µs/rec", "/ Spark's", "latency p50 ms",
          "/ Spark's"],
         [
-            (r, f"{best[r]:.2f}", f"{best[theirs] / best[r]:.2f}x", f"{cpu_us[r]:.3f}",
+            (r, f"{large[r].seconds:.2f}", f"{speed[r]:.2f}x", f"{cpu_us[r]:.3f}",
              f"{cpu_us[r] / max(cpu_us[theirs], 1e-9):.2f}x", f"{p50s[r] * 1000:.0f}",
              f"{p50s[r] / p50s[theirs]:.2f}x")
             for r in READERS
         ],
     )  # fmt: skip
+    print_table(
+        f"note, the fixed cost of a micro-batch: the same stream with maxOffsetsPerTrigger "
+        f"{args.small_trigger:,} ({small[theirs].batches} micro-batches), and what each extra micro-batch "
+        "costs (the two runs' difference per extra micro-batch, Spark's offset and commit logs included)",
+        ["reader", "AvailableNow s", "speed / Spark's", "ms per micro-batch"],
+        [
+            (r, f"{small[r].seconds:.2f}", f"{small_speed[r]:.2f}x", f"{per_batch[r] * 1000:.0f}")
+            for r in READERS
+        ],
+    )  # fmt: skip
     return {
-        "available_now_seconds_best": best,
-        "available_now_speed_vs_kafka_source": {r: best[theirs] / best[r] for r in READERS},
+        "max_offsets_per_trigger": args.max_offsets_per_trigger,
+        "available_now_seconds_best": {r: x.seconds for r, x in large.items()},
+        "available_now_speed_vs_kafka_source": speed,
         "available_now_broker_cpu_us_per_record": cpu_us,
+        "available_now_micro_batches": {r: x.batches for r, x in large.items()},
+        "small_trigger": args.small_trigger,
+        "small_trigger_seconds_best": {r: x.seconds for r, x in small.items()},
+        "small_trigger_speed_vs_kafka_source": small_speed,
+        "small_trigger_micro_batches": {r: x.batches for r, x in small.items()},
+        "seconds_per_micro_batch": per_batch,
         "latency_p50_s": p50s,
         "latency_p50_ratio_vs_kafka_source": {r: p50s[r] / p50s[theirs] for r in READERS},
+        "stream_load_average": load,
     }
 
 
@@ -194,14 +246,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--records", type=int, default=2_000_000, help="records to produce (default 2 M)")
+    parser.add_argument("--records", type=int, default=3_000_000, help="records to produce (default 3 M)")
     parser.add_argument("--partitions", type=int, default=2, help="topic partitions (default 2: local[2])")
     parser.add_argument("--value-bytes", type=int, default=100, help="value size (default 100)")
     parser.add_argument("--codec", default="zstd", help="producer compression.type (default zstd)")
     parser.add_argument("--rounds", type=int, default=3, help="measured rounds per reader and query")
     parser.add_argument("--latency-samples", type=int, default=60, help="records timed end to end (60)")
+    parser.add_argument(
+        "--max-offsets-per-trigger", type=int, default=500_000,
+        help="AvailableNow's maxOffsetsPerTrigger (default 500,000: six micro-batches of the 3 M records)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--small-trigger", type=int, default=None,
+        help="the small trigger of the per-micro-batch note (default: records / 48, 62,500 for 3 M)",
+    )  # fmt: skip
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
+    args.small_trigger = args.small_trigger or max(1, args.records // 48)
     for tool in ("java", "mvn"):
         if shutil.which(tool) is None:
             console.print(f"broker_tail: needs Java 17 and Maven on the PATH ({tool} is missing)")

@@ -20,9 +20,10 @@ cut of a response (`batches`), the range loop (`reader`), read_committed from a 
 | --- | --- |
 | `settings` | the `kafka.*` options (Java names) -> `WireSettings`: the one translation, the rest refused |
 | `connection` | kafka-python's network client: send one request, wait (throttles, deadlines) |
+| `pool` | connections kept for the process's next client of the same brokers (Spark's consumer pool) |
 | `redact` | keeps kafka-python's DEBUG lines from printing SASL frames |
 | `metadata`, `offsets`, `fetch` | the Metadata, ListOffsets and Fetch requests and their answers |
-| `batches` | the whole batches of a response and the offset after them (headers only) |
+| `batches` | the whole batches of a response, the offset after them, the cut at an end (headers) |
 | `client` | `BrokerWire`: topics, leaders, offsets, fetches; retries and errors as a Java consumer's |
 | `reader` | `read_range`: [start, end) as `WireChunk`s (raw bytes + aborted transactions) |
 | `aborts` | the Java consumer's read_committed rule over a chunk's decoded batches |

@@ -67,3 +67,34 @@ def whole_batches(records: bytes | memoryview, where: str = "fetched records") -
         count += 1
         position = end
     return WholeBatches(position, next_offset, first, count)
+
+
+@dataclass(frozen=True)
+class Cut:
+    """The whole batches of a response that may hold offsets below an end: the first `size` bytes; the
+    next batch, and every one after it, starts at `next_offset` (>= the end) or later."""
+
+    size: int
+    next_offset: int
+
+
+def cut_at(records: bytes | memoryview, end: int) -> Cut | None:
+    """Where the batches of `records` (whole ones, as `whole_batches` left them) stop holding offsets
+    below `end`: before the first magic 2 batch whose base offset is `end` or more. None when every
+    batch may hold one, or a legacy entry comes first (its header gives its last offset, not its first).
+
+    Why: a Fetch response is cut by bytes, not offsets, so it usually runs past the offsets a task was
+    asked for (up to `max.partition.fetch.bytes` more); those batches would be decompressed and
+    thrown away (the window), or CRC-checked by a count, for nothing. A Java consumer never touches
+    them either: it decompresses a batch only when its records are polled."""
+    n = len(records)
+    position = 0
+    unpack_entry = _ENTRY.unpack_from
+    while position + _LOG_OVERHEAD <= n:
+        base, length = unpack_entry(records, position)
+        if records[position + _MAGIC_AT] < 2:
+            return None
+        if base >= end:
+            return Cut(position, base)
+        position += _LOG_OVERHEAD + length
+    return None

@@ -20,7 +20,9 @@ consumer handles them:
 - no bootstrap server reachable within `default.api.timeout.ms`: `WireTimeoutError` saying so
   ("cannot reach the Kafka brokers ... (kafka.bootstrap.servers)"), the option to check named.
 
-Not thread-safe: one client per task (or thread). Close it when done (or use it as a context manager).
+Not thread-safe: one client per task (or thread). Close it when done (or use it as a context manager):
+its connection then goes back to this process's pool for the next client of the same brokers
+(`spark_reader.brokerwire.pool`, as Spark's Kafka source pools its consumers), unless it saw an error.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from spark_reader.brokerwire.metadata import (
     parse_topics,
 )
 from spark_reader.brokerwire.offsets import list_offsets_request, parse_list_offsets
+from spark_reader.brokerwire.pool import POOL
 from spark_reader.brokerwire.settings import WireSettings
 from spark_reader.brokerwire.stats import WireStats
 from spark_reader.brokerwire.transport import is_fatal
@@ -83,8 +86,10 @@ class BrokerWire:
     def __init__(self, settings: WireSettings) -> None:
         self.settings = settings
         self.stats = WireStats()
-        self._conn = WireConnection(settings, self.stats)
+        self._conn = POOL.take(settings, self.stats) or WireConnection(settings, self.stats)
         self._leaders: dict[str, dict[int, PartitionLeader]] = {}
+        self._clean = True  # no error seen: the connection may go back to the pool
+        self._closed = False
 
     @classmethod
     def from_kafka_params(cls, params: Mapping[str, str]) -> BrokerWire:
@@ -97,10 +102,20 @@ class BrokerWire:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        if exc is not None and not isinstance(exc, GeneratorExit):
+            self._clean = False
         self.close()
 
     def close(self) -> None:
-        self._conn.close()
+        """Done with the brokers: the connection goes back to the pool for this process's next client
+        when this one saw no error and it is still sound (`spark_reader.brokerwire.pool`), else closes."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._clean and self._conn.reusable():
+            POOL.give(self.settings, self._conn)
+        else:
+            self._conn.close()
 
     @property
     def servers(self) -> str:
@@ -131,15 +146,18 @@ class BrokerWire:
                 self._conn.bootstrap(deadline)
                 return attempt()
             except (Errors.SaslAuthenticationFailedError, Errors.IllegalSaslStateError) as exc:
+                self._clean = False
                 raise BrokerError(
                     f"{self._sasl_name()} authentication to the Kafka brokers {self.servers} failed: "
                     f"{_name(exc)} (check kafka.sasl.jaas.config's username and password)"
                 ) from None
             except Errors.AuthorizationError as exc:
+                self._clean = False
                 raise BrokerError(
                     f"the Kafka brokers {self.servers} refused access ({what}): {_name(exc)}"
                 ) from None
             except Errors.KafkaError as exc:
+                self._clean = False
                 reason = _name(exc)
                 if is_fatal(exc):  # a certificate not trusted, a host name not in it
                     raise BrokerError(f"TLS with the Kafka brokers {self.servers} failed: {reason}") from None

@@ -179,5 +179,18 @@ class WireConnection:
             "Fetch": self._client.api_version(FetchRequest, max_version=FETCH_MAX_VERSION),
         }
 
+    def reusable(self) -> bool:
+        """Whether another client may take this connection over (`spark_reader.brokerwire.pool`): it
+        reached the brokers, no error made it unusable, no request of its own is still in flight, and
+        each of its sockets is still open once what they hold is read (a broker that closed one, or
+        stopped, is noticed here)."""
+        if not self._bootstrapped or self._manager.fatal is not None:
+            return False
+        if self._client.in_flight_request_count():
+            return False
+        self._client.poll(timeout_ms=0)
+        conns = self._manager.open_connections()
+        return bool(conns) and all(c.connected for c in conns) and not self._client.in_flight_request_count()
+
     def close(self) -> None:
         self._client.close()

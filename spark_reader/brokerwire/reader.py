@@ -8,10 +8,14 @@ being returned whole, and the last may run past the end). Nothing here parses a 
 
 The next fetch starts at the offset after the last whole batch, so a batch cut by the size limit is
 fetched again whole. It is sent before the chunk is handed on (`BrokerWire.fetch_ahead`), so the broker
-reads and sends the next one while the caller decodes this one. The read stops at `end`, or where the brokers' log stops: the high watermark, or
-under read_committed the last stable offset (records past it are not readable yet), whichever the last
-response gave. A response with no batch while offsets below that remain (possible while a leader
-moves) is retried after `retry.backoff.ms`, for at most `default.api.timeout.ms` without progress.
+reads and sends the next one while the caller decodes this one. The batches of a response that start
+at `end` or later are cut off the chunk (`batches.cut_at`): a response is sized in bytes and usually
+runs past the end, and what lies past it would only be decompressed to be dropped (a small
+micro-batch's task asks for a fraction of one response). The read stops at `end`, or where the
+brokers' log stops: the high watermark, or under read_committed the last stable offset (records past
+it are not readable yet), whichever the last response gave. A response with no batch while offsets
+below that remain (possible while a leader moves) is retried after `retry.backoff.ms`, for at most
+`default.api.timeout.ms` without progress.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from spark_reader.brokerwire.batches import cut_at
 from spark_reader.brokerwire.client import BrokerWire
 from spark_reader.brokerwire.connection import Deadline
 from spark_reader.brokerwire.errors import WireError, WireTimeoutError
@@ -35,7 +40,8 @@ class WireChunk:
 
     `records`: the batches as the broker sent them (keep only rows with start <= offset < end);
     `aborted`: the aborted transactions the response listed (read_committed; empty otherwise);
-    `next_offset`: the offset after the last batch; the rest is the partition as the leader answered."""
+    `next_offset`: the offset after the last batch, or where batches past `end` were cut off, the first
+    of those (either way where a read goes on); the rest is the partition as the leader answered."""
 
     topic: str
     partition: int
@@ -95,18 +101,21 @@ def read_range(
         stalled = None
         if result.next_offset < min(end, limit):  # the next Fetch goes out before this chunk is decoded
             ahead = client.fetch_ahead(topic, partition, result.next_offset, isolation)
+        records, next_offset = result.records, result.next_offset
+        if next_offset > end and (cut := cut_at(records, end)) is not None:
+            records, next_offset = records[: cut.size], cut.next_offset  # nothing past the end is decoded
         yield WireChunk(
             topic=topic,
             partition=partition,
-            records=result.records,
+            records=records,
             start=position,
-            end=min(end, result.next_offset),
-            next_offset=result.next_offset,
+            end=min(end, next_offset),
+            next_offset=next_offset,
             aborted=result.aborted,
             high_watermark=result.high_watermark,
             last_stable_offset=result.last_stable_offset,
             log_start_offset=result.log_start_offset,
         )
-        position = result.next_offset
+        position = next_offset
         if position >= limit:
             return

@@ -117,6 +117,12 @@ class WireConnectionManager(KafkaConnectionManager):
             conn.init_future.add_errback(self._failed)
         return conn
 
+    def open_connections(self) -> list[Any]:
+        """The connections kafka-python still holds open (it drops one from `_conns` when it closes): the
+        pool asks whether a kept client's sockets survived (`WireConnection.reusable`). kafka-python 3.0.x
+        has no public accessor; docs/INTERNALS.md lists it."""
+        return list(self._conns.values())
+
     def _failed(self, exc: BaseException) -> None:
         self.last_failure = exc
         if self.fatal is None and is_fatal(exc):

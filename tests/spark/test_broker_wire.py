@@ -482,6 +482,36 @@ def test_an_unknown_leader_epoch_refreshes_metadata(broker: KafkaBroker, codec_t
         assert client.stats.metadata_refreshes == 2
 
 
+# -- the connection pool ----------------------------------------------------------------------------------
+@kafka
+def test_a_clean_client_leaves_its_connection_to_the_next_and_a_failed_one_closes_it(
+    broker: KafkaBroker,
+    codec_topics,  # noqa: ANN001
+) -> None:
+    """As Spark's Kafka source pools its consumers: the next client for the same brokers and settings takes
+    the connection (no new TCP connection, ApiVersions or bootstrap), other settings get their own, and a
+    client that ended in an error leaves nothing in doubt to the next (spark_reader/brokerwire/pool.py)."""
+    from spark_reader.brokerwire.pool import POOL
+
+    topic = codec_topics["lz4"]
+    POOL.close()  # start from an empty pool
+    with _client(broker) as first:
+        assert first.list_offsets(topic, {0: LATEST}) == {0: RECORDS}
+    with _client(broker) as second:
+        assert second._conn is first._conn
+        assert _wire_rows(read_arrow(second, topic, 0, 0, 100)) == _kafka_python_rows(broker, topic, 0, 100)
+    with _client(broker, **{"client.id": "another-reader"}) as other:
+        assert other._conn is not second._conn
+        assert other.list_offsets(topic, {0: EARLIEST}) == {0: 0}
+    failing = _client(broker)
+    assert failing._conn is second._conn
+    with pytest.raises(RuntimeError), failing:
+        raise RuntimeError("a task failed while reading")
+    with _client(broker) as after:
+        assert after._conn is not failing._conn
+        assert after.list_offsets(topic, {0: LATEST}) == {0: RECORDS}
+
+
 # -- quotas -------------------------------------------------------------------------------------------------
 @kafka
 def test_a_throttled_client_waits_and_reads_everything(broker: KafkaBroker) -> None:

@@ -44,6 +44,33 @@ def test_spark_worker_modules_are_where_pushdown_looks() -> None:
         )
 
 
+def test_kafka_python_connection_manager_keeps_its_shape() -> None:
+    from kafka.net.manager import KafkaConnectionManager
+
+    from spark_reader.brokerwire.transport import WireConnectionManager
+
+    used_by = "spark_reader.brokerwire.transport.WireConnectionManager"
+    build = getattr(KafkaConnectionManager, "_build_transport", None)
+    assert build is not None and inspect.iscoroutinefunction(build), _changed(
+        "kafka-python's KafkaConnectionManager._build_transport", used_by, "no such coroutine"
+    )
+    assert list(inspect.signature(build).parameters)[:3] == ["self", "node", "timeout_at"], _changed(
+        "kafka-python's KafkaConnectionManager._build_transport", used_by, str(inspect.signature(build))
+    )
+    from kafka.net.selector import NetworkSelector
+
+    net = NetworkSelector(bootstrap_servers=["127.0.0.1:9"])
+    try:
+        manager = WireConnectionManager(net, bootstrap_servers=["127.0.0.1:9"])
+        conns = getattr(manager, "_conns", None)
+        assert isinstance(conns, dict), _changed(
+            "kafka-python's KafkaConnectionManager._conns", used_by, repr(conns)
+        )
+        assert manager.open_connections() == []
+    finally:
+        net.close()
+
+
 def test_the_pushdown_check_uses_no_private_frame_api() -> None:
     import spark_reader.pushdown
 
