@@ -357,9 +357,6 @@ NOT_IMPORTED_BY_TESTS: dict[str, str] = {
         "no credential in kafka-python's DEBUG lines: tests/spark/test_broker_wire.py"
     ),
     "spark_reader.brokerwire.stats": "what a wire client did, counted: tests/spark/test_broker_wire.py",
-    "spark_reader.brokerwire.transport": (
-        "socket reads under broker faults: tests/spark/test_kafka_broker_tail_faults.py"
-    ),
 }
 IMPORTED_BY_NAME = re.compile(r"(?:^|-m\s+)((?:segment_format|rsm|spark_reader)(?:\.\w+)*)(?::\w+)?(?:\s|$)")
 
