@@ -360,20 +360,17 @@ def _stream_latest(
         k for k, s in query.splits.items() if k not in begin and needs_log_start(s, Position(Kind.EARLIEST))
     ]
     first = query.earliest_of_broker_only(new_in_store) if new_broker_only or new_in_store else {}
+    resolver = OffsetResolver(planner)
     begin = dict(begin)
     out: dict[Key, int] = {}
     for k, split in query.splits.items():
-        sp = split.store
-        earliest = (sp.history.first_offset or 0) if sp is not None else first.get(k, 0)
-        if sp is not None and k not in begin and (hole := planner.start_hole(sp, first.get(k))) is not None:
-            planner.data_loss(hole.message())
-        if k in latest:
-            end = latest[k]
-        else:  # the store's end (reads its last copies only, as the plain stream's `_bounds`)
-            found = planner.bounds(sp) if sp is not None else None
-            end = earliest if found is None else found[1]
-        out[k] = max(end, begin.get(k, earliest))
-        begin.setdefault(k, earliest)
+        f = PartitionFacts.of(
+            k, split.store, on_brokers=split.on_brokers, log_start=first.get(k), latest=latest.get(k)
+        )
+        if k not in begin:  # from its earliest: a hole before the store's history is data loss now
+            begin[k] = resolver.resolve_start(f, Position(Kind.EARLIEST))
+        # the brokers' latest, else the store's end (reads its last copies only, as the plain stream's)
+        out[k] = max(resolver.latest(f), begin[k])
     return out, begin
 
 
@@ -410,13 +407,12 @@ def stream_target(planner: Planner) -> dict[Key, int]:
     the micro-batches that read up to it check what they read."""
     query = HybridQuery(planner, PushedFilters())
     try:
-        latest = query.latest()
+        latest, resolver = query.latest(), OffsetResolver(planner)
         out: dict[Key, int] = {}
         for k, split in query.splits.items():
-            if k in latest:
-                out[k] = latest[k]
-            elif split.store is not None and (found := planner.bounds(split.store)) is not None:
-                out[k] = found[1]
+            f = PartitionFacts.of(k, split.store, on_brokers=split.on_brokers, latest=latest.get(k))
+            if (end := resolver.known_latest(f)) is not None:
+                out[k] = end
         return out
     finally:
         query.close()

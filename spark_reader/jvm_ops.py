@@ -25,10 +25,9 @@ import pyarrow as pa
 from segment_format.columnar import decompressed_sections
 from spark_reader.counting import count_partition
 from spark_reader.handoff import PipeSender, SharedSlots, SlotSender
+from spark_reader.offset_range import OffsetRangePartition
 from spark_reader.packing import pack, split_bytes
-from spark_reader.partition_reader import TieredPartition, read_partition
-from spark_reader.schema import arrow_schema
-from spark_reader.tail import BrokerTailPartition
+from spark_reader.partition_reader import read_partition
 
 OK, ERROR = 0, 1
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -85,16 +84,12 @@ def _push(header: dict, _: bytes) -> tuple[dict, list[bytes]]:
     return {"accepted": _batch_reader(header)[1]}, []
 
 
-def _estimates(parts: Sequence[object]) -> dict[str, int]:
+def _estimates(parts: Sequence[OffsetRangePartition]) -> dict[str, int]:
     """Upper bounds for Spark's optimizer (SupportsReportStatistics): offsets and segment bytes planned."""
     rows = size = 0
-    for part in parts:
-        if isinstance(part, BrokerTailPartition):  # offsets on the brokers; their bytes are not known
-            rows += max(0, part.end - part.start)
-        stored = split_bytes(part)
-        if stored is not None:
-            rows += max(0, part.split.last_offset - part.split.first_offset + 1)
-            size += stored
+    for part in parts:  # the brokers' bytes are not known: a live tail's count as none
+        rows += part.planned_rows()
+        size += split_bytes(part) or 0
     return {"rows": rows, "bytes": size}
 
 
@@ -217,13 +212,9 @@ def call(op: str | None, header: dict, blob: bytes) -> tuple[dict, list[bytes]]:
 def _output_schema(part: object, columns: Sequence[str] | None, count: bool) -> pa.Schema:
     if count:
         return pa.schema([])
-    if isinstance(part, BrokerTailPartition):
-        schema = arrow_schema(part.settings.include_headers, part.settings.flag_violations)
-    elif isinstance(part, TieredPartition):
-        schema = arrow_schema(part.settings.include_headers, part.settings.violations == "flag")
-    else:
+    if not isinstance(part, OffsetRangePartition):
         return pa.schema([])
-    return schema if columns is None else pa.schema([schema.field(c) for c in columns])
+    return part.arrow_schema(columns)
 
 
 def read(

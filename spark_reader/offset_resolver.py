@@ -1,6 +1,7 @@
 """Where a read starts and ends, per partition: the one place a position becomes an offset.
 
-Batch queries, a stream's first offsets and hybrid reads (store and brokers) all turn a position
+Batch queries, a stream's offsets (its first ones, each trigger's latest, a new partition's earliest,
+Trigger.AvailableNow's end) and hybrid reads (store and brokers) all turn a position
 (`spark_reader.offsets`: earliest, latest, an offset, a timestamp) into offsets of a partition. They do
 it in two steps:
 
@@ -172,12 +173,14 @@ class OffsetResolver:
             self._store_ends[f.key] = found
         return found
 
+    def known_latest(self, f: PartitionFacts) -> int | None:
+        """The brokers' latest, else the store's end; None when neither side says anything."""
+        return f.latest if f.latest is not None else self.store_end(f)
+
     def latest(self, f: PartitionFacts) -> int:
         """The brokers' latest, else the store's end (0 when neither side says anything)."""
-        if f.latest is not None:
-            return f.latest
-        end = self.store_end(f)
-        return 0 if end is None else end
+        found = self.known_latest(f)
+        return 0 if found is None else found
 
     def earliest(self, f: PartitionFacts) -> int:
         """The store's first offset, else the brokers' log start, else latest (nothing to read)."""

@@ -33,14 +33,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from spark_reader.partition_reader import TieredPartition
+from spark_reader.offset_range import OffsetRangePartition
 
 
 def split_bytes(part: object) -> int | None:
-    """The stored bytes a tiered split reads; None for a partition that is never packed."""
-    if not isinstance(part, TieredPartition):
-        return None
-    return max(0, part.split.end_position - part.split.start_position)
+    """The stored bytes a split reads (`OffsetRangePartition.stored_bytes`); None for one that is never
+    packed: a live tail from the brokers, or anything not a split."""
+    return part.stored_bytes() if isinstance(part, OffsetRangePartition) else None
 
 
 def pack(parts: Sequence[object], max_bytes: int, open_cost: int, min_partitions: int) -> list[list[object]]:

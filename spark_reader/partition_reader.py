@@ -46,10 +46,11 @@ from segment_format.columnar import iter_stream_record_batches
 from segment_format.errors import CorruptRecordError
 from segment_format.records import NO_PARTITION_LEADER_EPOCH
 from segment_format.segment import leader_epoch_problem
+from spark_reader.counting import Undecidable, count_headers
 from spark_reader.errors import DataLossError, ReaderError, spark_error
-from spark_reader.filters import NO_FILTERS, PushedFilters
+from spark_reader.filters import NO_FILTERS, UNBOUNDED, PushedFilters
+from spark_reader.offset_range import OffsetRangePartition
 from spark_reader.schema import VIOLATION_COLUMN, decoder_projection, to_spark_batch
-from spark_reader.tail import BrokerTailPartition, read_tail
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +65,9 @@ class ReadSettings:
     fail_on_data_loss: bool
 
 
-class TieredPartition(InputPartition):
-    """One Spark input partition: a split of a segment copy, with everything needed to read it exactly."""
+class TieredPartition(OffsetRangePartition):
+    """One Spark input partition: a split of a segment copy, with everything needed to read it exactly
+    (the store's variant of `OffsetRangePartition`)."""
 
     def __init__(
         self,
@@ -89,8 +91,47 @@ class TieredPartition(InputPartition):
         s = self.split
         return (
             f"TieredPartition({s.topic}-{s.partition} offsets {s.first_offset}..{s.last_offset}, "
-            f"bytes {s.start_position}..{s.end_position} of {s.bucket}/{s.manifest.location.get('log')})"
+            f"bytes {s.start_position}..{s.end_position} of {self.source})"
         )
+
+    @property
+    def topic(self) -> str:  # type: ignore[override]
+        return self.split.topic
+
+    @property
+    def partition(self) -> int:  # type: ignore[override]
+        return self.split.partition
+
+    @property
+    def start(self) -> int:  # type: ignore[override]
+        return self.split.first_offset
+
+    @property
+    def end(self) -> int:  # type: ignore[override]
+        return self.split.last_offset + 1
+
+    def rows(self, columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
+        return _store_rows(self, columns)
+
+    def count(self) -> int:
+        return _store_count(self)
+
+    def stored_bytes(self) -> int:
+        """The segment's bytes the split reads (what the columnar scan packs tasks by)."""
+        return max(0, self.split.end_position - self.split.start_position)
+
+    @property
+    def include_headers(self) -> bool:
+        return self.settings.include_headers
+
+    @property
+    def flags_violations(self) -> bool:
+        return self.settings.violations == "flag"
+
+    @property
+    def source(self) -> str:
+        """The segment copy's log object: its bucket and key."""
+        return f"{self.split.bucket}/{self.split.manifest.location.get('log')}"
 
 
 _clients: dict[tuple[tuple[str, str], ...], tuple[ObjectStore, Keyring | None]] = {}
@@ -200,22 +241,57 @@ def _violations(split: ReadSplit) -> dict[int, str]:
 def read_partition(part: InputPartition, columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
     """The rows of one input partition as Arrow batches of the source's schema, or of only its `columns`
     in that order (the columnar scan's pruning: the decoder then copies no key, value or headers not
-    asked for; every rule below still runs on the batch fields, which are always decoded). A hybrid
-    query's live tail is read from the brokers (`spark_reader.tail`) in the same schema.
+    asked for; every rule below still runs on the batch fields, which are always decoded): its variant's
+    `rows`, a store split's here, a hybrid query's live tail from the brokers (`spark_reader.tail`) in
+    the same schema. A query planned to nothing gives none (Spark still runs one task with a placeholder).
 
     The source's errors leave as `errors.TaskError`: one line in Spark's message, no traceback."""
+    if not isinstance(part, OffsetRangePartition):
+        return
     try:
-        yield from _read_rows(part, columns)
+        yield from part.rows(columns)
     except ReaderError as exc:
         raise spark_error(exc) from None
 
 
-def _read_rows(part: InputPartition, columns: Sequence[str] | None) -> Iterator[pa.RecordBatch]:
-    if isinstance(part, BrokerTailPartition):
-        yield from read_tail(part, columns)
-        return
-    if not isinstance(part, TieredPartition):
-        return  # a query planned to nothing: Spark still runs one task with a placeholder partition
+def _store_count(part: TieredPartition) -> int:
+    """`TieredPartition.count`: from the batch headers of its bytes (`spark_reader.counting`) where they
+    say it exactly, else by reading it (timestamp rules, filters headers cannot settle, undecidable)."""
+    if part.start_timestamp is not None or part.end_timestamp is not None:
+        return part.read_count()
+    if part.filters.timestamp_us != UNBOUNDED or part.filters.offset.values is not None:
+        return part.read_count()
+    split, settings = part.split, part.settings
+    if split.end_position <= split.start_position:
+        return 0
+    store, keyring = clients(settings.rsm_configs)
+    where = store.describe(split.bucket, split.manifest.location.get("log", "?"))
+    f_lo, f_hi = part.filters.offset.lo, part.filters.offset.hi
+    first = split.first_offset if f_lo is None else max(split.first_offset, f_lo)
+    last = split.last_offset if f_hi is None else min(split.last_offset, f_hi)
+    chain = split.manifest.segment.segment_leader_epochs
+    try:
+        reader = SegmentReader(store, split.bucket, split.manifest, cipher_for(split.manifest, keyring))
+        return count_headers(
+            _chunks(reader, split.start_position, split.end_position),
+            first,
+            last,
+            where=where,
+            epochs={int(e) for e in chain} if chain else None,
+            dropped=sorted(_violations(split)) if settings.violations == "drop" else (),
+            aborted=part.aborted,
+        )
+    except Undecidable as why:
+        log.debug("kafka-tiered: counting %r by reading (%s)", part, why)
+    except ReaderError:
+        raise
+    except Exception:  # noqa: BLE001 - the reader names every failure (decryption, data loss) its way
+        log.debug("kafka-tiered: counting %r by reading (headers failed)", part, exc_info=True)
+    return part.read_count()
+
+
+def _store_rows(part: TieredPartition, columns: Sequence[str] | None) -> Iterator[pa.RecordBatch]:
+    """`TieredPartition.rows` (see the module docstring)."""
     split, settings = part.split, part.settings
     try:  # the executor's own store client and keyring file (the driver's opened: this host's may not)
         store, keyring = clients(settings.rsm_configs)

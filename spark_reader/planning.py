@@ -264,14 +264,6 @@ class Planner:
                 f"{where}cannot read the producer snapshot of {segment.manifest_key}: {exc}"
             ) from None
 
-    def bounds(self, sp: SelectedPartition) -> tuple[int, int] | None:
-        """(earliest, latest) of a partition now, latest stopped at the LSO under read_committed; None
-        without data. Only the first and last copies are read (a stream asks this on every trigger)."""
-        earliest, latest = sp.history.first_offset, sp.history.next_offset
-        if earliest is None or latest is None:
-            return None
-        return earliest, max(earliest, self.stable_end(sp, latest))
-
     # -- splits --------------------------------------------------------------------------------------
     def aborted(self, pr: PartitionRange) -> list[tuple[int, int, int]]:
         """Aborted transactions touching [start, end): from the segments holding offsets >= start, up to

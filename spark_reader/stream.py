@@ -102,12 +102,6 @@ class TieredStreamReader(DataSourceStreamReader, *AVAILABLE_NOW_BASES):
             if base is not None:
                 self._listed_from[key] = (base, offset)
 
-    def _bounds(self, planner: Planner, sp: SelectedPartition) -> tuple[int, int]:
-        """(earliest, latest) of a partition now (latest stops at an open transaction for read_committed)."""
-        found = planner.bounds(sp)  # not partition_range: no range to check for gaps, none to read
-        earliest = sp.history.first_offset or 0
-        return (earliest, earliest) if found is None else found
-
     @one_line_errors
     def initialOffset(self) -> dict:  # noqa: N802 - Spark's name
         spec = starting_spec(self.opts, streaming=True)
@@ -154,10 +148,13 @@ class TieredStreamReader(DataSourceStreamReader, *AVAILABLE_NOW_BASES):
 
             return stream_latest(self._planner(), begin, self._after(begin))
         planner, current = self._partitions(begin)
+        # earliest and latest as every read has them (`OffsetResolver`; latest stops at an open
+        # transaction for read_committed): no range to check for gaps here, none to read
+        resolver = OffsetResolver(planner)
         begin, latest = dict(begin), {}
-        for key, sp in current.items():
-            earliest, last = self._bounds(planner, sp)
-            latest[key] = max(last, begin.get(key, earliest))
+        for key, f in StoreFacts(current.values()).gather().items():
+            earliest = resolver.earliest(f)
+            latest[key] = max(resolver.latest(f), begin.get(key, earliest))
             begin.setdefault(key, earliest)
         return latest, begin, current
 
@@ -172,7 +169,8 @@ class TieredStreamReader(DataSourceStreamReader, *AVAILABLE_NOW_BASES):
             self._target = stream_target(self._planner())
         else:
             planner, current = self._partitions()
-            self._target = {key: self._bounds(planner, sp)[1] for key, sp in current.items()}
+            resolver = OffsetResolver(planner)
+            self._target = {k: resolver.latest(f) for k, f in StoreFacts(current.values()).gather().items()}
         log.info("kafka-tiered: Trigger.AvailableNow reads up to %s", to_stream_offset(self._target))
 
     @one_line_errors

@@ -1,6 +1,7 @@
 """The live tail of a partition, read from the brokers in a Spark task (hybrid reads, `spark_reader.hybrid`).
 
-A `BrokerTailPartition` is the offsets [start, end) of one partition that the store does not hold yet. The
+A `BrokerTailPartition` is the offsets [start, end) of one partition that the store does not hold yet (the
+brokers' variant of `offset_range.OffsetRangePartition`, a store split's being `TieredPartition`). The
 task reads them with the brokers' fetch layer (`spark_reader.brokerwire`): each Fetch response's record
 batches stay the brokers' bytes and go through segment_format's columnar decoder, the one a store chunk
 goes through, so no Python code runs per record on either side of a hybrid read. read_committed is the
@@ -33,7 +34,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
-from pyspark.sql.datasource import InputPartition
 
 from spark_reader.brokerwire.arrow import decode_chunk
 from spark_reader.brokerwire.client import BrokerWire
@@ -44,6 +44,7 @@ from spark_reader.brokerwire.reader import WireChunk, read_range
 from spark_reader.brokerwire.settings import WireSettings
 from spark_reader.errors import DataLossError, ReaderError
 from spark_reader.filters import NO_FILTERS, UNBOUNDED, PushedFilters
+from spark_reader.offset_range import OffsetRangePartition
 from spark_reader.options import IsolationLevel, SourceOptions, Violations
 from spark_reader.schema import VIOLATION_COLUMN, decoder_projection, to_spark_batch
 
@@ -89,8 +90,9 @@ class TailSettings:
         return self.wire.default_api_timeout_ms
 
 
-class BrokerTailPartition(InputPartition):
-    """Offsets [start, end) of one partition, read from the brokers (the part the store does not hold)."""
+class BrokerTailPartition(OffsetRangePartition):
+    """Offsets [start, end) of one partition, read from the brokers (the part the store does not hold):
+    the brokers' variant of `OffsetRangePartition`."""
 
     def __init__(
         self, topic: str, partition: int, start: int, end: int, settings: TailSettings,
@@ -107,8 +109,27 @@ class BrokerTailPartition(InputPartition):
     def __repr__(self) -> str:
         return (
             f"BrokerTailPartition({self.topic}-{self.partition} offsets {self.start}..{self.end - 1} "
-            f"from {self.settings.servers})"
+            f"from {self.source})"
         )
+
+    def rows(self, columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
+        return read_tail(self, columns)
+
+    def count(self) -> int:
+        return count_tail(self)
+
+    @property
+    def include_headers(self) -> bool:
+        return self.settings.include_headers
+
+    @property
+    def flags_violations(self) -> bool:
+        return self.settings.flag_violations
+
+    @property
+    def source(self) -> str:
+        """The brokers' bootstrap servers (the client's settings, credentials included, stay unshown)."""
+        return self.settings.servers
 
 
 def tail_chunks(client: BrokerWire, part: BrokerTailPartition) -> Iterator[WireChunk]:
