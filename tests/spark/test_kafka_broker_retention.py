@@ -71,26 +71,6 @@ def broker(java_build, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kaf
         b.stop()
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """An empty file store: nothing tiers, so every row is read from the brokers."""
-    root = tmp_path_factory.mktemp("empty-store")
-    (root / "tiered").mkdir()
-    return {"storage.backend": "file", "storage.file.root": str(root), "bucket": "tiered"}
-
-
-@pytest.fixture(scope="module")
-def session(spark):  # noqa: ANN001, ANN201
-    """The tests' Spark session with both sources: `kafka-tiered` (Python Data Source) and `kafka`."""
-    from harness.spark_kafka import add_kafka_source
-
-    import spark_reader
-
-    spark_reader.register(spark)
-    add_kafka_source(spark)
-    return spark
-
-
 # -- the topics ---------------------------------------------------------------------------------------------
 def _new_topic(broker: KafkaBroker, tag: str) -> str:
     """A one-partition topic of ~8 KiB segments holding the module's records (see the docstring)."""

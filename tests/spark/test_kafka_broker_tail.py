@@ -91,14 +91,6 @@ def topic(kafka_broker: KafkaBroker) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """An empty file store: the topic never tiers, so everything is read from the brokers."""
-    root = tmp_path_factory.mktemp("empty-store")
-    (root / "tiered").mkdir()
-    return {"storage.backend": "file", "storage.file.root": str(root), "bucket": "tiered"}
-
-
-@pytest.fixture(scope="module")
 def sparks_rows(tiered_spark, kafka_broker: KafkaBroker, topic: str) -> dict[str, list[tuple]]:  # noqa: ANN001
     """Spark's own Kafka source's rows, per isolation level (read once for the module)."""
     from harness.spark_kafka import add_kafka_source

@@ -94,26 +94,6 @@ def _one_line(message: str, *needles: str) -> str:
     return lines[0]
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """An empty file store: nothing tiers, so every row is read from the brokers."""
-    root = tmp_path_factory.mktemp("empty-store")
-    (root / "tiered").mkdir()
-    return {"storage.backend": "file", "storage.file.root": str(root), "bucket": "tiered"}
-
-
-@pytest.fixture(scope="module")
-def session(spark):  # noqa: ANN001, ANN201
-    """The tests' Spark session with both sources: `kafka-tiered` (Python Data Source) and `kafka`."""
-    from harness.spark_kafka import add_kafka_source
-
-    import spark_reader
-
-    spark_reader.register(spark)
-    add_kafka_source(spark)
-    return spark
-
-
 def _tail_part(options: dict[str, str], topic: str, end: int) -> Any:  # noqa: ANN401
     """The tail task's partition for offsets [0, end) of partition 0, with these source options."""
     from spark_reader.options import parse_options
