@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -119,11 +118,3 @@ class Forward:
         if expected is not None and segment != expected:
             raise ForwardError(f"forward {source} belongs to another segment ({segment.segment_id})")
         return cls(segment, to, moved_ms)
-
-
-def segment_ref(topic: str, topic_id: uuid.UUID | str, partition: int, start_offset: int,
-                segment_id: uuid.UUID | str) -> SegmentRef:  # fmt: skip
-    """A SegmentRef from ids in either form (UUID or Kafka base64)."""
-    tid = topic_id if isinstance(topic_id, str) else uuid_to_base64(topic_id)
-    sid = segment_id if isinstance(segment_id, str) else uuid_to_base64(segment_id)
-    return SegmentRef(topic, tid, partition, start_offset, sid)
