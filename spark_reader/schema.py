@@ -101,10 +101,14 @@ def _headers(column: pa.Array) -> pa.Array:
     not an empty array, and a query such as `where headers is null` must mean the same on both."""
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
-    items = column.values
+    items, offsets = column.values, column.offsets
+    if column.offset:  # a slice (a fetch's window): its offsets rebased onto its own items, as Arrow needs
+        first = offsets[0].as_py()
+        items = items.slice(first, offsets[-1].as_py() - first)
+        offsets = pa.array(offsets.to_numpy() - np.int32(first), pa.int32())
     struct = pa.StructArray.from_arrays([items.field("key"), items.field("value")], names=["key", "value"])
     empty = pc.equal(pc.list_value_length(column), 0)
-    return pa.ListArray.from_arrays(column.offsets, struct, type=HEADERS_ARROW_TYPE, mask=empty)
+    return pa.ListArray.from_arrays(offsets, struct, type=HEADERS_ARROW_TYPE, mask=empty)
 
 
 def to_spark_batch(

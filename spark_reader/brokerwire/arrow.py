@@ -5,8 +5,9 @@ Per chunk: `segment_format.columnar.iter_record_batches` over the chunk's bytes 
 then one mask: control records out, records of aborted transactions out under read_committed
 (`spark_reader.brokerwire.aborts`, from the chunk's own aborted list), and offsets outside the chunk's
 window out (a compressed batch comes back whole from before the fetch offset; the last batch may run past
-the end). Rows come in `RECORD_SCHEMA` (offset, timestamp, timestamp_type, key, value, headers, then the
-batch fields), or the `projection`'s columns.
+the end): offsets ascend, so the window is a slice of the decoded rows, cut without a copy. Rows come
+in `RECORD_SCHEMA` (offset, timestamp, timestamp_type, key, value, headers, then the batch fields), or
+the `projection`'s columns.
 
 Without aborted transactions to apply, control batches are skipped by the decoder unread
 (`Projection.control`); with some, the decode keeps them and the batch fields, which the filter reads,
@@ -18,8 +19,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Iterator
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from segment_format.columnar import FULL, Projection, iter_record_batches
 from segment_format.errors import CorruptRecordError
@@ -46,19 +47,26 @@ def decode_chunk(
     where = f"{chunk.topic}-{chunk.partition} from the brokers (fetch at offset {chunk.start})"
     try:
         for batch in iter_record_batches(chunk.records, file=where, projection=decode_as):
-            keep = aborts.keep(batch) if aborts is not None else None
-            offsets = batch.column("offset")  # ascending: the window is checked at its two ends first
-            if offsets[0].as_py() < chunk.start or offsets[-1].as_py() >= chunk.end:
-                window = pc.and_(pc.greater_equal(offsets, chunk.start), pc.less(offsets, chunk.end))
-                keep = window if keep is None else pc.and_(keep, window)
-            if keep is not None and keep.false_count:
-                batch = batch.filter(keep)
+            if aborts is not None:  # first: its walk must see every batch of the response
+                keep = aborts.keep(batch)
+                if keep.false_count:
+                    batch = batch.filter(keep)
+            batch = _window(batch, chunk.start, chunk.end)
             if decode_as.names != projection.names:
                 batch = batch.select(projection.names)
             if batch.num_rows:
                 yield batch
     except CorruptRecordError as exc:
         raise WireError(f"corrupt records: {exc}") from None
+
+
+def _window(batch: pa.RecordBatch, start: int, end: int) -> pa.RecordBatch:
+    """The rows of `batch` with start <= offset < end: a slice (no copy), offsets being ascending."""
+    offsets = batch.column("offset").to_numpy()
+    if not len(offsets) or (offsets[0] >= start and offsets[-1] < end):
+        return batch
+    lo, hi = np.searchsorted(offsets, (start, end))
+    return batch.slice(lo, hi - lo)
 
 
 def decode_chunks(

@@ -9,7 +9,8 @@ back-off, per-request timeouts, correlation ids, and KIP-219 throttling (a conne
 quota pauses itself). Its protocol classes (3.x: `kafka.protocol.consumer.FetchRequest`,
 `ListOffsetsRequest`, `kafka.protocol.metadata.MetadataRequest`) are generated from Kafka's own JSON
 message schemas, and a Fetch response's `records` field is decoded as what the schema says it is, bytes:
-the response is copied a few times as its frame is assembled and parsed (memcpy, per response), never
+the response is copied twice after the socket, into its frame and into `records` (memcpy, per response;
+`spark_reader.brokerwire.transport` keeps kafka-python's decoder from copying the frame again), never
 turned into a Python object per record (its consumer parses records later, in `kafka.record`, which
 this layer never calls). So it is used: a maintained client, where ours would re-implement SASL, TLS
 and version negotiation; what is ours is above it (which request, when, and what an error means:

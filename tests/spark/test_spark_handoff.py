@@ -1,7 +1,8 @@
 """How a worker hands batches to the JVM (`spark_reader.handoff`), seen from the JVM's side of the protocol
 (the notices on the pipe, the slots' bytes, the acknowledgements): a batch in a slot is an Arrow stream
 that reads back as the batch; the worker never overwrites a slot before the batch in it was acknowledged;
-a batch bigger than a slot goes inline; `drain` takes the acknowledgements still owed. (The JVM's own
+a batch bigger than a slot crosses in slices of its rows that fit, and only a row bigger than a slot goes
+inline; `drain` takes the acknowledgements still owed. (The JVM's own
 reader runs in every columnar Spark test; tests/spark/test_spark_sessions.py checks which way the batches went.)
 """
 
@@ -54,7 +55,10 @@ def test_batches_cross_in_slots_or_inline_and_read_back_equal(tmp_path: Path) ->
     slots = _slots(tmp_path, 256 << 10)
     out = io.BytesIO()
     acks = io.BytesIO(b"\1" * 4)
-    batches = [_batch(10), _batch(200, 10), _batch(4000, 210), _batch(5, 4210)]  # the third: ~230 KiB
+    huge = pa.record_batch(
+        [pa.array([210], pa.int64()), pa.array([b"h" * (300 << 10)], pa.binary())], names=["offset", "value"]
+    )  # one row bigger than a slot
+    batches = [_batch(10), _batch(200, 10), huge, _batch(5, 211)]
     sender = SlotSender(slots, out, acks, batches[0].schema)
     for b in batches[:2]:
         sender.send(b)
@@ -70,9 +74,25 @@ def test_batches_cross_in_slots_or_inline_and_read_back_equal(tmp_path: Path) ->
     schema, got = _notices(out.getvalue(), slots)
     assert schema == batches[0].schema
     assert [way for way, _ in got] == ["slot", "slot", "inline", "slot"]
-    assert got[2][1].equals(batches[2])
+    assert got[2][1].equals(huge)
     assert sender.counts() == {"slots": 3, "inline": 1}
     assert acks.read() == b""  # every acknowledgement taken: the next request starts clean
+
+
+def test_a_batch_bigger_than_a_slot_crosses_in_slices_of_its_rows(tmp_path: Path) -> None:
+    slots = _slots(tmp_path, 256 << 10)
+    out = io.BytesIO()
+    acks = io.BytesIO(b"\1" * 2)
+    batch = _batch(5000)  # ~300 KiB: two halves fit
+    sender = SlotSender(slots, out, acks, batch.schema)
+    sender.send(batch)
+    sender.close()
+    sender.drain()
+    _, got = _notices(out.getvalue(), slots)
+    assert [way for way, _ in got] == ["slot", "slot"]
+    assert [b.num_rows for _, b in got] == [2500, 2500]
+    assert pa.Table.from_batches([b for _, b in got]).equals(pa.Table.from_batches([batch]))
+    assert sender.counts() == {"slots": 2, "inline": 0}
 
 
 def test_a_slot_is_not_overwritten_before_its_batch_is_acknowledged(tmp_path: Path) -> None:

@@ -71,6 +71,49 @@ def test_kafka_python_connection_manager_keeps_its_shape() -> None:
         net.close()
 
 
+def test_kafka_python_protocol_decodes_from_a_frame_view() -> None:
+    """FrameProtocol's override still sits where kafka-python hands over each frame, and a response
+    decoded from the view is the response kafka-python decodes from its own copies."""
+    from kafka.protocol.consumer import FetchRequest, FetchResponse
+    from kafka.protocol.frame import KafkaBytes
+    from kafka.protocol.parser import KafkaProtocol
+
+    from spark_reader.brokerwire.transport import FrameProtocol
+
+    used_by = "spark_reader.brokerwire.transport.FrameProtocol"
+    process = getattr(KafkaProtocol, "_process_response", None)
+    assert process is not None and list(inspect.signature(process).parameters) == ["self", "read_buffer"], (
+        _changed("kafka-python's KafkaProtocol._process_response", used_by, repr(process))
+    )
+    records = bytes(range(256)) * 400  # ~100 KB: a Fetch response's records, as large as they come
+    topic = FetchResponse.FetchableTopicResponse
+    response = FetchResponse(
+        version=12, throttle_time_ms=0, error_code=0, session_id=0,
+        responses=[topic(version=12, topic="t", partitions=[topic.PartitionData(
+            version=12, partition_index=0, error_code=0, high_watermark=9, last_stable_offset=9,
+            log_start_offset=0, aborted_transactions=None, preferred_read_replica=-1, records=records,
+        )])],
+    )  # fmt: skip
+    answers = []
+    for cls in (KafkaProtocol, FrameProtocol):
+        parser = cls(client_id="internals")
+        request = FetchRequest(
+            version=12, replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+            session_id=0, session_epoch=-1, topics=[], forgotten_topics_data=[], rack_id="",
+        )  # fmt: skip
+        correlation_id = parser.send_request(request)
+        frame = FetchResponse.header_class(correlation_id=correlation_id).encode(flexible=True)
+        frame += response.encode(version=12)
+        buffer = KafkaBytes(len(frame))
+        buffer.write(frame)
+        buffer.seek(0)
+        answers.append(parser._process_response(buffer)[1])
+    got = [bytes(a.responses[0].partitions[0].records) for a in answers]
+    assert got == [records, records], _changed(
+        "kafka-python's KafkaProtocol._process_response", used_by, "a frame view decodes differently"
+    )
+
+
 def test_the_pushdown_check_uses_no_private_frame_api() -> None:
     import spark_reader.pushdown
 

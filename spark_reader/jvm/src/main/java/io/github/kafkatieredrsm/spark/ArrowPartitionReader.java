@@ -13,13 +13,13 @@ import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
-import org.apache.spark.sql.vectorized.ArrowColumnVector;
 import org.apache.spark.sql.vectorized.ColumnVector;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 
 /**
- * One split's rows: the Arrow IPC stream a Python worker writes, as {@code ColumnarBatch}es of
- * {@code ArrowColumnVector}s over the very buffers Arrow read (no row conversion, no copy).
+ * One split's rows: the Arrow IPC stream a Python worker writes, as {@code ColumnarBatch}es of column
+ * vectors over the very buffers Arrow read (no row conversion, no copy; {@link DirectArrowColumnVector}
+ * has why they are not Spark's {@code ArrowColumnVector}).
  *
  * <p>The batches come through the worker's shared-memory slots where it has them ({@link SlotBatchReader}:
  * the vectors are the slot's memory), else as an Arrow IPC stream on its pipe.
@@ -41,7 +41,7 @@ final class ArrowPartitionReader implements PartitionReader<ColumnarBatch> {
   private final ArrowStreamReader reader; // the batches through the pipe, or
   private final SlotBatchReader slotReader; // through the worker's shared-memory slots
   private final boolean countOnly;
-  private ColumnVector[] columns;
+  private DirectArrowColumnVector[] columns;
   private ColumnarBatch current;
   private boolean ended;
   private long countLeft = -1;
@@ -134,10 +134,13 @@ final class ArrowPartitionReader implements PartitionReader<ColumnarBatch> {
       VectorSchemaRoot root = root();
       if (columns == null) {
         List<FieldVector> vectors = root.getFieldVectors();
-        columns = new ColumnVector[vectors.size()];
+        columns = new DirectArrowColumnVector[vectors.size()];
         for (int i = 0; i < columns.length; i++) {
-          columns[i] = new ArrowColumnVector(vectors.get(i));
+          columns[i] = DirectArrowColumnVector.of(vectors.get(i));
         }
+      }
+      for (DirectArrowColumnVector column : columns) {
+        column.reload(); // the batch just loaded has buffers of its own
       }
       current = new ColumnarBatch(columns, root.getRowCount());
       return true;
