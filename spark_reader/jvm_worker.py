@@ -6,8 +6,8 @@ reading, errors) is made here, by calling the same entry points the Python Data 
 (`spark_reader.source.FilteringBatchReader`, `spark_reader.stream.TieredStreamReader`,
 `spark_reader.partition_reader.read_partition`). What crosses to the JVM is data: the schema as Spark's
 JSON, input partitions as opaque pickled bytes, offsets as the Kafka source's JSON, and the rows as an
-Arrow IPC stream that the JVM maps into `ColumnarBatch`es of `ArrowColumnVector`s without a row in
-between.
+Arrow IPC stream that the JVM maps into `ColumnarBatch`es of column vectors over the Arrow buffers
+(`DirectArrowColumnVector`) without a row in between.
 
 Why a worker process per task slot over a pipe, not the broker bridge (`rsm.bridge`): the bridge is the
 RSM's server for one broker (its admission, permits and shared-memory rings are sized for fetches, and

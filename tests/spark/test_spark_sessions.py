@@ -197,7 +197,7 @@ def test_spark_submit_with_the_jar_reads_on_the_columnar_scan(tiered, tmp_path, 
     serves format("kafka-tiered") (register() then registers the Python source under its other name), the
     rows are the same, and the scan takes the filters whatever the Python pushdown setting says. The same
     rows whichever way the batches cross to the JVM (spark_reader/handoff.py), as the workers' own
-    reports say they went: shared-memory slots (the default), inline on the pipe when a batch is bigger
+    reports say they went: shared-memory slots (the default), inline on the pipe when a row is bigger
     than a slot, an Arrow stream on the pipe with slots off."""
     from spark_reader.jvm_ops import STATS_ENV
 
