@@ -1,7 +1,5 @@
 package io.github.kafkatieredrsm.spark;
 
-import org.apache.arrow.vector.BaseFixedWidthVector;
-import org.apache.arrow.vector.BaseVariableWidthVector;
 import org.apache.arrow.vector.BigIntVector;
 import org.apache.arrow.vector.FieldVector;
 import org.apache.arrow.vector.IntVector;
@@ -85,13 +83,11 @@ final class DirectArrowColumnVector extends ColumnVector {
     if (kind == Kind.OTHER) {
       return;
     }
-    nullCount = vector.getValueCount() == 0 ? 0 : vector.getNullCount();
+    nullCount = vector.getNullCount();
     validity = vector.getValidityBufferAddress();
     data = vector.getDataBufferAddress();
-    if (vector instanceof BaseVariableWidthVector) {
+    if (kind == Kind.BINARY || kind == Kind.STRING) {
       offsets = vector.getOffsetBufferAddress();
-    } else if (!(vector instanceof BaseFixedWidthVector)) {
-      throw new IllegalStateException("unexpected Arrow vector " + vector.getClass().getName());
     }
   }
 
@@ -135,8 +131,8 @@ final class DirectArrowColumnVector extends ColumnVector {
     if (nullCount > 0 && isNull(rowId)) {
       return null;
     }
-    int start = Platform.getInt(null, offsets + 4L * rowId);
-    int length = Platform.getInt(null, offsets + 4L * rowId + 4) - start;
+    int start = valueStart(rowId);
+    int length = valueStart(rowId + 1) - start;
     byte[] bytes = new byte[length];
     Platform.copyMemory(null, data + start, bytes, Platform.BYTE_ARRAY_OFFSET, length);
     return bytes;
@@ -150,9 +146,13 @@ final class DirectArrowColumnVector extends ColumnVector {
     if (nullCount > 0 && isNull(rowId)) {
       return null;
     }
-    int start = Platform.getInt(null, offsets + 4L * rowId);
-    int length = Platform.getInt(null, offsets + 4L * rowId + 4) - start;
-    return UTF8String.fromAddress(null, data + start, length);
+    int start = valueStart(rowId);
+    return UTF8String.fromAddress(null, data + start, valueStart(rowId + 1) - start);
+  }
+
+  /** Where a binary or string value starts in the data buffer (its end: the next row's start). */
+  private int valueStart(int rowId) {
+    return Platform.getInt(null, offsets + 4L * rowId);
   }
 
   @Override
